@@ -1,0 +1,45 @@
+# Two commands for a fresh machine (see README):
+#   make demo   set up, then run the local demo on the embedded control plane
+#   make test   set up, then lint, type-check and run every test
+# Both install what they need: a virtualenv in .venv and the control-plane
+# binaries, built from the Go module proxy and cached in ~/.cache/grelmicro-sidecar.
+
+PYTHON ?= python3
+VENV   := .venv
+PY     := $(VENV)/bin/python
+STAMP  := $(VENV)/.installed
+
+.PHONY: setup binaries lint typecheck test test-fast demo bench clean
+
+$(STAMP): pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet -e '.[test]'
+	touch $(STAMP)
+
+setup: $(STAMP)
+
+binaries: $(STAMP)
+	$(PY) -m tests.cluster build
+
+lint: $(STAMP)
+	$(VENV)/bin/ruff check sidecar tests bench
+	$(VENV)/bin/ruff format --check sidecar
+
+typecheck: $(STAMP)
+	$(VENV)/bin/mypy
+
+test: lint typecheck binaries
+	$(PY) -m pytest -p no:cacheprovider tests
+
+test-fast: $(STAMP)
+	$(PY) -m pytest -p no:cacheprovider -m 'not cluster' tests
+
+demo: binaries
+	$(PY) -m tests.demo
+
+bench: binaries
+	$(PY) -m bench
+
+clean:
+	rm -rf $(VENV) .mypy_cache .ruff_cache

@@ -1,0 +1,298 @@
+"""The election state machine: pure, clock injected, no I/O of its own.
+
+Safety model
+------------
+Guarantee: at no instant do two candidates *publish* leadership, provided the
+candidates' monotonic clocks run at about the same rate (the margin is
+``lease_duration - renew_deadline``, 5 s of 15 s by default) and the API server
+offers optimistic writes on one object (it does: every write carries the
+``resourceVersion`` it read, and a stale one gets 409).
+
+Why it holds: a leader publishes "leader" only while ``now < S + renew_deadline``,
+where ``S`` is the local monotonic instant at which its last *successful* write
+*started*. Any other candidate can only have seen that write after ``S``, and
+takes the lease over only once ``lease_duration`` has passed on its own
+monotonic clock since it last saw the record change, so no earlier than
+``S + lease_duration > S + renew_deadline``. Wall-clock ``renewTime`` is never
+trusted for takeover: node clocks disagree.
+
+Not guaranteed: that the application stops its work at that instant. The
+sidecar publishes; the application must honour ``valid_until`` (or gate on the
+probe). For resources that can check it, the fencing token (``leaseTransitions``
+right after acquiring) orders leaders.
+
+Shape
+-----
+The driver asks ``next_action(now)`` and gets a ``Read``, a ``Write`` (create,
+acquire or renew) or a ``Wait(until)``; it performs it and reports back with
+``on_read``/``on_written``/``on_conflict``/``on_error``; watch events go to
+``observe``. ``is_leader(now)`` is the only truth the publishers use.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import math
+import random
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from .lease import LeaseRecord, claim
+
+
+@dataclass(frozen=True)
+class Timing:
+    """Election timing, in seconds (SPEC §3).
+
+    ``lease_duration``: how long followers wait, after last seeing the Lease
+    change, before taking it over. Longer means slower failover after a crash,
+    shorter means more sensitivity to API-server hiccups. Default 15 s, as
+    client-go's core clients.
+
+    ``renew_deadline``: a leader that has not renewed successfully for this
+    long (counted from the start of its last successful renew) stops saying it
+    leads. Must be below ``lease_duration`` so it steps down before anyone may
+    take over. Default 10 s.
+
+    ``retry_period``: how often a failed renew or acquire is retried.
+    Default 2 s.
+
+    The leader renews every ``renew_deadline / 2`` (5 s by default): one write
+    per interval while healthy, and time for retries before the deadline.
+    """
+
+    lease_duration: float = 15.0
+    renew_deadline: float = 10.0
+    retry_period: float = 2.0
+
+    @property
+    def renew_interval(self) -> float:
+        return self.renew_deadline / 2
+
+    def problems(self) -> list[str]:
+        """Each broken rule as a line naming the settings (empty when valid)."""
+        out = []
+        if not self.retry_period > 0:
+            out.append(f"retry-period must be > 0 (got {self.retry_period:g}s)")
+        if not self.renew_deadline > 1.2 * self.retry_period:
+            out.append(
+                f"renew-deadline ({self.renew_deadline:g}s) must be > 1.2 × retry-period "
+                f"({1.2 * self.retry_period:g}s)"
+            )
+        if not self.lease_duration > self.renew_deadline:
+            out.append(
+                f"lease-duration ({self.lease_duration:g}s) must be > renew-deadline "
+                f"({self.renew_deadline:g}s)"
+            )
+        if self.lease_duration < 1 or self.lease_duration != int(self.lease_duration):
+            out.append(
+                f"lease-duration ({self.lease_duration:g}s) must be a whole number of seconds ≥ 1s "
+                "(Lease leaseDurationSeconds is an integer)"
+            )
+        return out
+
+
+@dataclass(frozen=True)
+class Read:
+    """Fetch the Lease (the record is unknown or stale)."""
+
+
+@dataclass(frozen=True)
+class Write:
+    """Create or replace the Lease with ``body`` (it carries the resourceVersion read)."""
+
+    body: dict[str, Any]
+    create: bool
+    purpose: Literal["acquire", "renew"]
+
+
+@dataclass(frozen=True)
+class Wait:
+    """Nothing to do before ``until`` (monotonic), unless the watch brings news."""
+
+    until: float
+
+
+Action = Read | Write | Wait
+
+
+@dataclass(frozen=True)
+class Event:
+    """Something the driver should log or count."""
+
+    kind: Literal["leading", "stepped_down", "holder", "problem"]
+    detail: str
+    fencing_token: int | None = None
+
+
+@dataclass
+class Election:
+    identity: str
+    lease: str
+    namespace: str
+    timing: Timing
+    wall: Callable[[], dt.datetime] = field(default=lambda: dt.datetime.now(dt.timezone.utc))
+    rng: random.Random = field(default_factory=random.Random)
+
+    record: LeaseRecord | None = None
+    known: bool = False
+    stale: bool = False
+    observed_at: float = -math.inf
+    expires_at: float = -math.inf
+    leading: bool = False
+    renewed_at: float = -math.inf
+    fencing_token: int | None = None
+    not_before: float = -math.inf
+    failures: int = 0
+    resigned: bool = False
+    events: list[Event] = field(default_factory=list)
+    _problems_seen: set[str] = field(default_factory=set)
+
+    # ---- what the publishers read ---------------------------------------
+    def is_leader(self, now: float) -> bool:
+        return self.leading and not self.resigned and now < self.renewed_at + self.timing.renew_deadline
+
+    def valid_until(self, now: float) -> float | None:
+        """Monotonic instant until which leadership is vouched for (None when not leading)."""
+        return self.renewed_at + self.timing.renew_deadline if self.is_leader(now) else None
+
+    @property
+    def holder(self) -> str | None:
+        return self.record.holder if self.record is not None else None
+
+    # ---- decisions --------------------------------------------------------
+    def next_action(self, now: float) -> Action:
+        if self.resigned:
+            return Wait(math.inf)
+        if self.leading and now >= self.renewed_at + self.timing.renew_deadline:
+            self._step_down("renew deadline passed without a successful renew")
+        if not self.known or self.stale:
+            return Read() if now >= self.not_before else Wait(self.not_before)
+        if self.leading:
+            due = max(self.renewed_at + self.timing.renew_interval, self.not_before)
+            if now >= due:
+                return self._claim("renew")
+            return Wait(min(due, self.renewed_at + self.timing.renew_deadline))
+        free_at = max(self._free_at(), self.not_before)
+        if now >= free_at:
+            return self._claim("acquire")
+        return Wait(free_at)
+
+    def _free_at(self) -> float:
+        record = self.record
+        if record is None:
+            return self.expires_at  # deleted: the last holder's expiry still stands
+        if record.holder is None or record.holder == self.identity:
+            return -math.inf
+        return self.expires_at
+
+    def _claim(self, purpose: Literal["acquire", "renew"]) -> Write:
+        body = claim(
+            self.record,
+            name=self.lease,
+            namespace=self.namespace,
+            identity=self.identity,
+            lease_duration=int(self.timing.lease_duration),
+            now=self.wall(),
+        )
+        return Write(body=body, create=self.record is None, purpose=purpose)
+
+    # ---- observations -----------------------------------------------------
+    def observe(self, obj: dict[str, Any] | None, now: float) -> None:
+        """A fresh view of the Lease (read or watch); None when it does not exist."""
+        if obj is None:
+            self._observe_absent(now)
+            return
+        record = LeaseRecord.from_object(obj)
+        if self.record is not None and _older(record.resource_version, self.record.resource_version):
+            return  # a late watch event from before what we already know
+        for problem in record.problems:
+            if problem not in self._problems_seen:
+                self._problems_seen.add(problem)
+                self.events.append(Event("problem", problem))
+        if not record.same_content(self.record):
+            self.observed_at = now
+            previous = self.holder
+            if record.holder != previous:
+                self.events.append(Event("holder", record.holder or ""))
+        duration = record.lease_duration or self.timing.lease_duration
+        self.expires_at = self.observed_at + duration
+        self.record = record
+        self.known = True
+        self.stale = False
+        if self.leading and record.holder != self.identity:
+            self._step_down(f"the Lease now names {record.holder or 'no holder'}")
+
+    def _observe_absent(self, now: float) -> None:
+        if self.leading:
+            self._step_down("the Lease was deleted")
+        previous = self.record
+        if previous is None or previous.holder in (None, self.identity):
+            self.expires_at = -math.inf
+        self.record = None
+        self.known = True
+        self.stale = False
+
+    def on_read(self, obj: dict[str, Any] | None, now: float) -> None:
+        self.failures = 0
+        self.not_before = -math.inf
+        self.observe(obj, now)
+
+    def on_written(self, obj: dict[str, Any], started_at: float, now: float) -> None:
+        """A write succeeded; ``started_at`` is when it was sent (the safety clock starts there)."""
+        self.failures = 0
+        self.not_before = -math.inf
+        self.observe(obj, now)
+        if self.record is not None and self.record.holder == self.identity and not self.resigned:
+            if not self.leading:
+                self.leading = True
+                self.fencing_token = self.record.transitions
+                self.events.append(
+                    Event("leading", "acquired the Lease", fencing_token=self.fencing_token)
+                )
+            self.renewed_at = max(self.renewed_at, started_at)
+
+    def on_conflict(self, now: float) -> None:
+        """409: someone else wrote first. Re-read at once; the read decides."""
+        self.stale = True
+        self.not_before = now
+
+    def on_not_found(self, now: float) -> None:
+        """404 on a replace: the Lease was deleted under us."""
+        self.observe(None, now)
+
+    def on_error(self, now: float, retry_after: float | None = None) -> None:
+        """A request failed (API down, 429, 5xx, 403...). Back off; leaders retry every retry period."""
+        self.failures += 1
+        if self.leading:
+            delay = self.timing.retry_period
+        else:
+            base = self.timing.retry_period * min(2 ** (self.failures - 1), 4)
+            delay = base * self.rng.uniform(0.5, 1.0)
+            self.stale = True
+        if retry_after is not None:
+            delay = max(delay, min(retry_after, 4 * self.timing.retry_period))
+        self.not_before = now + delay
+
+    def resign(self) -> None:
+        """Stop claiming leadership now (shutdown); nothing is written here."""
+        if self.leading:
+            self._step_down("shutting down")
+        self.resigned = True
+
+    def _step_down(self, reason: str) -> None:
+        self.leading = False
+        self.fencing_token = None
+        self.events.append(Event("stepped_down", reason))
+
+    def drain_events(self) -> list[Event]:
+        events, self.events = self.events, []
+        return events
+
+
+def _older(candidate: str, current: str) -> bool:
+    """Whether resourceVersion ``candidate`` is older than ``current`` (when both are numbers)."""
+    if candidate.isdigit() and current.isdigit():
+        return int(candidate) < int(current)
+    return False

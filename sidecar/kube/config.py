@@ -1,0 +1,266 @@
+"""Where the API server is and how to prove who we are.
+
+In a pod: the service-account token, CA and namespace mounted at
+``/var/run/secrets/kubernetes.io/serviceaccount``. The projected token rotates
+(the kubelet rewrites it well before it expires), so the token is re-read
+whenever the file changes, and once more after a 401.
+
+For development: a kubeconfig (``--kubeconfig``, then ``$KUBECONFIG``, then
+``~/.kube/config``) with a token, a token file or a client certificate. TLS
+verification is always on: a kubeconfig that asks to skip it is refused.
+"""
+
+from __future__ import annotations
+
+import base64
+import contextlib
+import json
+import os
+import ssl
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit
+
+SERVICE_ACCOUNT_DIR = Path("/var/run/secrets/kubernetes.io/serviceaccount")
+
+
+class ConfigError(Exception):
+    """The cluster connection cannot be configured; the message says what to fix."""
+
+
+class TokenFile:
+    """A bearer token read from a file, re-read when the file changes."""
+
+    def __init__(self, path: Path):
+        self.path = path
+        self._stamp: tuple[int, int] | None = None
+        self._token = ""
+
+    def token(self, force: bool = False) -> str:
+        try:
+            st = self.path.stat()
+        except OSError as err:
+            if self._token:
+                return self._token  # keep the last good token while the kubelet swaps the file
+            raise ConfigError(f"cannot read token file {self.path}: {err.strerror}") from None
+        stamp = (st.st_mtime_ns, st.st_ino)
+        if force or stamp != self._stamp:
+            try:
+                self._token = self.path.read_text().strip()
+            except OSError as err:
+                if not self._token:
+                    raise ConfigError(f"cannot read token file {self.path}: {err.strerror}") from None
+            self._stamp = stamp
+        return self._token
+
+
+@dataclass
+class ApiConfig:
+    server: str
+    ssl_context: ssl.SSLContext
+    token: str | None = None
+    token_file: TokenFile | None = None
+    namespace: str | None = None
+    source: str = ""
+
+    @property
+    def host(self) -> str:
+        return urlsplit(self.server).hostname or ""
+
+    @property
+    def port(self) -> int:
+        parts = urlsplit(self.server)
+        return parts.port or (443 if parts.scheme == "https" else 80)
+
+    @property
+    def base_path(self) -> str:
+        return urlsplit(self.server).path.rstrip("/")
+
+    @property
+    def tls(self) -> bool:
+        return urlsplit(self.server).scheme == "https"
+
+    def authorization(self, force_reload: bool = False) -> str | None:
+        if self.token_file is not None:
+            token = self.token_file.token(force=force_reload)
+            return f"Bearer {token}" if token else None
+        return f"Bearer {self.token}" if self.token else None
+
+
+def _context(cafile: str | None = None, cadata: str | None = None) -> ssl.SSLContext:
+    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)  # verifies certificate and hostname
+    ctx.minimum_version = ssl.TLSVersion.TLSv1_2
+    try:
+        if cafile or cadata:
+            ctx.load_verify_locations(cafile=cafile, cadata=cadata)
+        else:
+            ctx.load_default_certs()
+    except (OSError, ssl.SSLError, ValueError) as err:
+        raise ConfigError(f"cannot load the cluster CA certificate: {err}") from None
+    return ctx
+
+
+def in_cluster(sa_dir: Path = SERVICE_ACCOUNT_DIR) -> ApiConfig:
+    host = os.environ.get("KUBERNETES_SERVICE_HOST")
+    port = os.environ.get("KUBERNETES_SERVICE_PORT", "443")
+    if not host:
+        raise ConfigError("not in a pod: KUBERNETES_SERVICE_HOST is not set; pass --kubeconfig")
+    if not (sa_dir / "token").exists():
+        raise ConfigError(
+            f"no service-account token at {sa_dir}/token: set automountServiceAccountToken: true "
+            "on the pod, or pass --kubeconfig"
+        )
+    namespace = None
+    with contextlib.suppress(OSError):
+        namespace = (sa_dir / "namespace").read_text().strip() or None
+    if ":" in host:
+        host = f"[{host}]"
+    return ApiConfig(
+        server=f"https://{host}:{port}",
+        ssl_context=_context(cafile=str(sa_dir / "ca.crt")),
+        token_file=TokenFile(sa_dir / "token"),
+        namespace=namespace,
+        source="in-cluster service account",
+    )
+
+
+def kubeconfig_path(explicit: str | None) -> Path:
+    if explicit:
+        return Path(explicit).expanduser()
+    env = os.environ.get("KUBECONFIG")
+    if env:
+        return Path(env.split(os.pathsep)[0]).expanduser()
+    return Path.home() / ".kube" / "config"
+
+
+def _load_document(path: Path) -> dict[str, Any]:
+    try:
+        text = path.read_text()
+    except OSError as err:
+        raise ConfigError(f"cannot read kubeconfig {path}: {err.strerror}") from None
+    try:
+        data: Any = json.loads(text)
+    except ValueError:
+        try:
+            import yaml  # only development setups read YAML; pods never import it
+        except ImportError:  # pragma: no cover - pyyaml is a dependency
+            raise ConfigError(f"kubeconfig {path} is YAML but PyYAML is not installed") from None
+        try:
+            data = yaml.safe_load(text)
+        except yaml.YAMLError as err:
+            mark = getattr(err, "problem_mark", None)
+            where = f" at line {mark.line + 1}" if mark is not None else ""
+            raise ConfigError(f"kubeconfig {path} is not valid YAML{where}") from None
+    if not isinstance(data, dict):
+        raise ConfigError(f"kubeconfig {path} is not a kubeconfig (expected a mapping)")
+    return data
+
+
+def _named(data: dict[str, Any], section: str, name: str, path: Path) -> dict[str, Any]:
+    for item in data.get(section) or []:
+        if isinstance(item, dict) and item.get("name") == name:
+            inner = item.get(section[:-1])
+            if isinstance(inner, dict):
+                return inner
+    raise ConfigError(f"kubeconfig {path}: no {section[:-1]} named {name!r}")
+
+
+def _pem(entry: dict[str, Any], key: str, base: Path) -> tuple[str | None, bytes | None]:
+    """(path, data) for a ``<key>`` / ``<key>-data`` pair."""
+    if entry.get(f"{key}-data"):
+        try:
+            return None, base64.b64decode(entry[f"{key}-data"], validate=True)
+        except (ValueError, TypeError):
+            raise ConfigError(f"kubeconfig field {key}-data is not base64") from None
+    if entry.get(key):
+        p = Path(entry[key])
+        return str(p if p.is_absolute() else base / p), None
+    return None, None
+
+
+def from_kubeconfig(path: Path, context: str | None = None) -> ApiConfig:
+    data = _load_document(path)
+    name = context or data.get("current-context")
+    if not name:
+        raise ConfigError(f"kubeconfig {path} has no current-context")
+    ctx = _named(data, "contexts", name, path)
+    cluster = _named(data, "clusters", str(ctx.get("cluster")), path)
+    user = _named(data, "users", str(ctx.get("user")), path) if ctx.get("user") else {}
+    base = path.parent
+    server = cluster.get("server")
+    if not isinstance(server, str) or urlsplit(server).scheme not in ("https", "http"):
+        raise ConfigError(f"kubeconfig {path}: cluster {ctx.get('cluster')!r} has no https server URL")
+    if cluster.get("insecure-skip-tls-verify"):
+        raise ConfigError(
+            f"kubeconfig {path}: insecure-skip-tls-verify is set; this sidecar always verifies TLS, "
+            "give the cluster's certificate-authority instead"
+        )
+    ca_path, ca_data = _pem(cluster, "certificate-authority", base)
+    ssl_ctx = _context(cafile=ca_path, cadata=ca_data.decode() if ca_data else None)
+
+    cert_path, cert_data = _pem(user, "client-certificate", base)
+    key_path, key_data = _pem(user, "client-key", base)
+    if (cert_path or cert_data) and (key_path or key_data):
+        _load_client_cert(ssl_ctx, cert_path, cert_data, key_path, key_data, path)
+    if user.get("exec") or user.get("auth-provider"):
+        raise ConfigError(
+            f"kubeconfig {path}: user {ctx.get('user')!r} uses an exec/auth-provider plugin, which "
+            "this sidecar does not run; use a token, token file or client certificate"
+        )
+    token_file = None
+    if user.get("tokenFile"):
+        tf = Path(user["tokenFile"])
+        token_file = TokenFile(tf if tf.is_absolute() else base / tf)
+    return ApiConfig(
+        server=server.rstrip("/"),
+        ssl_context=ssl_ctx,
+        token=user.get("token") or None,
+        token_file=token_file,
+        namespace=ctx.get("namespace") or None,
+        source=f"kubeconfig {path} (context {name})",
+    )
+
+
+def _load_client_cert(
+    ctx: ssl.SSLContext,
+    cert_path: str | None,
+    cert_data: bytes | None,
+    key_path: str | None,
+    key_data: bytes | None,
+    source: Path,
+) -> None:
+    # ssl only loads certificates from files: inline data goes to a private
+    # temporary file that is removed as soon as it is loaded.
+    tmp: list[str] = []
+    try:
+        for data in (cert_data, key_data):
+            if data is not None:
+                fd, name = tempfile.mkstemp(prefix="grelmicro-", suffix=".pem")
+                with os.fdopen(fd, "wb") as fh:
+                    fh.write(data)
+                tmp.append(name)
+        cert = cert_path or tmp[0]
+        key = key_path or tmp[-1]
+        ctx.load_cert_chain(cert, key)
+    except (OSError, ssl.SSLError) as err:
+        raise ConfigError(f"kubeconfig {source}: cannot load the client certificate/key: {err}") from None
+    finally:
+        for name in tmp:
+            with contextlib.suppress(OSError):
+                os.unlink(name)
+
+
+def load(kubeconfig: str | None) -> ApiConfig:
+    """``--kubeconfig`` if given; else in-cluster; else ``$KUBECONFIG``; else ``~/.kube/config``."""
+    if kubeconfig:
+        return from_kubeconfig(kubeconfig_path(kubeconfig))
+    if os.environ.get("KUBERNETES_SERVICE_HOST") and (SERVICE_ACCOUNT_DIR / "token").exists():
+        return in_cluster()
+    path = kubeconfig_path(None)
+    if not path.exists():
+        raise ConfigError(
+            f"no cluster credentials: not in a pod and no kubeconfig at {path}; pass --kubeconfig"
+        )
+    return from_kubeconfig(path)

@@ -1,0 +1,228 @@
+"""A small HTTP/1.1 client for the API server: asyncio streams, TLS, h11 framing.
+
+Why not a full client library: this code runs in every pod of every workload
+that uses the sidecar, and the official client costs ~25 MB of RSS more than
+this (see bench/). h11 does the protocol parsing; this module adds keep-alive,
+timeouts, and a line-by-line streaming read for watches.
+
+Every failure to talk to the server comes out as ``Unreachable`` so callers
+handle "the API is down" in one place; HTTP statuses are for ``api`` to map.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import ssl
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+
+import h11
+
+from .. import __version__
+
+USER_AGENT = f"grelmicro-sidecar/{__version__}"
+
+
+class Unreachable(Exception):
+    """The request did not get an answer (connect, TLS, timeout, reset)."""
+
+
+@dataclass
+class Response:
+    status: int
+    headers: dict[str, str]
+    body: bytes
+
+
+class Connection:
+    """One HTTP/1.1 connection; not safe for concurrent requests."""
+
+    def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter):
+        self.reader = reader
+        self.writer = writer
+        self.conn = h11.Connection(h11.CLIENT)
+
+    @classmethod
+    async def open(cls, host: str, port: int, ssl_context: ssl.SSLContext | None, timeout: float) -> Connection:
+        try:
+            async with asyncio.timeout(timeout):
+                reader, writer = await asyncio.open_connection(
+                    host.strip("[]"), port, ssl=ssl_context, server_hostname=host.strip("[]") if ssl_context else None,
+                    limit=1 << 20,
+                )
+        except ssl.SSLCertVerificationError as err:
+            raise Unreachable(f"TLS verification of {host}:{port} failed: {err.verify_message}") from None
+        except (OSError, ssl.SSLError, TimeoutError) as err:
+            raise Unreachable(f"cannot connect to {host}:{port}: {_describe(err)}") from None
+        return cls(reader, writer)
+
+    @property
+    def reusable(self) -> bool:
+        return self.conn.our_state is h11.IDLE and self.conn.their_state is h11.IDLE
+
+    async def send(self, method: str, target: str, headers: list[tuple[str, str]], body: bytes | None) -> None:
+        if self.conn.our_state is h11.DONE and self.conn.their_state is h11.DONE:
+            self.conn.start_next_cycle()
+        hdrs = [*headers, ("Content-Length", str(len(body)))] if body is not None else headers
+        data = self.conn.send(h11.Request(method=method, target=target, headers=hdrs))
+        if body is not None:
+            data += self.conn.send(h11.Data(data=body))
+        data += self.conn.send(h11.EndOfMessage())
+        self.writer.write(data)
+        await self.writer.drain()
+
+    async def _next_event(self) -> h11.Event:
+        while True:
+            event = self.conn.next_event()
+            if event is h11.NEED_DATA:
+                chunk = await self.reader.read(65536)
+                if not chunk and self.reader.at_eof():
+                    self.conn.receive_data(b"")
+                    continue
+                self.conn.receive_data(chunk)
+                continue
+            if isinstance(event, h11.ConnectionClosed):
+                raise Unreachable("the API server closed the connection")
+            return event
+
+    async def head(self) -> tuple[int, dict[str, str]]:
+        event = await self._next_event()
+        while isinstance(event, h11.InformationalResponse):
+            event = await self._next_event()
+        if not isinstance(event, h11.Response):
+            raise Unreachable(f"unexpected HTTP event {type(event).__name__}")
+        headers = {k.decode().lower(): v.decode(errors="replace") for k, v in event.headers}
+        return event.status_code, headers
+
+    async def body_chunks(self) -> AsyncIterator[bytes]:
+        while True:
+            event = await self._next_event()
+            if isinstance(event, h11.Data):
+                yield bytes(event.data)
+            elif isinstance(event, h11.EndOfMessage):
+                return
+
+    def close(self) -> None:
+        with contextlib.suppress(Exception):
+            self.writer.close()
+
+
+class HttpClient:
+    """Requests to one server, reusing idle keep-alive connections."""
+
+    def __init__(self, host: str, port: int, ssl_context: ssl.SSLContext | None, connect_timeout: float = 5.0):
+        self.host = host
+        self.port = port
+        self.ssl_context = ssl_context
+        self.connect_timeout = connect_timeout
+        self._idle: list[Connection] = []
+
+    async def _connection(self, timeout: float) -> Connection:
+        while self._idle:
+            conn = self._idle.pop()
+            if conn.reusable and not conn.reader.at_eof():
+                return conn
+            conn.close()
+        return await Connection.open(self.host, self.port, self.ssl_context, min(timeout, self.connect_timeout))
+
+    async def request(
+        self,
+        method: str,
+        target: str,
+        headers: list[tuple[str, str]],
+        body: bytes | None = None,
+        timeout: float = 10.0,
+    ) -> Response:
+        conn: Connection | None = None
+        try:
+            async with asyncio.timeout(timeout):
+                conn = await self._connection(timeout)
+                await conn.send(method, target, self._headers(headers), body)
+                status, hdrs = await conn.head()
+                chunks = [c async for c in conn.body_chunks()]
+        except TimeoutError:
+            if conn is not None:
+                conn.close()
+            raise Unreachable(f"{method} {target.split('?')[0]}: no answer within {timeout:.1f}s") from None
+        except (OSError, ssl.SSLError, h11.ProtocolError) as err:
+            if conn is not None:
+                conn.close()
+            raise Unreachable(f"{method} {target.split('?')[0]}: {_describe(err)}") from None
+        except BaseException:
+            if conn is not None:
+                conn.close()
+            raise
+        if conn.reusable or (conn.conn.our_state is h11.DONE and conn.conn.their_state is h11.DONE):
+            with contextlib.suppress(h11.ProtocolError):
+                conn.conn.start_next_cycle()
+            self._idle.append(conn)
+        else:
+            conn.close()
+        return Response(status, hdrs, b"".join(chunks))
+
+    async def stream_lines(
+        self,
+        target: str,
+        headers: list[tuple[str, str]],
+        connect_timeout: float,
+        idle_timeout: float,
+    ) -> AsyncIterator[tuple[int, bytes]]:
+        """GET ``target`` on a fresh connection; yield (status, line) per newline-terminated line.
+
+        A non-2xx answer yields its whole body once. ``idle_timeout`` bounds
+        the silence between two reads, so a half-open connection is noticed.
+        """
+        conn = await Connection.open(self.host, self.port, self.ssl_context, connect_timeout)
+        try:
+            try:
+                async with asyncio.timeout(connect_timeout):
+                    await conn.send("GET", target, self._headers(headers), None)
+                    status, _ = await conn.head()
+            except TimeoutError:
+                raise Unreachable(f"watch: no answer within {connect_timeout:.1f}s") from None
+            if status >= 300:
+                body = b""
+                with contextlib.suppress(TimeoutError, Unreachable):
+                    async with asyncio.timeout(connect_timeout):
+                        body = b"".join([c async for c in conn.body_chunks()])
+                yield status, body
+                return
+            buffer = b""
+            chunks = conn.body_chunks()
+            while True:
+                try:
+                    async with asyncio.timeout(idle_timeout):
+                        chunk = await anext(chunks)
+                except StopAsyncIteration:
+                    return
+                except TimeoutError:
+                    raise Unreachable(f"watch: silent for {idle_timeout:.0f}s") from None
+                buffer += chunk
+                *lines, buffer = buffer.split(b"\n")
+                for line in lines:
+                    if line.strip():
+                        yield status, line
+        except (OSError, ssl.SSLError, h11.ProtocolError) as err:
+            raise Unreachable(f"watch: {_describe(err)}") from None
+        finally:
+            conn.close()
+
+    def _headers(self, extra: list[tuple[str, str]]) -> list[tuple[str, str]]:
+        return [("Host", f"{self.host}:{self.port}"), ("User-Agent", USER_AGENT), *extra]
+
+    def close(self) -> None:
+        for conn in self._idle:
+            conn.close()
+        self._idle.clear()
+
+
+def _describe(err: BaseException) -> str:
+    if isinstance(err, ConnectionRefusedError):
+        return "connection refused"
+    if isinstance(err, ConnectionResetError):
+        return "connection reset"
+    if isinstance(err, TimeoutError):
+        return "timed out"
+    text = getattr(err, "strerror", None) or str(err) or type(err).__name__
+    return str(text)

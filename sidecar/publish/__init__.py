@@ -1,0 +1,1 @@
+"""What the application sees: the state file, the HTTP endpoints, the metrics."""

@@ -1,0 +1,69 @@
+"""Prometheus text exposition, by hand: four metric families need no client library.
+
+``leader_election_master_status`` keeps client-go's name so existing
+dashboards and alerts work unchanged.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass, field
+
+RENEW_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
+
+
+@dataclass
+class Metrics:
+    lease: str
+    leader: bool = False
+    leader_transitions: int = 0
+    lease_transitions: int = 0
+    renew_count: int = 0
+    renew_sum: float = 0.0
+    renew_buckets: list[int] = field(default_factory=lambda: [0] * len(RENEW_BUCKETS))
+    api_errors: Counter[str] = field(default_factory=Counter)
+    swept: int = 0
+
+    def observe_renew(self, seconds: float) -> None:
+        self.renew_count += 1
+        self.renew_sum += seconds
+        for i, bound in enumerate(RENEW_BUCKETS):
+            if seconds <= bound:
+                self.renew_buckets[i] += 1
+
+    def render(self) -> str:
+        name = f'name="{_escape(self.lease)}"'
+        lines = [
+            "# HELP leader_election_master_status Whether this candidate leads (1) or not (0).",
+            "# TYPE leader_election_master_status gauge",
+            f"leader_election_master_status{{{name}}} {int(self.leader)}",
+            "# HELP grelmicro_sidecar_leader_acquisitions_total Times this candidate became leader.",
+            "# TYPE grelmicro_sidecar_leader_acquisitions_total counter",
+            f"grelmicro_sidecar_leader_acquisitions_total{{{name}}} {self.leader_transitions}",
+            "# HELP grelmicro_sidecar_lease_transitions leaseTransitions of the Lease as last seen.",
+            "# TYPE grelmicro_sidecar_lease_transitions gauge",
+            f"grelmicro_sidecar_lease_transitions{{{name}}} {self.lease_transitions}",
+            "# HELP grelmicro_sidecar_renew_duration_seconds Latency of successful Lease writes by the leader.",
+            "# TYPE grelmicro_sidecar_renew_duration_seconds histogram",
+        ]
+        for bound, count in zip(RENEW_BUCKETS, self.renew_buckets, strict=True):
+            lines.append(f'grelmicro_sidecar_renew_duration_seconds_bucket{{{name},le="{bound}"}} {count}')
+        lines += [
+            f'grelmicro_sidecar_renew_duration_seconds_bucket{{{name},le="+Inf"}} {self.renew_count}',
+            f"grelmicro_sidecar_renew_duration_seconds_sum{{{name}}} {self.renew_sum:.6f}",
+            f"grelmicro_sidecar_renew_duration_seconds_count{{{name}}} {self.renew_count}",
+            "# HELP grelmicro_sidecar_api_errors_total Failed API requests, by HTTP status (0: no answer).",
+            "# TYPE grelmicro_sidecar_api_errors_total counter",
+        ]
+        for code, count in sorted(self.api_errors.items()):
+            lines.append(f'grelmicro_sidecar_api_errors_total{{{name},code="{code}"}} {count}')
+        lines += [
+            "# HELP grelmicro_sidecar_swept_leases_total Expired managed Leases deleted by the sweep.",
+            "# TYPE grelmicro_sidecar_swept_leases_total counter",
+            f"grelmicro_sidecar_swept_leases_total{{{name}}} {self.swept}",
+        ]
+        return "\n".join(lines) + "\n"
+
+
+def _escape(value: str) -> str:
+    return value.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")

@@ -1,0 +1,69 @@
+"""``<state-dir>/state.json``, replaced atomically (write, fsync, rename, fsync dir).
+
+A reader sees either the previous file or the next one, never a torn one. The
+file is rewritten on every change of what it says, including every renew of a
+leader, because ``valid_until`` moves on with each renew.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+STATE_FILE = "state.json"
+
+
+class StateDirError(Exception):
+    """The state directory cannot be written; the message says what to fix."""
+
+
+class StateFile:
+    def __init__(self, directory: Path):
+        self.directory = directory
+        self.path = directory / STATE_FILE
+        self._last: dict[str, Any] | None = None
+
+    def check_writable(self) -> None:
+        try:
+            self.directory.mkdir(parents=True, exist_ok=True)
+        except OSError as err:
+            raise StateDirError(
+                f"state dir {self.directory} cannot be created ({err.strerror}); mount a writable "
+                "emptyDir there or pass --state-dir"
+            ) from None
+        if not os.access(self.directory, os.W_OK | os.X_OK):
+            raise StateDirError(
+                f"state dir {self.directory} is not writable by uid {os.getuid()}; mount a writable "
+                "emptyDir there (fsGroup or matching runAsUser) or pass --state-dir"
+            )
+
+    def write(self, state: dict[str, Any], force: bool = False) -> bool:
+        """Write ``state`` if it differs from the last write (``updated_at`` aside); True if written."""
+        comparable = {k: v for k, v in state.items() if k != "updated_at"}
+        if not force and comparable == self._last:
+            return False
+        data = (json.dumps(state, indent=2, sort_keys=False) + "\n").encode()
+        tmp = self.directory / f".{STATE_FILE}.{os.getpid()}.tmp"
+        try:
+            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+            try:
+                os.write(fd, data)
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+            os.replace(tmp, self.path)
+            with contextlib.suppress(OSError):
+                dfd = os.open(self.directory, os.O_RDONLY)
+                try:
+                    os.fsync(dfd)
+                finally:
+                    os.close(dfd)
+        except OSError as err:
+            with contextlib.suppress(OSError):
+                tmp.unlink()
+            raise StateDirError(f"cannot write {self.path}: {err.strerror}") from None
+        self._last = comparable
+        return True

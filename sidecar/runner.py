@@ -1,0 +1,382 @@
+"""The sidecar process: drives the election, the watch, the publishers and shutdown.
+
+Three tasks share one event loop:
+
+- the election loop asks the state machine what to do, does it (read, write,
+  or wait for news or a timer), reports back, and publishes;
+- the watch on our own Lease (field selector on its name) feeds every change
+  to the state machine and wakes the loop, so followers learn of a release in
+  milliseconds without polling; it resumes from its last resourceVersion and
+  reconnects with backoff. Losing it never delays a step-down: step-down is a
+  timer, not an event;
+- a watchdog republishes at ``valid_until``, so the state file says "not
+  leader" on time even if the loop is stuck in a request.
+
+Requests made while leading are bounded by the time left before the renew
+deadline, so the loop always gets control back in time.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import datetime as dt
+import os
+import random
+import signal
+import time
+from typing import Any
+
+from . import cleanup
+from .election import Election, Read, Wait, Write
+from .kube.config import ApiConfig
+from .kube.leases import ApiError, Conflict, Forbidden, Gone, LeaseStore, NotFound, Unauthorized, jittered
+from .lease import LeaseRecord, format_microtime, vacate
+from .logs import Logger
+from .publish.http import StatusServer
+from .publish.metrics import Metrics
+from .publish.statefile import StateDirError, StateFile
+from .settings import RunSettings
+
+WATCH_SECONDS = 300
+SHUTDOWN_BUDGET = 10.0  # release + sweep, well inside the default 30 s grace period
+RBAC_FIX = (
+    "grant the pod's ServiceAccount a Role with get, list, watch, create, update, patch, delete "
+    "on leases.coordination.k8s.io in this namespace (see manifests/rbac.yaml)"
+)
+
+
+def monotonic() -> float:
+    return time.monotonic()
+
+
+def wall() -> dt.datetime:
+    return dt.datetime.now(dt.timezone.utc)
+
+
+class Sidecar:
+    def __init__(self, settings: RunSettings, config: ApiConfig, namespace: str, log: Logger):
+        self.settings = settings
+        self.namespace = namespace
+        self.log = log
+        self.store = LeaseStore(config, namespace, request_timeout=max(2.0, settings.timing.retry_period * 2))
+        self.election = Election(
+            identity=settings.identity,
+            lease=settings.lease,
+            namespace=namespace,
+            timing=settings.timing,
+            wall=wall,
+            rng=random.Random(),
+        )
+        self.state_file = StateFile(settings.state_dir)
+        self.metrics = Metrics(settings.lease)
+        self.server: StatusServer | None = None
+        self._wake = asyncio.Event()
+        self._stop = asyncio.Event()
+        self._watch_rv: str | None = None
+        self._rv_known = asyncio.Event()
+        self._tasks: list[asyncio.Task[Any]] = []
+        self._loop_task: asyncio.Task[Any] | None = None
+        self._signals = 0
+
+    # ---- what the application sees ----------------------------------------
+    def snapshot(self) -> dict[str, Any]:
+        now = monotonic()
+        now_wall = wall()
+        election = self.election
+        leading = election.is_leader(now)
+        record = election.record
+        valid = election.valid_until(now)
+        return {
+            "election": self.settings.election,
+            "namespace": self.namespace,
+            "lease": self.settings.lease,
+            "identity": self.settings.identity,
+            "is_leader": leading,
+            "holder": record.holder if record is not None else None,
+            "fencing_token": election.fencing_token if leading else None,
+            "acquired_at": _iso(record.acquire_time) if record is not None else None,
+            "renewed_at": _iso(record.renew_time) if record is not None else None,
+            "valid_until": _iso(now_wall + dt.timedelta(seconds=valid - now)) if valid is not None else None,
+            "updated_at": _iso(now_wall),
+        }
+
+    def publish(self, force: bool = False) -> dict[str, Any]:
+        state = self.snapshot()
+        self.metrics.leader = bool(state["is_leader"])
+        if self.election.record is not None:
+            self.metrics.lease_transitions = self.election.record.transitions
+        try:
+            self.state_file.write(state, force=force)
+            self.log.forget("statefile")
+        except StateDirError as err:
+            self.log.once("statefile", "error", str(err) + "; readers must rely on valid_until")
+        return state
+
+    def healthy(self) -> bool:
+        return self._loop_task is not None and not self._loop_task.done()
+
+    # ---- start-up ---------------------------------------------------------
+    async def start(self) -> None:
+        """Publish "not leader" first, then open the HTTP endpoints; raises StateDirError/OSError."""
+        self.state_file.check_writable()
+        self.state_file.write(self.snapshot(), force=True)
+        if self.settings.port:
+            self.server = StatusServer(
+                self.settings.port, self.snapshot, self.healthy, self.metrics.render, self.log
+            )
+            await self.server.start()
+
+    async def run(self) -> int:
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(sig, self._on_signal, sig)
+        self.log.info(
+            "starting",
+            election=self.settings.election,
+            lease=self.settings.lease,
+            namespace=self.namespace,
+            identity=self.settings.identity,
+            source=self.store.config.source,
+            lease_duration=self.settings.timing.lease_duration,
+            renew_deadline=self.settings.timing.renew_deadline,
+            retry_period=self.settings.timing.retry_period,
+            port=self.server.bound_port if self.server else 0,
+        )
+        self._loop_task = asyncio.create_task(self._election_loop(), name="election")
+        self._tasks = [
+            self._loop_task,
+            asyncio.create_task(self._watch_loop(), name="watch"),
+            asyncio.create_task(self._watchdog(), name="watchdog"),
+        ]
+        stop = asyncio.create_task(self._stop.wait())
+        done, _ = await asyncio.wait([stop, self._loop_task], return_when=asyncio.FIRST_COMPLETED)
+        if self._loop_task in done and not stop.done():
+            stop.cancel()
+            err = self._loop_task.exception()
+            self.log.error("election loop failed; exiting", error=repr(err))
+            await self._shutdown()
+            return 1
+        return await self._shutdown()
+
+    def _on_signal(self, sig: int) -> None:
+        self._signals += 1
+        if self._signals > 1:
+            self.log.warning("second signal: exiting at once", signal=signal.Signals(sig).name)
+            os._exit(1)
+        self.log.info("shutting down", signal=signal.Signals(sig).name)
+        self._stop.set()
+
+    # ---- the election loop ------------------------------------------------
+    async def _election_loop(self) -> None:
+        while True:
+            self._wake.clear()
+            action = self.election.next_action(monotonic())
+            self._after_step()
+            if isinstance(action, Read):
+                await self._read()
+            elif isinstance(action, Write):
+                await self._write(action)
+            elif isinstance(action, Wait):
+                await self._wait(action.until)
+            self._after_step()
+
+    def _request_timeout(self) -> float:
+        now = monotonic()
+        valid = self.election.valid_until(now)
+        timeout = self.store.request_timeout
+        if valid is not None:
+            timeout = min(timeout, max(0.05, valid - now))
+        return timeout
+
+    async def _read(self) -> None:
+        try:
+            items, list_rv = await self.store.list(field_selector=f"metadata.name={self.settings.lease}")
+        except ApiError as err:
+            self._api_error(err)
+            self.election.on_error(monotonic(), err.retry_after)
+            return
+        obj = next((i for i in items if (i.get("metadata") or {}).get("name") == self.settings.lease), None)
+        self.election.on_read(obj, monotonic())
+        if list_rv:
+            self._watch_rv = list_rv
+            self._rv_known.set()
+
+    async def _write(self, action: Write) -> None:
+        started = monotonic()
+        timeout = self._request_timeout()
+        try:
+            if action.create:
+                obj = await self.store.create(action.body, timeout=timeout)
+            else:
+                obj = await self.store.replace(action.body, timeout=timeout)
+        except Conflict:
+            self.election.on_conflict(monotonic())
+            return
+        except NotFound:
+            self.election.on_not_found(monotonic())
+            return
+        except ApiError as err:
+            self._api_error(err)
+            self.election.on_error(monotonic(), err.retry_after)
+            return
+        now = monotonic()
+        if action.purpose == "renew":
+            self.metrics.observe_renew(now - started)
+        self.election.on_written(obj, started, now)
+        self._clear_api_errors()
+
+    async def _wait(self, until: float) -> None:
+        timeout = until - monotonic()
+        if timeout <= 0:
+            return
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self._wake.wait(), timeout=min(timeout, 3600))
+
+    def _after_step(self) -> None:
+        for event in self.election.drain_events():
+            if event.kind == "leading":
+                self.metrics.leader_transitions += 1
+                self.log.info("leading", lease=self.settings.lease, fencing_token=event.fencing_token)
+            elif event.kind == "stepped_down":
+                self.log.warning("stepped down", lease=self.settings.lease, reason=event.detail)
+            elif event.kind == "holder":
+                self.log.info("holder changed", lease=self.settings.lease, holder=event.detail or None)
+            elif event.kind == "problem":
+                self.log.warning("lease has an unusable field; treating it conservatively",
+                                 lease=self.settings.lease, problem=event.detail)
+        self.publish()
+
+    # ---- the watch --------------------------------------------------------
+    async def _watch_loop(self) -> None:
+        failures = 0
+        while True:
+            await self._rv_known.wait()
+            rv = self._watch_rv
+            if rv is None:
+                self._rv_known.clear()
+                continue
+            try:
+                async for kind, obj in self.store.watch(self.settings.lease, rv, int(jittered(WATCH_SECONDS))):
+                    failures = 0
+                    new_rv = str((obj.get("metadata") or {}).get("resourceVersion", "")) or rv
+                    self._watch_rv = new_rv
+                    if kind == "BOOKMARK":
+                        continue
+                    now = monotonic()
+                    if kind in ("ADDED", "MODIFIED"):
+                        self.election.observe(obj, now)
+                    elif kind == "DELETED":
+                        self.election.observe(None, now)
+                    self._wake.set()
+                self.log.forget("watch")
+            except Gone:
+                self.log.debug("watch: resourceVersion too old; re-reading the lease")
+                self._watch_rv = None
+                self._rv_known.clear()
+                self.election.stale = True
+                self._wake.set()
+            except ApiError as err:
+                failures += 1
+                self._api_error(err)
+                delay = min(30.0, 0.5 * 2 ** min(failures, 6)) * random.uniform(0.5, 1.0)
+                self.log.once("watch", "warning", "watch lost; reconnecting with backoff",
+                              error=str(err), retry_in=round(delay, 2))
+                await asyncio.sleep(delay)
+
+    async def _watchdog(self) -> None:
+        """Republish exactly when leadership lapses, whatever the election loop is doing."""
+        while True:
+            valid = self.election.valid_until(monotonic())
+            if valid is None:
+                await asyncio.sleep(0.5)
+                continue
+            await asyncio.sleep(max(0.0, valid - monotonic()) + 0.001)
+            self.publish()
+
+    # ---- errors -----------------------------------------------------------
+    def _api_error(self, err: ApiError) -> None:
+        self.metrics.api_errors[str(err.status)] += 1
+        if isinstance(err, Forbidden):
+            self.log.once(
+                f"403:{err.verb}", "error",
+                f"forbidden: cannot {err.verb} leases in namespace {self.namespace}; {RBAC_FIX}",
+                verb=err.verb, resource="leases.coordination.k8s.io", detail=str(err),
+            )
+        elif isinstance(err, Unauthorized):
+            self.log.once(
+                "401", "error",
+                "the API server rejected our credentials (401): the token is expired or invalid; "
+                "check the ServiceAccount token mount or the kubeconfig",
+                detail=str(err),
+            )
+        else:
+            self.log.once(f"api:{err.status}", "warning", "API request failed; retrying with backoff",
+                          error=str(err))
+
+    def _clear_api_errors(self) -> None:
+        self.log.forget_prefix("403:", "401", "api:")
+
+    # ---- shutdown -----------------------------------------------------------
+    async def _shutdown(self) -> int:
+        """SPEC §5: publish not-leader, release, sweep; bounded in time."""
+        self.election.resign()
+        self.publish(force=True)
+        self.log.info("published not-leader", lease=self.settings.lease)
+        for task in self._tasks:
+            task.cancel()
+        for task in self._tasks:
+            with contextlib.suppress(BaseException):
+                await task
+        deadline = monotonic() + SHUTDOWN_BUDGET
+        try:
+            async with asyncio.timeout(SHUTDOWN_BUDGET):
+                await self._release(deadline)
+                result = await cleanup.sweep(
+                    self.store, self.log, on_delete=lambda _r: self._count_swept()
+                )
+                self.log.info("sweep done", deleted=len(result.deleted), kept_live=result.kept_live)
+        except TimeoutError:
+            self.log.warning("shutdown budget spent; exiting without finishing release/sweep",
+                             budget_seconds=SHUTDOWN_BUDGET)
+        except ApiError as err:
+            self.log.warning("shutdown: API request failed", error=str(err))
+        if self.server is not None:
+            await self.server.close()
+        self.store.close()
+        self.log.info("stopped")
+        return 0
+
+    def _count_swept(self) -> None:
+        self.metrics.swept += 1
+
+    async def _release(self, deadline: float) -> None:
+        for _ in range(3):
+            timeout = max(0.1, deadline - monotonic())
+            obj = await self.store.get(self.settings.lease, timeout=timeout)
+            if obj is None:
+                return
+            record = LeaseRecord.from_object(obj)
+            if record.holder != self.settings.identity:
+                self.log.info("not holding the lease; nothing to release", holder=record.holder)
+                return
+            try:
+                await self.store.replace(vacate(record, now=wall()), timeout=timeout)
+            except Conflict:
+                continue
+            self.log.info("released lease", lease=self.settings.lease,
+                          transitions=record.transitions)
+            return
+
+
+def _iso(when: dt.datetime | None) -> str | None:
+    return format_microtime(when) if when is not None else None
+
+
+def resolve_namespace(settings: RunSettings, config: ApiConfig) -> str:
+    """Flag; else the service account's namespace; else POD_NAMESPACE; else the kubeconfig's; else default."""
+    if settings.namespace:
+        return settings.namespace
+    if config.source.startswith("in-cluster") and config.namespace:
+        return config.namespace
+    return os.environ.get("POD_NAMESPACE") or config.namespace or "default"
