@@ -40,7 +40,7 @@ async def sweep(
     log: Logger,
     *,
     margin: float = DEFAULT_SKEW_MARGIN,
-    now: Callable[[], dt.datetime] = lambda: dt.datetime.now(dt.timezone.utc),
+    now: Callable[[], dt.datetime] = lambda: dt.datetime.now(dt.UTC),
     on_delete: Callable[[LeaseRecord], None] | None = None,
 ) -> SweepResult:
     items, _ = await store.list(label_selector=SELECTOR)

@@ -132,7 +132,7 @@ class Election:
     lease: str
     namespace: str
     timing: Timing
-    wall: Callable[[], dt.datetime] = field(default=lambda: dt.datetime.now(dt.timezone.utc))
+    wall: Callable[[], dt.datetime] = field(default=lambda: dt.datetime.now(dt.UTC))
     rng: random.Random = field(default_factory=random.Random)
 
     record: LeaseRecord | None = None
@@ -151,7 +151,11 @@ class Election:
 
     # ---- what the publishers read ---------------------------------------
     def is_leader(self, now: float) -> bool:
-        return self.leading and not self.resigned and now < self.renewed_at + self.timing.renew_deadline
+        return (
+            self.leading
+            and not self.resigned
+            and now < self.renewed_at + self.timing.renew_deadline
+        )
 
     def valid_until(self, now: float) -> float | None:
         """Monotonic instant until which leadership is vouched for (None when not leading)."""
@@ -205,7 +209,9 @@ class Election:
             self._observe_absent(now)
             return
         record = LeaseRecord.from_object(obj)
-        if self.record is not None and _older(record.resource_version, self.record.resource_version):
+        if self.record is not None and _older(
+            record.resource_version, self.record.resource_version
+        ):
             return  # a late watch event from before what we already know
         for problem in record.problems:
             if problem not in self._problems_seen:

@@ -37,7 +37,9 @@ def lease_name(election: str) -> str:
         )
     full = re.sub(r"-+", "-", f"{LEASE_PREFIX}{name}")
     if len(full) > 253:
-        raise ValueError(f"election name {election!r} is too long: the Lease name must be ≤ 253 chars")
+        raise ValueError(
+            f"election name {election!r} is too long: the Lease name must be ≤ 253 chars"
+        )
     return full
 
 
@@ -47,7 +49,7 @@ def election_of(lease: str) -> str:
 
 def format_microtime(when: dt.datetime) -> str:
     """MicroTime as the API server writes it: UTC, microseconds, ``Z``."""
-    return when.astimezone(dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+    return when.astimezone(dt.UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
 
 def parse_time(value: Any) -> dt.datetime | None:
@@ -60,7 +62,7 @@ def parse_time(value: Any) -> dt.datetime | None:
         return None
     if parsed.tzinfo is None:
         return None
-    return parsed.astimezone(dt.timezone.utc)
+    return parsed.astimezone(dt.UTC)
 
 
 @dataclass(frozen=True)
@@ -81,7 +83,8 @@ class LeaseRecord:
     @classmethod
     def from_object(cls, obj: dict[str, Any]) -> LeaseRecord:
         problems: list[str] = []
-        meta = obj.get("metadata") if isinstance(obj.get("metadata"), dict) else {}
+        meta_raw = obj.get("metadata")
+        meta: dict[str, Any] = meta_raw if isinstance(meta_raw, dict) else {}
         spec = obj.get("spec")
         if not isinstance(spec, dict):
             if spec is not None:
@@ -119,7 +122,8 @@ class LeaseRecord:
             problems.append(f"leaseTransitions {transitions!r:.30} is not a non-negative integer")
             transitions = 0
 
-        labels = meta.get("labels") if isinstance(meta.get("labels"), dict) else {}
+        labels_raw = meta.get("labels")
+        labels: dict[str, Any] = labels_raw if isinstance(labels_raw, dict) else {}
         return cls(
             name=str(meta.get("name", "")),
             resource_version=str(meta.get("resourceVersion", "")),
@@ -164,7 +168,11 @@ def new_lease(name: str, namespace: str) -> dict[str, Any]:
     return {
         "apiVersion": API_VERSION,
         "kind": "Lease",
-        "metadata": {"name": name, "namespace": namespace, "labels": {MANAGED_BY_LABEL: MANAGED_BY_VALUE}},
+        "metadata": {
+            "name": name,
+            "namespace": namespace,
+            "labels": {MANAGED_BY_LABEL: MANAGED_BY_VALUE},
+        },
         "spec": {},
     }
 

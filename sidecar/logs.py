@@ -26,7 +26,7 @@ class Logger:
         if LEVELS[level] < self.threshold:
             return
         record = {
-            "ts": dt.datetime.now(dt.timezone.utc).isoformat(timespec="milliseconds").replace("+00:00", "Z"),
+            "ts": dt.datetime.now(dt.UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z"),
             "level": level,
             "msg": msg,
             **self.context,

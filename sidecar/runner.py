@@ -30,7 +30,16 @@ from typing import Any
 from . import cleanup
 from .election import Election, Read, Wait, Write
 from .kube.config import ApiConfig
-from .kube.leases import ApiError, Conflict, Forbidden, Gone, LeaseStore, NotFound, Unauthorized, jittered
+from .kube.leases import (
+    ApiError,
+    Conflict,
+    Forbidden,
+    Gone,
+    LeaseStore,
+    NotFound,
+    Unauthorized,
+    jittered,
+)
 from .lease import LeaseRecord, format_microtime, vacate
 from .logs import Logger
 from .publish.http import StatusServer
@@ -51,7 +60,7 @@ def monotonic() -> float:
 
 
 def wall() -> dt.datetime:
-    return dt.datetime.now(dt.timezone.utc)
+    return dt.datetime.now(dt.UTC)
 
 
 class Sidecar:
@@ -59,7 +68,9 @@ class Sidecar:
         self.settings = settings
         self.namespace = namespace
         self.log = log
-        self.store = LeaseStore(config, namespace, request_timeout=max(2.0, settings.timing.retry_period * 2))
+        self.store = LeaseStore(
+            config, namespace, request_timeout=max(2.0, settings.timing.retry_period * 2)
+        )
         self.election = Election(
             identity=settings.identity,
             lease=settings.lease,
@@ -97,7 +108,9 @@ class Sidecar:
             "fencing_token": election.fencing_token if leading else None,
             "acquired_at": _iso(record.acquire_time) if record is not None else None,
             "renewed_at": _iso(record.renew_time) if record is not None else None,
-            "valid_until": _iso(now_wall + dt.timedelta(seconds=valid - now)) if valid is not None else None,
+            "valid_until": _iso(now_wall + dt.timedelta(seconds=valid - now))
+            if valid is not None
+            else None,
             "updated_at": _iso(now_wall),
         }
 
@@ -191,12 +204,16 @@ class Sidecar:
 
     async def _read(self) -> None:
         try:
-            items, list_rv = await self.store.list(field_selector=f"metadata.name={self.settings.lease}")
+            items, list_rv = await self.store.list(
+                field_selector=f"metadata.name={self.settings.lease}"
+            )
         except ApiError as err:
             self._api_error(err)
             self.election.on_error(monotonic(), err.retry_after)
             return
-        obj = next((i for i in items if (i.get("metadata") or {}).get("name") == self.settings.lease), None)
+        obj = next(
+            (i for i in items if (i.get("metadata") or {}).get("name") == self.settings.lease), None
+        )
         self.election.on_read(obj, monotonic())
         if list_rv:
             self._watch_rv = list_rv
@@ -237,14 +254,21 @@ class Sidecar:
         for event in self.election.drain_events():
             if event.kind == "leading":
                 self.metrics.leader_transitions += 1
-                self.log.info("leading", lease=self.settings.lease, fencing_token=event.fencing_token)
+                self.log.info(
+                    "leading", lease=self.settings.lease, fencing_token=event.fencing_token
+                )
             elif event.kind == "stepped_down":
                 self.log.warning("stepped down", lease=self.settings.lease, reason=event.detail)
             elif event.kind == "holder":
-                self.log.info("holder changed", lease=self.settings.lease, holder=event.detail or None)
+                self.log.info(
+                    "holder changed", lease=self.settings.lease, holder=event.detail or None
+                )
             elif event.kind == "problem":
-                self.log.warning("lease has an unusable field; treating it conservatively",
-                                 lease=self.settings.lease, problem=event.detail)
+                self.log.warning(
+                    "lease has an unusable field; treating it conservatively",
+                    lease=self.settings.lease,
+                    problem=event.detail,
+                )
         self.publish()
 
     # ---- the watch --------------------------------------------------------
@@ -257,7 +281,9 @@ class Sidecar:
                 self._rv_known.clear()
                 continue
             try:
-                async for kind, obj in self.store.watch(self.settings.lease, rv, int(jittered(WATCH_SECONDS))):
+                async for kind, obj in self.store.watch(
+                    self.settings.lease, rv, int(jittered(WATCH_SECONDS))
+                ):
                     failures = 0
                     new_rv = str((obj.get("metadata") or {}).get("resourceVersion", "")) or rv
                     self._watch_rv = new_rv
@@ -280,8 +306,13 @@ class Sidecar:
                 failures += 1
                 self._api_error(err)
                 delay = min(30.0, 0.5 * 2 ** min(failures, 6)) * random.uniform(0.5, 1.0)
-                self.log.once("watch", "warning", "watch lost; reconnecting with backoff",
-                              error=str(err), retry_in=round(delay, 2))
+                self.log.once(
+                    "watch",
+                    "warning",
+                    "watch lost; reconnecting with backoff",
+                    error=str(err),
+                    retry_in=round(delay, 2),
+                )
                 await asyncio.sleep(delay)
 
     async def _watchdog(self) -> None:
@@ -299,20 +330,28 @@ class Sidecar:
         self.metrics.api_errors[str(err.status)] += 1
         if isinstance(err, Forbidden):
             self.log.once(
-                f"403:{err.verb}", "error",
+                f"403:{err.verb}",
+                "error",
                 f"forbidden: cannot {err.verb} leases in namespace {self.namespace}; {RBAC_FIX}",
-                verb=err.verb, resource="leases.coordination.k8s.io", detail=str(err),
+                verb=err.verb,
+                resource="leases.coordination.k8s.io",
+                detail=str(err),
             )
         elif isinstance(err, Unauthorized):
             self.log.once(
-                "401", "error",
+                "401",
+                "error",
                 "the API server rejected our credentials (401): the token is expired or invalid; "
                 "check the ServiceAccount token mount or the kubeconfig",
                 detail=str(err),
             )
         else:
-            self.log.once(f"api:{err.status}", "warning", "API request failed; retrying with backoff",
-                          error=str(err))
+            self.log.once(
+                f"api:{err.status}",
+                "warning",
+                "API request failed; retrying with backoff",
+                error=str(err),
+            )
 
     def _clear_api_errors(self) -> None:
         self.log.forget_prefix("403:", "401", "api:")
@@ -337,8 +376,10 @@ class Sidecar:
                 )
                 self.log.info("sweep done", deleted=len(result.deleted), kept_live=result.kept_live)
         except TimeoutError:
-            self.log.warning("shutdown budget spent; exiting without finishing release/sweep",
-                             budget_seconds=SHUTDOWN_BUDGET)
+            self.log.warning(
+                "shutdown budget spent; exiting without finishing release/sweep",
+                budget_seconds=SHUTDOWN_BUDGET,
+            )
         except ApiError as err:
             self.log.warning("shutdown: API request failed", error=str(err))
         if self.server is not None:
@@ -364,8 +405,9 @@ class Sidecar:
                 await self.store.replace(vacate(record, now=wall()), timeout=timeout)
             except Conflict:
                 continue
-            self.log.info("released lease", lease=self.settings.lease,
-                          transitions=record.transitions)
+            self.log.info(
+                "released lease", lease=self.settings.lease, transitions=record.transitions
+            )
             return
 
 
@@ -373,10 +415,10 @@ def _iso(when: dt.datetime | None) -> str | None:
     return format_microtime(when) if when is not None else None
 
 
-def resolve_namespace(settings: RunSettings, config: ApiConfig) -> str:
+def resolve_namespace(explicit: str | None, config: ApiConfig) -> str:
     """Flag; else the service account's namespace; else POD_NAMESPACE; else the kubeconfig's; else default."""
-    if settings.namespace:
-        return settings.namespace
+    if explicit:
+        return explicit
     if config.source.startswith("in-cluster") and config.namespace:
         return config.namespace
     return os.environ.get("POD_NAMESPACE") or config.namespace or "default"

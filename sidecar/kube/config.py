@@ -51,7 +51,9 @@ class TokenFile:
                 self._token = self.path.read_text().strip()
             except OSError as err:
                 if not self._token:
-                    raise ConfigError(f"cannot read token file {self.path}: {err.strerror}") from None
+                    raise ConfigError(
+                        f"cannot read token file {self.path}: {err.strerror}"
+                    ) from None
             self._stamp = stamp
         return self._token
 
@@ -191,7 +193,9 @@ def from_kubeconfig(path: Path, context: str | None = None) -> ApiConfig:
     base = path.parent
     server = cluster.get("server")
     if not isinstance(server, str) or urlsplit(server).scheme not in ("https", "http"):
-        raise ConfigError(f"kubeconfig {path}: cluster {ctx.get('cluster')!r} has no https server URL")
+        raise ConfigError(
+            f"kubeconfig {path}: cluster {ctx.get('cluster')!r} has no https server URL"
+        )
     if cluster.get("insecure-skip-tls-verify"):
         raise ConfigError(
             f"kubeconfig {path}: insecure-skip-tls-verify is set; this sidecar always verifies TLS, "
@@ -245,7 +249,9 @@ def _load_client_cert(
         key = key_path or tmp[-1]
         ctx.load_cert_chain(cert, key)
     except (OSError, ssl.SSLError) as err:
-        raise ConfigError(f"kubeconfig {source}: cannot load the client certificate/key: {err}") from None
+        raise ConfigError(
+            f"kubeconfig {source}: cannot load the client certificate/key: {err}"
+        ) from None
     finally:
         for name in tmp:
             with contextlib.suppress(OSError):

@@ -16,6 +16,7 @@ import contextlib
 import ssl
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
+from typing import Any
 
 import h11
 
@@ -44,15 +45,22 @@ class Connection:
         self.conn = h11.Connection(h11.CLIENT)
 
     @classmethod
-    async def open(cls, host: str, port: int, ssl_context: ssl.SSLContext | None, timeout: float) -> Connection:
+    async def open(
+        cls, host: str, port: int, ssl_context: ssl.SSLContext | None, timeout: float
+    ) -> Connection:
         try:
             async with asyncio.timeout(timeout):
                 reader, writer = await asyncio.open_connection(
-                    host.strip("[]"), port, ssl=ssl_context, server_hostname=host.strip("[]") if ssl_context else None,
+                    host.strip("[]"),
+                    port,
+                    ssl=ssl_context,
+                    server_hostname=host.strip("[]") if ssl_context else None,
                     limit=1 << 20,
                 )
         except ssl.SSLCertVerificationError as err:
-            raise Unreachable(f"TLS verification of {host}:{port} failed: {err.verify_message}") from None
+            raise Unreachable(
+                f"TLS verification of {host}:{port} failed: {err.verify_message}"
+            ) from None
         except (OSError, ssl.SSLError, TimeoutError) as err:
             raise Unreachable(f"cannot connect to {host}:{port}: {_describe(err)}") from None
         return cls(reader, writer)
@@ -61,7 +69,9 @@ class Connection:
     def reusable(self) -> bool:
         return self.conn.our_state is h11.IDLE and self.conn.their_state is h11.IDLE
 
-    async def send(self, method: str, target: str, headers: list[tuple[str, str]], body: bytes | None) -> None:
+    async def send(
+        self, method: str, target: str, headers: list[tuple[str, str]], body: bytes | None
+    ) -> None:
         if self.conn.our_state is h11.DONE and self.conn.their_state is h11.DONE:
             self.conn.start_next_cycle()
         hdrs = [*headers, ("Content-Length", str(len(body)))] if body is not None else headers
@@ -74,7 +84,7 @@ class Connection:
 
     async def _next_event(self) -> h11.Event:
         while True:
-            event = self.conn.next_event()
+            event: Any = self.conn.next_event()
             if event is h11.NEED_DATA:
                 chunk = await self.reader.read(65536)
                 if not chunk and self.reader.at_eof():
@@ -84,7 +94,7 @@ class Connection:
                 continue
             if isinstance(event, h11.ConnectionClosed):
                 raise Unreachable("the API server closed the connection")
-            return event
+            return event  # type: ignore[no-any-return]
 
     async def head(self) -> tuple[int, dict[str, str]]:
         event = await self._next_event()
@@ -111,7 +121,9 @@ class Connection:
 class HttpClient:
     """Requests to one server, reusing idle keep-alive connections."""
 
-    def __init__(self, host: str, port: int, ssl_context: ssl.SSLContext | None, connect_timeout: float = 5.0):
+    def __init__(
+        self, host: str, port: int, ssl_context: ssl.SSLContext | None, connect_timeout: float = 5.0
+    ):
         self.host = host
         self.port = port
         self.ssl_context = ssl_context
@@ -124,7 +136,9 @@ class HttpClient:
             if conn.reusable and not conn.reader.at_eof():
                 return conn
             conn.close()
-        return await Connection.open(self.host, self.port, self.ssl_context, min(timeout, self.connect_timeout))
+        return await Connection.open(
+            self.host, self.port, self.ssl_context, min(timeout, self.connect_timeout)
+        )
 
     async def request(
         self,
@@ -144,7 +158,9 @@ class HttpClient:
         except TimeoutError:
             if conn is not None:
                 conn.close()
-            raise Unreachable(f"{method} {target.split('?')[0]}: no answer within {timeout:.1f}s") from None
+            raise Unreachable(
+                f"{method} {target.split('?')[0]}: no answer within {timeout:.1f}s"
+            ) from None
         except (OSError, ssl.SSLError, h11.ProtocolError) as err:
             if conn is not None:
                 conn.close()

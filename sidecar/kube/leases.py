@@ -25,7 +25,9 @@ class ApiError(Exception):
 
     status: int = 0
 
-    def __init__(self, message: str, *, status: int = 0, verb: str = "", retry_after: float | None = None):
+    def __init__(
+        self, message: str, *, status: int = 0, verb: str = "", retry_after: float | None = None
+    ):
         super().__init__(message)
         self.status = status
         self.verb = verb
@@ -144,13 +146,18 @@ class LeaseStore:
         return obj if isinstance(obj, dict) else None
 
     async def create(self, body: dict[str, Any], timeout: float | None = None) -> dict[str, Any]:
-        body = {**body, "metadata": {k: v for k, v in body["metadata"].items() if k != "resourceVersion"}}
+        body = {
+            **body,
+            "metadata": {k: v for k, v in body["metadata"].items() if k != "resourceVersion"},
+        }
         obj = await self._call("POST", "create", self._path(), body, timeout=timeout)
         return obj if isinstance(obj, dict) else {}
 
     async def replace(self, body: dict[str, Any], timeout: float | None = None) -> dict[str, Any]:
         """PUT with the body's resourceVersion: 409 when someone wrote since."""
-        obj = await self._call("PUT", "update", self._path(body["metadata"]["name"]), body, timeout=timeout)
+        obj = await self._call(
+            "PUT", "update", self._path(body["metadata"]["name"]), body, timeout=timeout
+        )
         return obj if isinstance(obj, dict) else {}
 
     async def delete(self, name: str, resource_version: str, timeout: float | None = None) -> None:
@@ -162,7 +169,9 @@ class LeaseStore:
         }
         await self._call("DELETE", "delete", self._path(name), options, timeout=timeout)
 
-    async def list(self, label_selector: str = "", field_selector: str = "") -> tuple[list[dict[str, Any]], str]:
+    async def list(
+        self, label_selector: str = "", field_selector: str = ""
+    ) -> tuple[list[dict[str, Any]], str]:
         """(items, list resourceVersion)."""
         query = {}
         if label_selector:
@@ -193,7 +202,9 @@ class LeaseStore:
         self.requests += 1
         try:
             async for status, line in self.http.stream_lines(
-                path, self._auth_headers(), connect_timeout=self.request_timeout,
+                path,
+                self._auth_headers(),
+                connect_timeout=self.request_timeout,
                 idle_timeout=timeout_seconds + 30,
             ):
                 if status >= 300:

@@ -41,7 +41,9 @@ class StatusServer:
         self.server: asyncio.Server | None = None
 
     async def start(self) -> None:
-        self.server = await asyncio.start_server(self._serve, self.host, self.port, reuse_address=True)
+        self.server = await asyncio.start_server(
+            self._serve, self.host, self.port, reuse_address=True
+        )
 
     @property
     def bound_port(self) -> int:
@@ -61,7 +63,11 @@ class StatusServer:
             return 405, "text/plain", b"method not allowed\n"
         if path == "/healthz":
             ok = self.healthy()
-            return (200 if ok else 500), "text/plain", b"ok\n" if ok else b"election loop not running\n"
+            return (
+                (200 if ok else 500),
+                "text/plain",
+                b"ok\n" if ok else b"election loop not running\n",
+            )
         if path == "/leader":
             state = self.state()
             return (200 if state["is_leader"] else 503), "application/json", _json(state)
@@ -84,8 +90,11 @@ class StatusServer:
                     continue
                 if isinstance(event, h11.Request):
                     status, ctype, body = self.answer(event.method.decode(), event.target.decode())
-                    headers = [("Content-Type", ctype), ("Content-Length", str(len(body))),
-                               ("Cache-Control", "no-store")]
+                    headers = [
+                        ("Content-Type", ctype),
+                        ("Content-Length", str(len(body))),
+                        ("Cache-Control", "no-store"),
+                    ]
                     out = conn.send(h11.Response(status_code=status, headers=headers))
                     if event.method != b"HEAD":
                         out += conn.send(h11.Data(data=body))
@@ -93,16 +102,24 @@ class StatusServer:
                     writer.write(out)
                     await writer.drain()
                     continue
-                if isinstance(event, h11.EndOfMessage):
-                    if conn.our_state is h11.DONE and conn.their_state is h11.DONE:
-                        conn.start_next_cycle()
-                        continue
-                if isinstance(event, h11.ConnectionClosed) or conn.our_state in (h11.MUST_CLOSE, h11.CLOSED):
+                if (
+                    isinstance(event, h11.EndOfMessage)
+                    and conn.our_state is h11.DONE
+                    and conn.their_state is h11.DONE
+                ):
+                    conn.start_next_cycle()
+                    continue
+                if isinstance(event, h11.ConnectionClosed) or conn.our_state in (
+                    h11.MUST_CLOSE,
+                    h11.CLOSED,
+                ):
                     break
         except (h11.RemoteProtocolError, ConnectionError, TimeoutError, OSError):
             with contextlib.suppress(Exception):
                 if conn.our_state is h11.SEND_RESPONSE:
-                    writer.write(conn.send(h11.Response(status_code=400, headers=[("Content-Length", "0")])))
+                    writer.write(
+                        conn.send(h11.Response(status_code=400, headers=[("Content-Length", "0")]))
+                    )
         finally:
             with contextlib.suppress(Exception):
                 writer.close()

@@ -47,7 +47,9 @@ class Metrics:
             "# TYPE grelmicro_sidecar_renew_duration_seconds histogram",
         ]
         for bound, count in zip(RENEW_BUCKETS, self.renew_buckets, strict=True):
-            lines.append(f'grelmicro_sidecar_renew_duration_seconds_bucket{{{name},le="{bound}"}} {count}')
+            lines.append(
+                f'grelmicro_sidecar_renew_duration_seconds_bucket{{{name},le="{bound}"}} {count}'
+            )
         lines += [
             f'grelmicro_sidecar_renew_duration_seconds_bucket{{{name},le="+Inf"}} {self.renew_count}',
             f"grelmicro_sidecar_renew_duration_seconds_sum{{{name}}} {self.renew_sum:.6f}",

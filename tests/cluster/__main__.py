@@ -19,10 +19,15 @@ from .controlplane import ControlPlane, detached_workdir
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m tests.cluster")
     sub = parser.add_subparsers(dest="command", required=True)
-    sub.add_parser("build", help="build (or reuse) etcd, kube-apiserver, kube-controller-manager, kubectl, helm")
+    sub.add_parser(
+        "build",
+        help="build (or reuse) etcd, kube-apiserver, kube-controller-manager, kubectl, helm",
+    )
     for name in ("start", "stop"):
         p = sub.add_parser(name)
-        p.add_argument("--kubeconfig", required=True, type=Path, help="admin kubeconfig to write/read")
+        p.add_argument(
+            "--kubeconfig", required=True, type=Path, help="admin kubeconfig to write/read"
+        )
     sub.add_parser("paths", help="print the cached binaries' paths")
     args = parser.parse_args(argv)
 
@@ -40,7 +45,9 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "start":
         workdir = detached_workdir(args.kubeconfig)
         if (workdir / "state.json").exists():
-            print(f"a control plane is already recorded in {workdir}; run stop first", file=sys.stderr)
+            print(
+                f"a control plane is already recorded in {workdir}; run stop first", file=sys.stderr
+            )
             return 2
         plane = ControlPlane(workdir, args.kubeconfig, detached=True)
         binaries.ensure("kubernetes")

@@ -124,7 +124,7 @@ def _build(component: Component, target: Path) -> None:
     if shutil.which("go") is None:
         raise RuntimeError("Go is not on PATH: install Go 1.26 or newer to build the control plane")
     version = component.version()
-    major, minor = (version.lstrip("v").split(".") + ["0"])[:2]
+    major, minor = [*version.lstrip("v").split("."), "0"][:2]
     subs = {"version": version, "major": major, "minor": minor}
     ldflags = ["-s", "-w"] + [f"-X={f.format(**subs)}" for f in component.ldflags]
     staging = Path(tempfile.mkdtemp(prefix=f".{component.name}-", dir=cache_root()))
@@ -136,9 +136,19 @@ def _build(component: Component, target: Path) -> None:
         for binary, package in component.binaries.items():
             t0 = time.monotonic()
             subprocess.run(
-                ["go", "build", "-trimpath", "-ldflags", " ".join(ldflags),
-                 "-o", str(staging / binary), package],
-                cwd=component.gomod_dir, env=env, check=True,
+                [
+                    "go",
+                    "build",
+                    "-trimpath",
+                    "-ldflags",
+                    " ".join(ldflags),
+                    "-o",
+                    str(staging / binary),
+                    package,
+                ],
+                cwd=component.gomod_dir,
+                env=env,
+                check=True,
             )
             _log(f"  built {binary} in {time.monotonic() - t0:.1f}s")
         if target.exists():

@@ -55,12 +55,26 @@ def _kubeconfig(server: str, ca_pem: bytes, cert_pem: bytes, key_pem: bytes, use
             "apiVersion": "v1",
             "kind": "Config",
             "clusters": [
-                {"name": "local", "cluster": {"server": server, "certificate-authority-data": b64(ca_pem)}}
+                {
+                    "name": "local",
+                    "cluster": {"server": server, "certificate-authority-data": b64(ca_pem)},
+                }
             ],
             "users": [
-                {"name": user, "user": {"client-certificate-data": b64(cert_pem), "client-key-data": b64(key_pem)}}
+                {
+                    "name": user,
+                    "user": {
+                        "client-certificate-data": b64(cert_pem),
+                        "client-key-data": b64(key_pem),
+                    },
+                }
             ],
-            "contexts": [{"name": "local", "context": {"cluster": "local", "user": user, "namespace": "default"}}],
+            "contexts": [
+                {
+                    "name": "local",
+                    "context": {"cluster": "local", "user": user, "namespace": "default"},
+                }
+            ],
             "current-context": "local",
         },
         indent=2,
@@ -148,8 +162,13 @@ class ControlPlane:
         (self.pki / "ca.key").write_bytes(ca.key_pem)
         cert, key = ca.issue(
             "kube-apiserver",
-            dns=("localhost", "kubernetes", "kubernetes.default", "kubernetes.default.svc",
-                 "kubernetes.default.svc.cluster.local"),
+            dns=(
+                "localhost",
+                "kubernetes",
+                "kubernetes.default",
+                "kubernetes.default.svc",
+                "kubernetes.default.svc.cluster.local",
+            ),
             ips=("127.0.0.1", "10.0.0.1"),
             server=True,
         )
@@ -160,7 +179,9 @@ class ControlPlane:
         (self.pki / "admin.crt").write_bytes(admin_cert)
         (self.pki / "admin.key").write_bytes(admin_key)
         self.kubeconfig.parent.mkdir(parents=True, exist_ok=True)
-        self.kubeconfig.write_text(_kubeconfig(self.server, ca.cert_pem, admin_cert, admin_key, "admin"))
+        self.kubeconfig.write_text(
+            _kubeconfig(self.server, ca.cert_pem, admin_cert, admin_key, "admin")
+        )
         self.kubeconfig.chmod(0o600)
         kcm_cert, kcm_key = ca.issue("system:kube-controller-manager")
         (self.workdir / "kcm.kubeconfig").write_text(
@@ -170,12 +191,15 @@ class ControlPlane:
 
     def _spawn(self, name: str, argv: list[str]) -> None:
         assert self.state is not None
-        log = open(self.logs / f"{name}.log", "ab")
-        proc = subprocess.Popen(
-            argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-            start_new_session=True, cwd=self.workdir,
-        )
-        log.close()
+        with open(self.logs / f"{name}.log", "ab") as log:
+            proc = subprocess.Popen(
+                argv,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                start_new_session=True,
+                cwd=self.workdir,
+            )
         self.procs[name] = proc
         self.state.pids[name] = proc.pid
         self._save_state()
@@ -188,67 +212,76 @@ class ControlPlane:
         assert self.state is not None
         client = f"http://127.0.0.1:{self.state.etcd_port}"
         peer = f"http://127.0.0.1:{self.state.etcd_peer_port}"
-        self._spawn("etcd", [
-            str(self.bins["etcd"]),
-            "--name=default",
-            f"--data-dir={self.workdir / 'etcd'}",
-            f"--listen-client-urls={client}",
-            f"--advertise-client-urls={client}",
-            f"--listen-peer-urls={peer}",
-            f"--initial-advertise-peer-urls={peer}",
-            f"--initial-cluster=default={peer}",
-            "--unsafe-no-fsync=true",
-            "--quota-backend-bytes=4294967296",
-            "--log-level=warn",
-        ])
+        self._spawn(
+            "etcd",
+            [
+                str(self.bins["etcd"]),
+                "--name=default",
+                f"--data-dir={self.workdir / 'etcd'}",
+                f"--listen-client-urls={client}",
+                f"--advertise-client-urls={client}",
+                f"--listen-peer-urls={peer}",
+                f"--initial-advertise-peer-urls={peer}",
+                f"--initial-cluster=default={peer}",
+                "--unsafe-no-fsync=true",
+                "--quota-backend-bytes=4294967296",
+                "--log-level=warn",
+            ],
+        )
 
     def start_apiserver(self, timeout: float = 120.0) -> None:
         assert self.state is not None
         pki = self.pki
-        self._spawn("kube-apiserver", [
-            str(self.bins["kube-apiserver"]),
-            f"--etcd-servers=http://127.0.0.1:{self.state.etcd_port}",
-            "--bind-address=127.0.0.1",
-            "--advertise-address=127.0.0.1",
-            f"--secure-port={self.state.apiserver_port}",
-            f"--cert-dir={self.workdir / 'apiserver-certs'}",
-            f"--tls-cert-file={pki / 'apiserver.crt'}",
-            f"--tls-private-key-file={pki / 'apiserver.key'}",
-            f"--client-ca-file={pki / 'ca.crt'}",
-            "--authorization-mode=RBAC",
-            f"--service-account-issuer={SERVICE_ACCOUNT_ISSUER}",
-            f"--service-account-key-file={pki / 'sa.pub'}",
-            f"--service-account-signing-key-file={pki / 'sa.key'}",
-            "--service-cluster-ip-range=10.0.0.0/24",
-            "--allow-privileged=true",
-            "--enable-admission-plugins=MutatingAdmissionWebhook,ValidatingAdmissionWebhook",
-            f"--audit-policy-file={self.workdir / 'audit-policy.yaml'}",
-            f"--audit-log-path={self.audit_log}",
-            "--audit-log-format=json",
-            "--audit-log-maxsize=0",
-            "--profiling=false",
-            "--v=1",
-        ])
+        self._spawn(
+            "kube-apiserver",
+            [
+                str(self.bins["kube-apiserver"]),
+                f"--etcd-servers=http://127.0.0.1:{self.state.etcd_port}",
+                "--bind-address=127.0.0.1",
+                "--advertise-address=127.0.0.1",
+                f"--secure-port={self.state.apiserver_port}",
+                f"--cert-dir={self.workdir / 'apiserver-certs'}",
+                f"--tls-cert-file={pki / 'apiserver.crt'}",
+                f"--tls-private-key-file={pki / 'apiserver.key'}",
+                f"--client-ca-file={pki / 'ca.crt'}",
+                "--authorization-mode=RBAC",
+                f"--service-account-issuer={SERVICE_ACCOUNT_ISSUER}",
+                f"--service-account-key-file={pki / 'sa.pub'}",
+                f"--service-account-signing-key-file={pki / 'sa.key'}",
+                "--service-cluster-ip-range=10.0.0.0/24",
+                "--allow-privileged=true",
+                "--enable-admission-plugins=MutatingAdmissionWebhook,ValidatingAdmissionWebhook",
+                f"--audit-policy-file={self.workdir / 'audit-policy.yaml'}",
+                f"--audit-log-path={self.audit_log}",
+                "--audit-log-format=json",
+                "--audit-log-maxsize=0",
+                "--profiling=false",
+                "--v=1",
+            ],
+        )
         self.wait_ready(timeout)
 
     def start_controller_manager(self) -> None:
         assert self.state is not None
         kcm_kubeconfig = self.workdir / "kcm.kubeconfig"
-        self._spawn("kube-controller-manager", [
-            str(self.bins["kube-controller-manager"]),
-            f"--kubeconfig={kcm_kubeconfig}",
-            f"--authentication-kubeconfig={kcm_kubeconfig}",
-            f"--authorization-kubeconfig={kcm_kubeconfig}",
-            "--bind-address=127.0.0.1",
-            f"--secure-port={self.state.kcm_port}",
-            f"--cert-dir={self.workdir / 'kcm-certs'}",
-            f"--root-ca-file={self.pki / 'ca.crt'}",
-            f"--service-account-private-key-file={self.pki / 'sa.key'}",
-            "--leader-elect=false",
-            "--use-service-account-credentials=true",
-            "--controllers=*",
-            "--v=1",
-        ])
+        self._spawn(
+            "kube-controller-manager",
+            [
+                str(self.bins["kube-controller-manager"]),
+                f"--kubeconfig={kcm_kubeconfig}",
+                f"--authentication-kubeconfig={kcm_kubeconfig}",
+                f"--authorization-kubeconfig={kcm_kubeconfig}",
+                "--bind-address=127.0.0.1",
+                f"--secure-port={self.state.kcm_port}",
+                f"--cert-dir={self.workdir / 'kcm-certs'}",
+                f"--root-ca-file={self.pki / 'ca.crt'}",
+                f"--service-account-private-key-file={self.pki / 'sa.key'}",
+                "--leader-elect=false",
+                "--use-service-account-credentials=true",
+                "--controllers=*",
+                "--v=1",
+            ],
+        )
 
     def stop_process(self, name: str, sig: int = signal.SIGTERM, timeout: float = 20.0) -> None:
         assert self.state is not None
@@ -312,7 +345,9 @@ class ControlPlane:
             except (OSError, ssl.SSLError) as err:
                 last = err
             time.sleep(0.2)
-        raise TimeoutError(f"kube-apiserver not ready after {timeout}s: {last}\n{self.log_tail('kube-apiserver')}")
+        raise TimeoutError(
+            f"kube-apiserver not ready after {timeout}s: {last}\n{self.log_tail('kube-apiserver')}"
+        )
 
     def log_tail(self, name: str, lines: int = 40) -> str:
         path = self.logs / f"{name}.log"
@@ -321,11 +356,16 @@ class ControlPlane:
         text = path.read_text(errors="replace").splitlines()
         return "\n".join(text[-lines:])
 
-    def kubectl(self, *args: str, check: bool = True, input: str | None = None) -> subprocess.CompletedProcess[str]:
+    def kubectl(
+        self, *args: str, check: bool = True, input: str | None = None
+    ) -> subprocess.CompletedProcess[str]:
         kubectl = self.bins.get("kubectl") or binaries.ensure("kubernetes")["kubectl"]
         return subprocess.run(
             [str(kubectl), f"--kubeconfig={self.kubeconfig}", *args],
-            capture_output=True, text=True, check=check, input=input,
+            capture_output=True,
+            text=True,
+            check=check,
+            input=input,
         )
 
     @classmethod

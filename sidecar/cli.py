@@ -1,0 +1,123 @@
+"""``grelmicro-sidecar run|injector|status|cleanup``.
+
+Exit codes (SPEC §7): 0 ok, 2 bad configuration or usage (one line on stderr,
+no traceback), 1 runtime failure. ``injector`` imports kopf lazily, so ``run``
+never pays for it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import NoReturn
+
+from . import __version__
+from .settings import DEFAULT_PORT, DEFAULT_STATE_DIR, SettingsError, env_name
+
+PROG = "grelmicro-sidecar"
+
+
+class UsageError(Exception):
+    pass
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse that reports a usage error as one line, not usage + error."""
+
+    def error(self, message: str) -> NoReturn:
+        raise UsageError(f"{self.prog}: {message} (see --help)")
+
+
+def _add_connection(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--namespace",
+        help="namespace of the Leases (default: the service account's, "
+        "then $POD_NAMESPACE, then the kubeconfig context's)",
+    )
+    p.add_argument(
+        "--kubeconfig",
+        help="kubeconfig file (default: in-cluster, then $KUBECONFIG, then ~/.kube/config)",
+    )
+    p.add_argument("--log-level", help="debug, info, warning or error (default info)")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = _Parser(prog=PROG, description="Kubernetes leader election over Leases, as a sidecar.")
+    parser.add_argument("--version", action="version", version=f"{PROG} {__version__}")
+    sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
+
+    run = sub.add_parser(
+        "run",
+        help="take part in an election and publish the result",
+        description="Each flag can also be set by env "
+        f"{env_name('<flag>')} (upper case, '-' -> '_').",
+    )
+    run.add_argument("--election", help="election name; the Lease is leader-<name>")
+    run.add_argument(
+        "--identity", help="candidate identity (default: $POD_NAME, then the hostname)"
+    )
+    run.add_argument(
+        "--lease-duration", help="how long followers wait before taking over (default 15s)"
+    )
+    run.add_argument(
+        "--renew-deadline", help="leader steps down if not renewed within this (default 10s)"
+    )
+    run.add_argument("--retry-period", help="retry interval for failed acquire/renew (default 2s)")
+    run.add_argument(
+        "--state-dir", help=f"where state.json is written (default {DEFAULT_STATE_DIR})"
+    )
+    run.add_argument(
+        "--port",
+        help=f"HTTP port for /leader, /status, /healthz, /metrics "
+        f"(default {DEFAULT_PORT}; 0 disables)",
+    )
+    _add_connection(run)
+
+    status = sub.add_parser("status", help="show the managed Leases of a namespace")
+    _add_connection(status)
+    status.add_argument("--output", "-o", choices=("table", "json"), default="table")
+
+    clean = sub.add_parser("cleanup", help="delete expired managed Leases of a namespace, once")
+    _add_connection(clean)
+    clean.add_argument(
+        "--margin", default="60s", help="how long past expiry a Lease must be (default 60s)"
+    )
+
+    sub.add_parser(
+        "injector", help="run the admission webhook that injects the sidecar", add_help=False
+    )
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["injector"]:
+        from .injector.main import main as injector_main  # kopf is only imported here
+
+        return injector_main(argv[1:])
+    parser = build_parser()
+    try:
+        args = parser.parse_args(argv)
+        if args.command == "run":
+            from .commands import run
+
+            return run(args)
+        if args.command == "status":
+            from .commands import status
+
+            return status(args)
+        if args.command == "cleanup":
+            from .commands import cleanup
+
+            return cleanup(args)
+    except (UsageError, SettingsError) as err:
+        print(f"{PROG}: {err}" if not str(err).startswith(PROG) else str(err), file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        return 130
+    parser.print_usage(sys.stderr)
+    return 2
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

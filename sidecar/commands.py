@@ -1,0 +1,190 @@
+"""The bodies of ``run``, ``status`` and ``cleanup``: settings in, exit code out."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import datetime as dt
+import json
+import os
+import sys
+from typing import Any
+
+from .durations import ACCEPTED_FORM, parse_duration
+from .kube.config import ApiConfig, ConfigError, load
+from .kube.leases import ApiError, Forbidden, LeaseStore
+from .lease import LeaseRecord, election_of
+from .logs import LEVELS, Logger
+from .publish.statefile import StateDirError
+from .runner import RBAC_FIX, Sidecar, resolve_namespace
+from .settings import SettingsError, run_settings
+
+PROG = "grelmicro-sidecar"
+
+
+def _fail(message: str, code: int) -> int:
+    print(f"{PROG}: {message}", file=sys.stderr)
+    return code
+
+
+def _config(args: argparse.Namespace) -> ApiConfig:
+    return load(args.kubeconfig or os.environ.get("GRELMICRO_SIDECAR_KUBECONFIG"))
+
+
+def run(args: argparse.Namespace) -> int:
+    settings = run_settings(args)  # SettingsError -> exit 2 in cli
+    log = Logger(settings.log_level)
+    try:
+        config = load(settings.kubeconfig)
+    except ConfigError as err:
+        return _fail(str(err), 2)
+    namespace = resolve_namespace(settings.namespace, config)
+    return asyncio.run(_run(settings, config, namespace, log))
+
+
+async def _run(settings: Any, config: ApiConfig, namespace: str, log: Logger) -> int:
+    sidecar = Sidecar(settings, config, namespace, log)
+    try:
+        await sidecar.start()
+    except StateDirError as err:
+        log.error(str(err))
+        return _fail(str(err), 1)
+    except OSError as err:
+        message = f"cannot listen on port {settings.port}: {err.strerror}; pick another with --port"
+        log.error(message)
+        return _fail(message, 1)
+    return await sidecar.run()
+
+
+def _namespace(args: argparse.Namespace, config: ApiConfig) -> str:
+    return resolve_namespace(
+        args.namespace or os.environ.get("GRELMICRO_SIDECAR_NAMESPACE"), config
+    )
+
+
+def _log_level(args: argparse.Namespace) -> str:
+    level = (args.log_level or "warning").lower()
+    if level not in LEVELS:
+        raise SettingsError(f"--log-level={level!r} must be one of {', '.join(LEVELS)}")
+    return level
+
+
+def _ago(when: dt.datetime | None, now: dt.datetime) -> str:
+    if when is None:
+        return "-"
+    seconds = (now - when).total_seconds()
+    return _human(seconds)
+
+
+def _human(seconds: float) -> str:
+    sign = "-" if seconds < 0 else ""
+    s = abs(seconds)
+    if s < 120:
+        return f"{sign}{s:.0f}s"
+    if s < 7200:
+        return f"{sign}{s / 60:.0f}m"
+    return f"{sign}{s / 3600:.0f}h"
+
+
+def status(args: argparse.Namespace) -> int:
+    _log_level(args)
+    try:
+        config = _config(args)
+    except ConfigError as err:
+        return _fail(str(err), 2)
+    namespace = _namespace(args, config)
+    try:
+        rows = asyncio.run(_status_rows(config, namespace))
+    except Forbidden as err:
+        return _fail(f"forbidden: cannot {err.verb} leases in {namespace}; {RBAC_FIX}", 1)
+    except ApiError as err:
+        return _fail(f"cannot list leases in {namespace}: {err}", 1)
+    if args.output == "json":
+        print(json.dumps(rows, indent=2))
+        return 0
+    if not rows:
+        print(f"No managed leases in namespace {namespace}.")
+        return 0
+    headers = ["ELECTION", "LEASE", "HOLDER", "FENCING TOKEN", "RENEWED", "EXPIRES IN"]
+    table = [headers] + [
+        [
+            r["election"],
+            r["lease"],
+            r["holder"] or "<none>",
+            str(r["fencing_token"]),
+            r["renewed_ago"],
+            r["expires_in"],
+        ]
+        for r in rows
+    ]
+    widths = [max(len(row[i]) for row in table) for i in range(len(headers))]
+    for row in table:
+        print("   ".join(cell.ljust(widths[i]) for i, cell in enumerate(row)).rstrip())
+    return 0
+
+
+async def _status_rows(config: ApiConfig, namespace: str) -> list[dict[str, Any]]:
+    from .cleanup import SELECTOR
+
+    store = LeaseStore(config, namespace)
+    try:
+        items, _ = await store.list(label_selector=SELECTOR)
+    finally:
+        store.close()
+    now = dt.datetime.now(dt.UTC)
+    rows = []
+    for obj in sorted(items, key=lambda o: str((o.get("metadata") or {}).get("name", ""))):
+        record = LeaseRecord.from_object(obj)
+        expiry = record.wall_expiry()
+        expires_in = "-"
+        if record.holder is None:
+            expires_in = "released"
+        elif expiry is not None:
+            left = (expiry - now).total_seconds()
+            expires_in = _human(left) if left > 0 else f"expired {_human(-left)} ago"
+        rows.append(
+            {
+                "election": election_of(record.name),
+                "lease": record.name,
+                "holder": record.holder,
+                "fencing_token": record.transitions,
+                "renewed_ago": _ago(record.renew_time, now),
+                "expires_in": expires_in,
+            }
+        )
+    return rows
+
+
+def cleanup(args: argparse.Namespace) -> int:
+    level = _log_level(args)
+    try:
+        margin = parse_duration(args.margin)
+    except ValueError:
+        raise SettingsError(f"--margin={args.margin!r} is not {ACCEPTED_FORM}") from None
+    try:
+        config = _config(args)
+    except ConfigError as err:
+        return _fail(str(err), 2)
+    namespace = _namespace(args, config)
+    log = Logger("info" if level == "warning" else level, namespace=namespace)
+
+    async def go() -> int:
+        from .cleanup import sweep
+
+        store = LeaseStore(config, namespace)
+        try:
+            result = await sweep(store, log, margin=margin)
+        finally:
+            store.close()
+        print(
+            f"deleted {len(result.deleted)} expired lease(s); kept {result.kept_live} live, "
+            f"{result.kept_unreadable} unreadable; {result.skipped_changed} changed under us"
+        )
+        return 0
+
+    try:
+        return asyncio.run(go())
+    except Forbidden as err:
+        return _fail(f"forbidden: cannot {err.verb} leases in {namespace}; {RBAC_FIX}", 1)
+    except ApiError as err:
+        return _fail(f"cleanup failed in {namespace}: {err}", 1)
