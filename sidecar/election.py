@@ -217,7 +217,13 @@ class Election:
             if problem not in self._problems_seen:
                 self._problems_seen.add(problem)
                 self.events.append(Event("problem", problem))
-        if not record.same_content(self.record):
+        changed = self.record is None or (
+            record.resource_version != self.record.resource_version
+            or not record.same_content(self.record)
+        )
+        if changed:
+            # Any write counts as a sign of life, even one that left renewTime
+            # unchanged (a frozen wall clock): erring late is the safe side.
             self.observed_at = now
             previous = self.holder
             if record.holder != previous:

@@ -1,0 +1,205 @@
+"""Lease naming and parsing, durations, settings validation, the state file."""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import json
+from pathlib import Path
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from sidecar.durations import format_duration, parse_duration
+from sidecar.lease import LeaseRecord, claim, format_microtime, lease_name, vacate
+from sidecar.publish.statefile import StateDirError, StateFile
+from sidecar.settings import SettingsError, run_settings
+
+
+@pytest.mark.parametrize(
+    ("election", "lease"),
+    [
+        ("main", "leader-main"),
+        ("My_App.v2", "leader-my-app-v2"),
+        ("--a--b--", "leader-a-b"),
+        ("ÉLU", "leader-lu"),
+    ],
+)
+def test_lease_name(election: str, lease: str) -> None:
+    assert lease_name(election) == lease
+
+
+@pytest.mark.parametrize("election", ["", "---", "___", "é"])
+def test_lease_name_empty_is_an_error(election: str) -> None:
+    with pytest.raises(ValueError, match="no letters or digits"):
+        lease_name(election)
+
+
+@given(st.text(max_size=80))
+def test_lease_name_is_always_a_valid_name_or_a_clear_error(election: str) -> None:
+    try:
+        name = lease_name(election)
+    except ValueError as err:
+        assert "election name" in str(err)
+        return
+    assert name.startswith("leader-") and "--" not in name and not name.endswith("-")
+    assert set(name) <= set("abcdefghijklmnopqrstuvwxyz0123456789-")
+
+
+@given(
+    st.dictionaries(
+        st.sampled_from(
+            [
+                "holderIdentity",
+                "leaseDurationSeconds",
+                "acquireTime",
+                "renewTime",
+                "leaseTransitions",
+            ]
+        ),
+        st.none() | st.integers() | st.text(max_size=20) | st.booleans() | st.floats(),
+    )
+)
+def test_record_parsing_never_raises(spec: dict[str, object]) -> None:
+    record = LeaseRecord.from_object(
+        {"metadata": {"name": "leader-x", "resourceVersion": "1"}, "spec": spec}
+    )
+    assert record.transitions >= 0
+    assert record.lease_duration is None or record.lease_duration >= 1
+
+
+def test_record_from_non_dict_spec() -> None:
+    record = LeaseRecord.from_object({"metadata": {"name": "x"}, "spec": "nonsense"})
+    assert record.holder is None and record.problems
+
+
+def test_claim_keeps_foreign_labels_and_annotations() -> None:
+    obj = {
+        "metadata": {
+            "name": "leader-x",
+            "namespace": "ns",
+            "resourceVersion": "9",
+            "labels": {"team": "a"},
+            "annotations": {"note": "keep"},
+        },
+        "spec": {
+            "holderIdentity": "",
+            "leaseTransitions": 4,
+            "acquireTime": "2026-01-01T00:00:00Z",
+        },
+    }
+    now = dt.datetime(2026, 2, 1, tzinfo=dt.UTC)
+    body = claim(
+        LeaseRecord.from_object(obj),
+        name="leader-x",
+        namespace="ns",
+        identity="me",
+        lease_duration=15,
+        now=now,
+    )
+    assert body["metadata"]["labels"] == {"team": "a", "app.kubernetes.io/managed-by": "grelmicro"}
+    assert body["metadata"]["annotations"] == {"note": "keep"}
+    assert body["metadata"]["resourceVersion"] == "9"
+    assert body["spec"]["leaseTransitions"] == 5
+    assert body["spec"]["renewTime"] == "2026-02-01T00:00:00.000000Z"
+    released = vacate(LeaseRecord.from_object(body), now=now)
+    assert (
+        released["spec"]["holderIdentity"] == "" and released["spec"]["leaseDurationSeconds"] == 1
+    )
+    assert released["spec"]["leaseTransitions"] == 5
+
+
+def test_microtime_format() -> None:
+    when = dt.datetime(2026, 1, 2, 3, 4, 5, 6789, tzinfo=dt.UTC)
+    assert format_microtime(when) == "2026-01-02T03:04:05.006789Z"
+
+
+@given(st.integers(min_value=1, max_value=10**7))
+def test_duration_roundtrip(millis: int) -> None:
+    assert parse_duration(format_duration(millis / 1000)) == pytest.approx(millis / 1000)
+
+
+def _args(**kw: object) -> argparse.Namespace:
+    base = {
+        k: None
+        for k in (
+            "election",
+            "namespace",
+            "identity",
+            "lease_duration",
+            "renew_deadline",
+            "retry_period",
+            "state_dir",
+            "port",
+            "kubeconfig",
+            "log_level",
+        )
+    }
+    base.update(kw)
+    return argparse.Namespace(**base)
+
+
+def test_settings_defaults(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("POD_NAME", "pod-0")
+    s = run_settings(_args(election="main"))
+    assert (s.lease, s.identity, s.port, str(s.state_dir)) == (
+        "leader-main",
+        "pod-0",
+        4040,
+        "/var/run/leader-election",
+    )
+    assert (s.timing.lease_duration, s.timing.renew_deadline, s.timing.retry_period) == (15, 10, 2)
+
+
+def test_settings_from_env_and_flag_wins(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("GRELMICRO_SIDECAR_ELECTION", "from-env")
+    monkeypatch.setenv("GRELMICRO_SIDECAR_RETRY_PERIOD", "500ms")
+    assert run_settings(_args()).election == "from-env"
+    assert run_settings(_args()).timing.retry_period == 0.5
+    assert run_settings(_args(election="flag")).election == "flag"
+
+
+@pytest.mark.parametrize(
+    ("kw", "message"),
+    [
+        ({}, "--election is required"),
+        ({"election": "main", "lease_duration": "15"}, "--lease-duration='15' is not a duration"),
+        (
+            {"election": "main", "lease_duration": "5s"},
+            "lease-duration (5s) must be > renew-deadline",
+        ),
+        ({"election": "main", "retry_period": "9s"}, "must be > 1.2 × retry-period"),
+        ({"election": "main", "port": "70000"}, "--port='70000' must be a port number"),
+        ({"election": "main", "port": "http"}, "--port='http'"),
+        ({"election": "main", "log_level": "loud"}, "--log-level='loud' must be one of"),
+        ({"election": "---"}, "no letters or digits"),
+        (
+            {"election": "main", "lease_duration": "15500ms", "renew_deadline": "10s"},
+            "whole number",
+        ),
+    ],
+)
+def test_settings_errors_name_the_flag_and_rule(
+    kw: dict[str, str], message: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("GRELMICRO_SIDECAR_ELECTION", raising=False)
+    with pytest.raises(SettingsError) as err:
+        run_settings(_args(**kw))
+    assert message in str(err.value)
+
+
+def test_state_file_is_replaced_atomically(tmp_path: Path) -> None:
+    sf = StateFile(tmp_path / "state")
+    sf.check_writable()
+    assert sf.write({"is_leader": False, "updated_at": "a"})
+    assert not sf.write({"is_leader": False, "updated_at": "b"})  # nothing changed but the stamp
+    assert sf.write({"is_leader": True, "updated_at": "c"})
+    assert json.loads((tmp_path / "state" / "state.json").read_text())["is_leader"] is True
+    assert [p.name for p in (tmp_path / "state").iterdir()] == ["state.json"]
+
+
+def test_state_dir_that_cannot_exist(tmp_path: Path) -> None:
+    (tmp_path / "file").write_text("")
+    with pytest.raises(StateDirError, match="cannot be created"):
+        StateFile(tmp_path / "file" / "sub").check_writable()
