@@ -1,0 +1,348 @@
+"""Real sidecar processes against the real API server (SPEC §2-5, 7)."""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import signal
+import subprocess
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+from kubernetes import client
+
+from tests.cluster import ControlPlane
+from tests.sidecar.proc import BIN, SidecarProcess, leaders, wait_for
+
+Spawn = Callable[..., SidecarProcess]
+
+
+def _ts(record: dict[str, Any]) -> float:
+    return dt.datetime.fromisoformat(str(record["ts"]).replace("Z", "+00:00")).timestamp()
+
+
+def _first(proc: SidecarProcess, msg: str) -> dict[str, Any]:
+    return next(r for r in proc.logs() if r.get("msg") == msg)
+
+
+def _lease(api: Any, namespace: str, name: str = "leader-main") -> Any:
+    return client.CoordinationV1Api(api).read_namespaced_lease(name, namespace)
+
+
+def test_one_candidate_leads_within_a_second_and_all_views_agree(
+    spawn: Spawn, cluster: ControlPlane, namespace: str
+) -> None:
+    a = spawn("pod-a", extra=())  # default timings 15s/10s/2s
+    wait_for(a.leads, 15, what="pod-a to lead")
+    assert _ts(_first(a, "leading")) - _ts(_first(a, "starting")) < 1.0
+
+    state = a.state()
+    assert state is not None
+    assert state["is_leader"] is True and state["holder"] == "pod-a" and state["fencing_token"] == 0
+    assert (state["election"], state["lease"], state["namespace"], state["identity"]) == (
+        "main", "leader-main", namespace, "pod-a")
+    status, body = a.http("/leader")
+    assert status == 200 and body["is_leader"] is True and body["holder"] == "pod-a"
+    status, body = a.http("/status")
+    assert status == 200 and body["name"] == "pod-a"
+    assert a.http("/healthz")[0] == 200
+    status, metrics = a.http("/metrics")
+    assert status == 200 and 'leader_election_master_status{name="leader-main"} 1' in metrics
+
+    table = cluster.kubectl("get", "leases", "-n", namespace).stdout.splitlines()
+    assert table[0].split()[:2] == ["NAME", "HOLDER"]
+    assert table[1].split()[:2] == ["leader-main", "pod-a"]
+    lease = json.loads(cluster.kubectl("get", "lease", "leader-main", "-n", namespace, "-o", "json").stdout)
+    assert lease["metadata"]["labels"]["app.kubernetes.io/managed-by"] == "grelmicro"
+    assert lease["spec"]["leaseDurationSeconds"] == 15
+
+
+def test_three_candidates_exactly_one_leader_at_every_sample(spawn: Spawn) -> None:
+    procs = [spawn(f"pod-{i}", extra=()) for i in range(3)]
+    wait_for(lambda: all(p.http("/healthz")[0] == 200 for p in procs), 15, what="all sidecars up")
+    wait_for(lambda: leaders(procs), 15, what="a leader")
+    samples = 0
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline:
+        by_file = leaders(procs)
+        by_http = [p.identity for p in procs if p.http("/leader")[0] == 200]
+        assert len(by_file) == 1, by_file
+        assert len(by_http) == 1, by_http
+        answers = sorted(p.http("/leader")[0] for p in procs)
+        assert answers == [200, 503, 503]
+        samples += 1
+        time.sleep(0.05)
+    assert samples > 50
+
+
+def test_sigterm_publishes_not_leader_then_releases_and_a_follower_leads(
+    spawn: Spawn, api: Any, namespace: str
+) -> None:
+    procs = [spawn(f"pod-{i}") for i in range(3)]
+    leader = next(p for p in procs if wait_for(lambda: leaders(procs), 15) and p.leads())
+    transitions_before = _lease(api, namespace).spec.lease_transitions
+    leader.signal(signal.SIGTERM)
+    assert leader.wait(20) == 0
+    others = [p for p in procs if p is not leader]
+    wait_for(lambda: leaders(others), 5, what="a follower to lead after the release")
+
+    messages = leader.messages()
+    assert messages.index("published not-leader") < messages.index("released lease")
+    state = leader.state()
+    assert state is not None and state["is_leader"] is False and state["valid_until"] is None
+    published = _ts(_first(leader, "published not-leader"))
+    released = _ts(_first(leader, "released lease"))
+    assert published <= released
+    lease = _lease(api, namespace)
+    assert lease.spec.holder_identity in {p.identity for p in others}
+    assert lease.spec.lease_transitions == transitions_before + 1
+
+
+def test_sigkill_follower_takes_over_after_the_lease_duration(spawn: Spawn) -> None:
+    procs = [spawn(f"pod-{i}") for i in range(3)]
+    wait_for(lambda: leaders(procs), 15, what="a leader")
+    leader = next(p for p in procs if p.leads())
+    leader.signal(signal.SIGKILL)
+    killed_at = time.monotonic()
+    leader.wait(10)
+    others = [p for p in procs if p is not leader]
+    new = wait_for(lambda: leaders(others), 15, interval=0.01, what="takeover after SIGKILL")
+    elapsed = time.monotonic() - killed_at
+    # lease 3s, renew every 1s: the follower saw the last renew ≤ 1s before the kill.
+    assert 1.5 <= elapsed <= 3 + 3, elapsed
+    assert not leader.leads(), "the dead leader's file must have lapsed (valid_until)"
+    assert len(new) == 1
+
+
+def test_api_server_down_leader_steps_down_by_the_deadline_then_recovers(
+    spawn: Spawn, cluster: ControlPlane
+) -> None:
+    procs = [spawn(f"pod-{i}") for i in range(2)]
+    wait_for(lambda: leaders(procs), 15, what="a leader")
+    leader = next(p for p in procs if p.leads())
+    cluster.stop_apiserver()
+    stopped_at = time.monotonic()
+    try:
+        wait_for(lambda: not leader.leads() and leader.http("/leader")[0] == 503, 5,
+                 what="step-down without the API server")
+        stepped = time.monotonic() - stopped_at
+        assert stepped <= 2 + 1.0, stepped  # renew deadline 2s, tolerance 1s
+        time.sleep(2)
+        assert leaders(procs) == [], "nobody may lead while the API server is down"
+        assert all(p.http("/healthz")[0] == 200 for p in procs), "liveness is not tied to the API"
+    finally:
+        cluster.start_apiserver()
+    wait_for(lambda: leaders(procs), 30, what="a leader after the API server came back")
+
+
+def test_cleanup_deletes_only_expired_managed_leases(cluster: ControlPlane, api: Any, namespace: str) -> None:
+    coord = client.CoordinationV1Api(api)
+    now = dt.datetime.now(dt.UTC)
+    managed = {"app.kubernetes.io/managed-by": "grelmicro"}
+
+    def make(name: str, labels: dict[str, str] | None, renewed: dt.datetime | None) -> None:
+        coord.create_namespaced_lease(namespace, client.V1Lease(
+            metadata=client.V1ObjectMeta(name=name, labels=labels),
+            spec=client.V1LeaseSpec(holder_identity="x", lease_duration_seconds=15, renew_time=renewed),
+        ))
+
+    make("leader-expired", managed, now - dt.timedelta(minutes=10))
+    make("leader-live", managed, now)
+    make("leader-unmanaged", None, now - dt.timedelta(minutes=10))
+    make("leader-no-times", managed, None)
+    out = subprocess.run(
+        [str(BIN), "cleanup", f"--namespace={namespace}", f"--kubeconfig={cluster.kubeconfig}"],
+        capture_output=True, text=True, timeout=30,
+    )
+    assert out.returncode == 0, out.stderr
+    assert "deleted 1 expired lease(s)" in out.stdout
+    names = {item.metadata.name for item in coord.list_namespaced_lease(namespace).items}
+    assert names == {"leader-live", "leader-unmanaged", "leader-no-times"}
+
+
+def test_sweep_spares_a_lease_renewed_between_list_and_delete(
+    cluster: ControlPlane, api: Any, namespace: str
+) -> None:
+    import asyncio
+
+    from sidecar.cleanup import sweep
+    from sidecar.kube.config import from_kubeconfig
+    from sidecar.kube.leases import LeaseStore
+    from sidecar.logs import Logger
+
+    coord = client.CoordinationV1Api(api)
+    old = dt.datetime.now(dt.UTC) - dt.timedelta(minutes=10)
+    coord.create_namespaced_lease(namespace, client.V1Lease(
+        metadata=client.V1ObjectMeta(name="leader-racy", labels={"app.kubernetes.io/managed-by": "grelmicro"}),
+        spec=client.V1LeaseSpec(holder_identity="x", lease_duration_seconds=15, renew_time=old),
+    ))
+
+    class RenewAfterList(LeaseStore):
+        async def list(self, label_selector: str = "", field_selector: str = "") -> Any:
+            result = await super().list(label_selector, field_selector)
+            lease = coord.read_namespaced_lease("leader-racy", namespace)
+            lease.spec.renew_time = dt.datetime.now(dt.UTC)  # a candidate renews right now
+            coord.replace_namespaced_lease("leader-racy", namespace, lease)
+            return result
+
+    store = RenewAfterList(from_kubeconfig(cluster.kubeconfig), namespace)
+    result = asyncio.run(sweep(store, Logger("error")))
+    store.close()
+    assert result.deleted == [] and result.skipped_changed == 1
+    assert coord.read_namespaced_lease("leader-racy", namespace).metadata.name == "leader-racy"
+
+
+def _service_account_kubeconfig(cluster: ControlPlane, api: Any, namespace: str, path: Path) -> Path:
+    core = client.CoreV1Api(api)
+    core.create_namespaced_service_account(namespace, client.V1ServiceAccount(
+        metadata=client.V1ObjectMeta(name="elector")))
+    token = core.create_namespaced_service_account_token(
+        "elector", namespace, client.AuthenticationV1TokenRequest(spec=client.V1TokenRequestSpec(audiences=[]))
+    ).status.token
+    path.write_text(json.dumps({
+        "apiVersion": "v1", "kind": "Config", "current-context": "sa",
+        "clusters": [{"name": "c", "cluster": {"server": cluster.server,
+                                                "certificate-authority": str(cluster.ca_file)}}],
+        "users": [{"name": "sa", "user": {"token": token}}],
+        "contexts": [{"name": "sa", "context": {"cluster": "c", "user": "sa", "namespace": namespace}}],
+    }))
+    return path
+
+
+def _grant_leases(api: Any, namespace: str) -> None:
+    rbac = client.RbacAuthorizationV1Api(api)
+    rbac.create_namespaced_role(namespace, client.V1Role(
+        metadata=client.V1ObjectMeta(name="leases"),
+        rules=[client.V1PolicyRule(api_groups=["coordination.k8s.io"], resources=["leases"],
+                                   verbs=["get", "list", "watch", "create", "update", "patch", "delete"])],
+    ))
+    rbac.create_namespaced_role_binding(namespace, client.V1RoleBinding(
+        metadata=client.V1ObjectMeta(name="leases"),
+        role_ref=client.V1RoleRef(api_group="rbac.authorization.k8s.io", kind="Role", name="leases"),
+        subjects=[client.RbacV1Subject(kind="ServiceAccount", name="elector", namespace=namespace)],
+    ))
+
+
+def test_forbidden_is_logged_once_with_the_fix_and_recovers_when_granted(
+    spawn: Spawn, cluster: ControlPlane, api: Any, namespace: str, tmp_path: Path
+) -> None:
+    kubeconfig = _service_account_kubeconfig(cluster, api, namespace, tmp_path / "sa.kubeconfig")
+    a = spawn("pod-a", kubeconfig=kubeconfig)
+    wait_for(lambda: any("forbidden" in m for m in a.messages()), 10, what="a 403 log line")
+    time.sleep(3)  # several retries happen meanwhile
+    forbidden = [r for r in a.logs() if "forbidden" in str(r.get("msg"))]
+    assert len(forbidden) == 1, forbidden
+    line = forbidden[0]
+    assert line["verb"] == "list" and line["resource"] == "leases.coordination.k8s.io"
+    assert "Role" in line["msg"] and "get, list, watch, create, update, patch, delete" in line["msg"]
+    assert "Traceback" not in a.raw_log()
+    assert a.http("/leader")[0] == 503 and a.alive
+    _grant_leases(api, namespace)
+    wait_for(a.leads, 20, what="leadership once the Role exists")
+
+
+@pytest.mark.parametrize(
+    ("args", "expected"),
+    [
+        (["run"], "--election is required"),
+        (["run", "--election=main", "--lease-duration=5s"], "lease-duration (5s) must be > renew-deadline"),
+        (["run", "--election=main", "--retry-period=fast"], "--retry-period='fast' is not a duration"),
+        (["run", "--election=main", "--port=99999"], "--port='99999' must be a port number"),
+        (["run", "--election=main", "--kubeconfig=/nonexistent/kc"], "cannot read kubeconfig /nonexistent/kc"),
+        (["run", "--election=main", "--bogus"], "unrecognized arguments: --bogus"),
+        (["frobnicate"], "invalid choice: 'frobnicate'"),
+    ],
+)
+def test_bad_flags_exit_2_with_one_line(args: list[str], expected: str) -> None:
+    out = subprocess.run([str(BIN), *args], capture_output=True, text=True, timeout=30)
+    assert out.returncode == 2, out.stderr
+    lines = out.stderr.strip().splitlines()
+    assert len(lines) == 1, out.stderr
+    assert expected in lines[0]
+    assert "Traceback" not in out.stderr
+
+
+def test_bad_kubeconfig_contents_exit_2(tmp_path: Path) -> None:
+    for name, text in [("garbage", "{{{ not yaml: ["), ("list", "- a\n- b\n"),
+                       ("nocontext", "apiVersion: v1\nkind: Config\n")]:
+        path = tmp_path / name
+        path.write_text(text)
+        out = subprocess.run([str(BIN), "run", "--election=main", f"--kubeconfig={path}"],
+                             capture_output=True, text=True, timeout=30)
+        assert out.returncode == 2, (name, out.stderr)
+        assert len(out.stderr.strip().splitlines()) == 1 and str(path) in out.stderr, out.stderr
+
+
+def test_env_settings_are_validated_too(cluster: ControlPlane) -> None:
+    import os
+
+    env = {**os.environ, "GRELMICRO_SIDECAR_ELECTION": "main", "GRELMICRO_SIDECAR_RENEW_DEADLINE": "1h"}
+    out = subprocess.run([str(BIN), "run", f"--kubeconfig={cluster.kubeconfig}"], env=env,
+                         capture_output=True, text=True, timeout=30)
+    assert out.returncode == 2
+    assert "renew-deadline" in out.stderr and len(out.stderr.strip().splitlines()) == 1
+
+
+def test_unwritable_state_dir_exits_1_with_a_clear_error(cluster: ControlPlane, tmp_path: Path) -> None:
+    blocker = tmp_path / "not-a-dir"
+    blocker.write_text("")
+    out = subprocess.run(
+        [str(BIN), "run", "--election=main", f"--kubeconfig={cluster.kubeconfig}",
+         f"--state-dir={blocker}/state", "--port=0"],
+        capture_output=True, text=True, timeout=30,
+    )
+    assert out.returncode == 1
+    assert "state dir" in out.stderr and "emptyDir" in out.stderr and "Traceback" not in out.stderr
+
+
+def test_garbage_lease_is_taken_over_safely(spawn: Spawn, api: Any, namespace: str) -> None:
+    coord = client.CoordinationV1Api(api)
+    coord.create_namespaced_lease(namespace, client.V1Lease(
+        metadata=client.V1ObjectMeta(name="leader-main"),
+        spec=client.V1LeaseSpec(holder_identity="ghost", lease_duration_seconds=2**31 - 1, lease_transitions=7),
+    ))
+    a = spawn("pod-a")
+    started = time.monotonic()
+    wait_for(a.leads, 15, what="takeover of the garbage lease")
+    assert time.monotonic() - started >= 2.0, "a held lease must be waited out, even a garbage one"
+    problems = [r for r in a.logs() if "unusable field" in str(r.get("msg"))]
+    assert problems and "leaseDurationSeconds" in problems[0]["problem"]
+    lease = _lease(api, namespace)
+    assert lease.spec.holder_identity == "pod-a" and lease.spec.lease_transitions == 8
+    assert lease.metadata.labels["app.kubernetes.io/managed-by"] == "grelmicro"
+    state = a.state()
+    assert state is not None and state["fencing_token"] == 8
+
+
+def test_hand_edited_holder_makes_the_leader_step_down(spawn: Spawn, api: Any, namespace: str) -> None:
+    a = spawn("pod-a")
+    wait_for(a.leads, 15)
+    coord = client.CoordinationV1Api(api)
+    lease = _lease(api, namespace)
+    lease.spec.holder_identity = "intruder"
+    coord.replace_namespaced_lease("leader-main", namespace, lease)
+    edited = time.monotonic()
+    wait_for(lambda: not a.leads() and a.http("/leader")[0] == 503, 2, what="step-down after the edit")
+    assert time.monotonic() - edited < 1.0, "the watch delivers the edit at once"
+    assert any("stepped down" == m for m in a.messages())
+    # The intruder never renews: pod-a takes the lease back after a lease duration.
+    wait_for(a.leads, 15, what="pod-a to take the abandoned lease back")
+    assert time.monotonic() - edited >= 2.5
+
+
+def test_lease_deleted_while_leading_no_double_leadership(spawn: Spawn, api: Any, namespace: str) -> None:
+    procs = [spawn(f"pod-{i}") for i in range(2)]
+    wait_for(lambda: leaders(procs), 15)
+    client.CoordinationV1Api(api).delete_namespaced_lease("leader-main", namespace)
+    deadline = time.monotonic() + 8
+    seen_leader = False
+    while time.monotonic() < deadline:
+        current = leaders(procs)
+        assert len(current) <= 1, current
+        seen_leader = seen_leader or bool(current)
+        time.sleep(0.02)
+    assert leaders(procs), "the Lease is recreated and someone leads"
+    assert seen_leader
