@@ -1,0 +1,277 @@
+"""Reading a pod's ``leader-election.grelmicro.io/*`` annotations (SPEC §6).
+
+Guarantees: ``read_settings`` never raises, whatever the pod looks like. It
+returns either the complete, valid settings for the sidecar, or every problem
+at once, each naming the annotation, the value it saw and the accepted form,
+so the single message ``kubectl apply`` prints is enough to fix the manifest.
+
+Unknown keys under the prefix are refused too: a typo such as
+``lease-duraton`` would otherwise be silently ignored and the pod would run
+with a timing its author did not choose.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from ..durations import ACCEPTED_FORM, format_duration, parse_duration
+from ..election import Timing
+from ..lease import lease_name
+
+PREFIX = "leader-election.grelmicro.io/"
+INJECT = PREFIX + "inject"
+NAME = PREFIX + "name"
+LEASE_DURATION = PREFIX + "lease-duration"
+RENEW_DEADLINE = PREFIX + "renew-deadline"
+RETRY_PERIOD = PREFIX + "retry-period"
+STATE_DIR = PREFIX + "state-dir"
+PORT = PREFIX + "port"
+GATE_READINESS = PREFIX + "gate-readiness"
+
+KNOWN = (
+    INJECT,
+    NAME,
+    LEASE_DURATION,
+    RENEW_DEADLINE,
+    RETRY_PERIOD,
+    STATE_DIR,
+    PORT,
+    GATE_READINESS,
+)
+
+DEFAULT_STATE_DIR = "/var/run/leader-election"
+DEFAULT_PORT = 4040
+#: Longest duration accepted: a Lease reader treats leaseDurationSeconds above a day as garbage.
+MAX_DURATION = 86400.0
+
+_STATE_DIR = re.compile(r"^(/[A-Za-z0-9._-]+)+$")
+_POD_TEMPLATE_HASH = "pod-template-hash"
+
+
+@dataclass(frozen=True)
+class PodSettings:
+    """What the injected sidecar runs with, all validated."""
+
+    election: str  # sanitised (SPEC §2): the Lease is ``leader-<election>``
+    election_source: str  # where the name came from, for logs and docs
+    timing: Timing
+    state_dir: str
+    port: int
+    gate_readiness: bool
+
+    @property
+    def state_file(self) -> str:
+        return f"{self.state_dir}/state.json"
+
+
+def show(value: object, limit: int = 80) -> str:
+    """A value as it would appear in YAML, quoted and cut, safe to echo back."""
+    text = json.dumps(value if isinstance(value, str) else str(value), ensure_ascii=False)
+    return text if len(text) <= limit else text[: limit - 2] + '…"'
+
+
+def problem(key: str, value: object, accepted: str) -> str:
+    return f"annotation {key}: {show(value)} is not valid; expected {accepted}"
+
+
+def annotations_of(pod: Mapping[str, Any]) -> dict[str, str]:
+    meta = pod.get("metadata")
+    raw = meta.get("annotations") if isinstance(meta, Mapping) else None
+    if not isinstance(raw, Mapping):
+        return {}
+    return {str(k): v if isinstance(v, str) else str(v) for k, v in raw.items()}
+
+
+def wants_injection(pod: Mapping[str, Any]) -> bool:
+    return annotations_of(pod).get(INJECT) == "true"
+
+
+def _duration(
+    notes: Mapping[str, str], key: str, default: float, problems: list[str]
+) -> tuple[float, bool]:
+    """(seconds, given) for one duration annotation; the default when absent or bad."""
+    raw = notes.get(key)
+    if raw is None:
+        return default, False
+    try:
+        value = parse_duration(raw)
+    except ValueError:
+        problems.append(problem(key, raw, ACCEPTED_FORM))
+        return default, False
+    if not 0 < value <= MAX_DURATION:
+        problems.append(problem(key, raw, f"{ACCEPTED_FORM}, greater than 0 and at most 24h"))
+        return default, False
+    return value, True
+
+
+def _timing_problems(timing: Timing, given: dict[str, bool]) -> list[str]:
+    """SPEC §3 rules, each naming where every value came from (annotation or default)."""
+
+    def origin(setting: str, seconds: float) -> str:
+        key = PREFIX + setting
+        if given[setting]:
+            return f"{key}={show(format_duration(seconds))}"
+        return (
+            f"{setting} {format_duration(seconds)} (the injector's default; set {key} to change it)"
+        )
+
+    lease = origin("lease-duration", timing.lease_duration)
+    renew = origin("renew-deadline", timing.renew_deadline)
+    retry = origin("retry-period", timing.retry_period)
+    out = []
+    if not timing.renew_deadline > 1.2 * timing.retry_period:
+        out.append(f"{renew} must be greater than 1.2 × {retry}")
+    if not timing.lease_duration > timing.renew_deadline:
+        out.append(f"{lease} must be greater than {renew}")
+    if timing.lease_duration != int(timing.lease_duration):
+        out.append(
+            f"{lease} must be a whole number of seconds, such as 15s or 1m "
+            "(a Lease's leaseDurationSeconds is an integer)"
+        )
+    if not out:  # anything else the sidecar itself would refuse at start-up
+        out = [f"timing is invalid: {p}" for p in timing.problems()]
+    return out
+
+
+def default_election(pod: Mapping[str, Any]) -> tuple[str, str] | None:
+    """(sanitised election, source) from the workload, or None when nothing usable.
+
+    Order: the controlling owner (a ReplicaSet stands for its Deployment: its
+    name minus the ``pod-template-hash`` suffix), then the
+    ``app.kubernetes.io/name`` label, then ``generateName`` trimmed, then the
+    pod's own name. A candidate that sanitises to nothing is skipped.
+    """
+    meta_raw = pod.get("metadata")
+    meta: Mapping[str, Any] = meta_raw if isinstance(meta_raw, Mapping) else {}
+    labels_raw = meta.get("labels")
+    labels: Mapping[str, Any] = labels_raw if isinstance(labels_raw, Mapping) else {}
+    candidates: list[tuple[object, str]] = []
+
+    owners = meta.get("ownerReferences")
+    if isinstance(owners, list):
+        refs = [o for o in owners if isinstance(o, Mapping)]
+        refs.sort(key=lambda o: o.get("controller") is not True)  # the controller first
+        for ref in refs[:1]:
+            kind, name = ref.get("kind"), ref.get("name")
+            if not isinstance(name, str):
+                continue
+            if kind == "ReplicaSet":
+                hash_ = labels.get(_POD_TEMPLATE_HASH)
+                if isinstance(hash_, str) and hash_ and name.endswith(f"-{hash_}"):
+                    candidates.append((name[: -len(hash_) - 1], "Deployment"))
+                    continue
+            candidates.append((name, str(kind)))
+    candidates.append((labels.get("app.kubernetes.io/name"), "label app.kubernetes.io/name"))
+    generate = meta.get("generateName")
+    if isinstance(generate, str):
+        candidates.append((generate.rstrip("-"), "generateName"))
+    candidates.append((meta.get("name"), "pod name"))
+
+    for value, source in candidates:
+        if not isinstance(value, str) or not value:
+            continue
+        try:
+            lease = lease_name(value)
+        except ValueError:
+            continue
+        return lease[len("leader-") :], source
+    return None
+
+
+def read_settings(pod: Mapping[str, Any], defaults: Timing) -> PodSettings | list[str]:
+    """The sidecar's settings from the pod, or the list of problems (never raises)."""
+    notes = annotations_of(pod)
+    problems: list[str] = []
+
+    for key in sorted(notes):
+        if key.startswith(PREFIX) and key not in KNOWN:
+            problems.append(
+                f"annotation {key} is not known; the known ones are "
+                + ", ".join(k[len(PREFIX) :] for k in KNOWN)
+                + f" (all under {PREFIX})"
+            )
+
+    election: tuple[str, str] | None
+    raw_name = notes.get(NAME)
+    if raw_name is not None:
+        try:
+            election = (lease_name(raw_name)[len("leader-") :], "annotation")
+        except ValueError:
+            election = None
+            problems.append(
+                problem(
+                    NAME,
+                    raw_name,
+                    'an election name with letters or digits, such as "main" or "my-app" '
+                    "(the Lease is leader-<name>, at most 253 characters)",
+                )
+            )
+    else:
+        election = default_election(pod)
+        if election is None:
+            problems.append(
+                f"cannot choose an election name: the pod has no owner, no "
+                f"app.kubernetes.io/name label, no generateName and no name; set {NAME}"
+            )
+
+    before = len(problems)
+    lease, lease_given = _duration(notes, LEASE_DURATION, defaults.lease_duration, problems)
+    renew, renew_given = _duration(notes, RENEW_DEADLINE, defaults.renew_deadline, problems)
+    retry, retry_given = _duration(notes, RETRY_PERIOD, defaults.retry_period, problems)
+    timing = Timing(lease_duration=lease, renew_deadline=renew, retry_period=retry)
+    if len(problems) == before:  # the rules between them only mean something once each parses
+        given = {
+            "lease-duration": lease_given,
+            "renew-deadline": renew_given,
+            "retry-period": retry_given,
+        }
+        problems += _timing_problems(timing, given)
+
+    state_dir = notes.get(STATE_DIR, DEFAULT_STATE_DIR)
+    if STATE_DIR in notes:
+        clean = state_dir.rstrip("/") if state_dir != "/" else state_dir
+        segments = clean.split("/")[1:]
+        if (
+            not _STATE_DIR.match(clean)
+            or any(s in (".", "..") for s in segments)
+            or len(clean) > 1024
+        ):
+            problems.append(
+                problem(
+                    STATE_DIR,
+                    state_dir,
+                    "an absolute directory path such as /var/run/leader-election "
+                    "(letters, digits, '.', '_', '-' and '/'; not / itself, no '..')",
+                )
+            )
+        else:
+            state_dir = clean
+
+    port = DEFAULT_PORT
+    raw_port = notes.get(PORT)
+    if raw_port is not None:
+        if raw_port.isascii() and raw_port.isdigit() and 1 <= int(raw_port) <= 65535:
+            port = int(raw_port)
+        else:
+            problems.append(
+                problem(PORT, raw_port, 'a port number from 1 to 65535, such as "4040"')
+            )
+
+    gate = notes.get(GATE_READINESS, "false")
+    if gate not in ("true", "false"):
+        problems.append(problem(GATE_READINESS, gate, '"true" or "false"'))
+
+    if problems or election is None:
+        return problems
+    return PodSettings(
+        election=election[0],
+        election_source=election[1],
+        timing=timing,
+        state_dir=state_dir,
+        port=port,
+        gate_readiness=gate == "true",
+    )

@@ -1,0 +1,100 @@
+"""``grelmicro-sidecar injector [flags]``: settings in, exit code out.
+
+Exit codes as for ``run`` (SPEC §7): 0 ok, 2 bad configuration or usage (one
+line on stderr naming the flag, no traceback), 1 runtime failure. kopf is
+imported only once the settings are valid, so ``--help`` and mistakes are fast.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import sys
+from pathlib import Path
+
+from ..logs import Logger
+from .settings import SettingsError, UsageError, check_files, injector_settings, parse_args
+from .webhookconfig import WEBHOOK_PATH, ca_bundle_of, webhook_configuration
+
+PROG = "grelmicro-sidecar injector"
+
+
+def _print_webhook_config(args: argparse.Namespace) -> int:
+    def get(name: str) -> str | None:
+        value = getattr(args, name, None)
+        return None if value is None else str(value)
+
+    ca_file = get("ca_file")
+    if not ca_file:
+        raise SettingsError(
+            "--print-webhook-config needs --ca-file (the PEM CA of the serving certificate)"
+        )
+    try:
+        ca = Path(ca_file).read_bytes()
+    except OSError as err:
+        raise SettingsError(f"--ca-file={ca_file!r}: cannot read it ({err.strerror})") from None
+    if b"-----BEGIN CERTIFICATE-----" not in ca:
+        raise SettingsError(f"--ca-file={ca_file!r} is not a PEM certificate")
+    excluded_raw = get("excluded_namespaces")
+    excluded = (
+        [n.strip() for n in excluded_raw.split(",") if n.strip()]
+        if excluded_raw is not None
+        else ["kube-system", get("service_namespace") or ""]
+    )
+    url, name, namespace = get("webhook_url"), get("service_name"), get("service_namespace")
+    if url:
+        config = webhook_configuration(ca_bundle_of(ca), url=url, excluded_namespaces=excluded)
+    elif name and namespace:
+        port = get("service_port") or "443"
+        if not (port.isdigit() and 1 <= int(port) <= 65535):
+            raise SettingsError(
+                f"--service-port={port!r} is not valid; expected a port number 1-65535"
+            )
+        config = webhook_configuration(
+            ca_bundle_of(ca),
+            service={
+                "namespace": namespace,
+                "name": name,
+                "port": int(port),
+                "path": WEBHOOK_PATH,
+            },
+            excluded_namespaces=excluded,
+        )
+    else:
+        raise SettingsError(
+            "--print-webhook-config needs --webhook-url, or --service-name and --service-namespace"
+        )
+    print(json.dumps(config, indent=2))
+    return 0
+
+
+def main(argv: list[str]) -> int:
+    try:
+        args = parse_args(argv)
+        if args.print_webhook_config:
+            return _print_webhook_config(args)
+        settings = injector_settings(args)
+        check_files(settings)
+    except SystemExit as exit_:  # --help
+        return int(exit_.code or 0)
+    except (UsageError, SettingsError) as err:
+        print(
+            f"{PROG}: {err}"
+            if not str(err).startswith("injector:")
+            else f"grelmicro-sidecar {err}",
+            file=sys.stderr,
+        )
+        return 2
+
+    from .operator import serve  # kopf is imported here, and only here
+
+    log = Logger(settings.log_level, component="injector")
+    try:
+        return asyncio.run(serve(settings, log))
+    except KeyboardInterrupt:
+        return 130
+    except OSError as err:
+        log.error("cannot serve", error=str(err))
+        print(f"{PROG}: cannot serve: {err}", file=sys.stderr)
+        return 1

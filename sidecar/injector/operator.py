@@ -1,0 +1,331 @@
+"""The kopf wiring of the injector: the webhook, the health port, the periodic duties.
+
+The only module that imports kopf. The admission handler is a thin adapter:
+``patch.decide`` does all the work (pure), this turns its decision into
+kopf's patch or ``kopf.AdmissionError``.
+
+Several replicas are safe, by design:
+
+- **The MutatingWebhookConfiguration is owned by the deployer** (the Helm
+  chart, built from ``webhookconfig``), not by kopf:
+  ``settings.admission.managed`` stays off. kopf's managed mode is written for
+  one operator: each replica would rewrite the whole configuration with *its
+  own* client config on start-up and strip its webhooks on exit, so during a
+  rolling update a stopping replica removes the webhook while the others still
+  run, and replicas with different (self-signed) certificates overwrite each
+  other's ``caBundle``. With a deployer-owned object all replicas are
+  interchangeable endpoints behind one Service with one certificate, and the
+  injector needs no RBAC on webhook configurations at all.
+- **No peering** (``standalone``): kopf's peering pauses all but one replica,
+  which is meant for watch handlers; every replica must answer admission
+  requests, and the injector needs no KopfPeering CRD.
+- **The sweep runs in every replica**: each delete carries the judged
+  ``resourceVersion``, so two replicas sweeping at once cost a 404/409, never a
+  wrong delete.
+- **Admission is stateless**: the decision depends only on the request.
+
+The serving certificate is read from files (a mounted Secret); kopf's
+``WebhookServer`` re-reads them when they change, so a rotated certificate
+is picked up without a restart.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import contextvars
+import logging
+import os
+import random
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any
+
+import aiohttp.web
+import kopf
+
+from ..kube.config import SERVICE_ACCOUNT_DIR, ConfigError
+from ..kube.config import load as load_config
+from ..kube.leases import ApiError, Forbidden
+from ..logs import LEVELS, Logger
+from . import rbac
+from .annotations import INJECT
+from .kubeapi import ClusterApi
+from .metrics import InjectorMetrics
+from .patch import decide
+from .settings import InjectorSettings
+from .sweep import sweep_cluster
+from .webhookconfig import WEBHOOK_PATH
+
+HANDLER_ID = WEBHOOK_PATH.strip("/")  # kopf routes POST /<id> to the handler with that id
+SWEEP_RBAC_FIX = (
+    "grant the injector's ServiceAccount a ClusterRole with list and delete on "
+    "leases.coordination.k8s.io and get on pods"
+)
+
+
+class _JsonLogs(logging.Handler):
+    """kopf and aiohttp log through ``logging``; this keeps one JSON object per line."""
+
+    def __init__(self, log: Logger):
+        super().__init__()
+        self.log = log
+
+    def emit(self, record: logging.LogRecord) -> None:
+        level = record.levelname.lower()
+        level = level if level in LEVELS else ("error" if record.levelno >= 40 else "info")
+        try:
+            message = record.getMessage()
+        except Exception:  # a bad format string must not kill the injector
+            message = str(record.msg)
+        self.log.log(level, message, logger=record.name)
+
+
+def _configure_logging(log: Logger, level: str) -> None:
+    handler = _JsonLogs(log)
+    root = logging.getLogger()
+    root.handlers[:] = [handler]
+    # kopf logs every handler run at INFO: one line per pod creation is noise.
+    root.setLevel(logging.DEBUG if level == "debug" else logging.WARNING)
+    logging.getLogger("aiohttp.access").setLevel(logging.WARNING)
+
+
+class _TimedWebhookServer(kopf.WebhookServer):
+    """kopf's server, with every admission request timed into the metrics."""
+
+    def __init__(self, metrics: InjectorMetrics, ready: asyncio.Event, **kwargs: Any):
+        super().__init__(**kwargs)
+        self.metrics = metrics
+        self.ready = ready
+
+    async def __call__(self, fn: Any) -> AsyncIterator[Any]:
+        metrics = self.metrics
+
+        async def timed(request: Any, **kwargs: Any) -> Any:
+            started = time.perf_counter()
+            box: dict[str, str] = {}
+            _OUTCOME.set(box)  # this request's task (and what kopf spawns from it) sees the box
+            response: Any = None
+            try:
+                response = await fn(request, **kwargs)
+                return response
+            finally:
+                metrics.observe(_outcome(box, response), time.perf_counter() - started)
+
+        async for client_config in super().__call__(timed):
+            self.ready.set()
+            yield client_config
+
+
+#: Carries the handler's decision to the timing wrapper, for the outcome label.
+_OUTCOME: contextvars.ContextVar[dict[str, str]] = contextvars.ContextVar("outcome")
+
+
+def _outcome(box: dict[str, str], response: Any) -> str:
+    if "outcome" in box:
+        return box["outcome"]
+    # kopf answered without calling the handler (a bad request), or the handler failed.
+    return "error"
+
+
+def build_registry(settings: InjectorSettings, log: Logger, metrics: InjectorMetrics) -> Any:
+    registry = kopf.OperatorRegistry()
+
+    @kopf.on.login(registry=registry)
+    def login(**kwargs: Any) -> Any:
+        if settings.kubeconfig:
+            os.environ["KUBECONFIG"] = settings.kubeconfig
+            return kopf.login_with_kubeconfig(**kwargs)
+        if os.environ.get("KUBERNETES_SERVICE_HOST") and (SERVICE_ACCOUNT_DIR / "token").exists():
+            return kopf.login_with_service_account(**kwargs)
+        return kopf.login_with_kubeconfig(**kwargs)
+
+    @kopf.on.mutate("v1", "pods", id=HANDLER_ID, operation="CREATE", registry=registry)
+    async def inject(body: Any, patch: Any, **_: Any) -> None:
+        decision = decide(body, settings.sidecar)
+        namespace = body.get("metadata", {}).get("namespace")
+        with contextlib.suppress(LookupError):
+            _OUTCOME.get()["outcome"] = decision.outcome
+        if decision.outcome == "denied":
+            log.info(
+                "denied a pod",
+                namespace=namespace,
+                generate_name=body.get("metadata", {}).get("generateName"),
+                reason=decision.message,
+            )
+            raise kopf.AdmissionError(decision.message, code=400)
+        for path, value in decision.changes.items():
+            patch.spec[path.removeprefix("/spec/")] = value
+        if decision.settings is not None and decision.outcome in ("injected", "completed"):
+            log.debug(
+                "injected the sidecar",
+                namespace=namespace,
+                election=decision.settings.election,
+                election_source=decision.settings.election_source,
+                outcome=decision.outcome,
+            )
+
+    if settings.auto_rbac:
+        api_box: dict[str, ClusterApi] = {}
+        ensured: set[tuple[str, str]] = set()
+
+        @kopf.on.event("v1", "pods", annotations={INJECT: "true"}, registry=registry)
+        async def grant(body: Any, type: str | None = None, **_: Any) -> None:
+            if type == "DELETED":
+                return
+            namespace = body.get("metadata", {}).get("namespace")
+            account = body.get("spec", {}).get("serviceAccountName") or "default"
+            if not namespace or (namespace, account) in ensured:
+                return
+            if namespace in settings.excluded_namespaces:
+                return
+            if "api" not in api_box:
+                api_box["api"] = ClusterApi(load_config(settings.kubeconfig))
+            try:
+                created = await rbac.ensure(api_box["api"], namespace, account)
+            except ApiError as err:
+                log.once(
+                    f"rbac:{namespace}:{account}",
+                    "warning",
+                    "auto-rbac: cannot create the Role/RoleBinding",
+                    namespace=namespace,
+                    service_account=account,
+                    error=str(err),
+                    fix="the injector must itself hold every verb it grants on leases "
+                    "(or 'bind' and 'escalate' on roles) and create on roles/rolebindings",
+                )
+                return
+            ensured.add((namespace, account))
+            if created:
+                metrics.rbac_created += created
+                log.info(
+                    "auto-rbac: granted leases to a ServiceAccount",
+                    namespace=namespace,
+                    service_account=account,
+                    role=rbac.ROLE_NAME,
+                )
+
+    return registry
+
+
+async def _health_server(
+    settings: InjectorSettings, metrics: InjectorMetrics, ready: asyncio.Event
+) -> aiohttp.web.AppRunner:
+    async def healthz(_: aiohttp.web.Request) -> aiohttp.web.Response:
+        if ready.is_set():
+            return aiohttp.web.Response(text="ok\n")
+        return aiohttp.web.Response(status=503, text="starting: the webhook is not serving yet\n")
+
+    async def render(_: aiohttp.web.Request) -> aiohttp.web.Response:
+        return aiohttp.web.Response(
+            text=metrics.render(), content_type="text/plain", charset="utf-8"
+        )
+
+    app = aiohttp.web.Application()
+    app.add_routes([aiohttp.web.get("/healthz", healthz), aiohttp.web.get("/metrics", render)])
+    runner = aiohttp.web.AppRunner(app, handle_signals=False, access_log=None)
+    await runner.setup()
+    site = aiohttp.web.TCPSite(runner, settings.host, settings.health_port)
+    await site.start()
+    return runner
+
+
+async def _every(interval: float, job: Callable[[], Awaitable[None]], stop: asyncio.Event) -> None:
+    while not stop.is_set():
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(stop.wait(), interval * random.uniform(0.9, 1.1))
+        if not stop.is_set():
+            await job()
+
+
+def _sweeper(
+    settings: InjectorSettings, log: Logger, metrics: InjectorMetrics
+) -> Callable[[], Awaitable[None]]:
+    api_box: dict[str, ClusterApi] = {}
+
+    def count(namespace: str, record: Any) -> None:
+        metrics.swept += 1
+
+    async def run_once() -> None:
+        try:
+            if "api" not in api_box:
+                api_box["api"] = ClusterApi(load_config(settings.kubeconfig))
+            result = await sweep_cluster(
+                api_box["api"], log, margin=settings.sweep_margin, on_delete=count
+            )
+        except Forbidden as err:
+            metrics.sweeps["error"] += 1
+            log.once("sweep:403", "error", "sweep: forbidden", error=str(err), fix=SWEEP_RBAC_FIX)
+            return
+        except (ApiError, ConfigError) as err:
+            metrics.sweeps["error"] += 1
+            log.warning("sweep: failed; will retry at the next interval", error=str(err))
+            return
+        log.forget("sweep:403")
+        metrics.sweeps["ok"] += 1
+        log.debug(
+            "sweep: done",
+            deleted=len(result.deleted),
+            kept_live=result.kept_live,
+            kept_holder_exists=result.kept_holder_exists,
+            kept_unreadable=result.kept_unreadable,
+        )
+
+    return run_once
+
+
+async def serve(settings: InjectorSettings, log: Logger) -> int:
+    _configure_logging(log, settings.log_level)
+    metrics = InjectorMetrics()
+    ready = asyncio.Event()
+    stop = asyncio.Event()
+
+    kopf_settings = kopf.OperatorSettings()
+    kopf_settings.admission.server = _TimedWebhookServer(
+        metrics,
+        ready,
+        addr=settings.host,
+        port=settings.port,
+        certfile=str(settings.tls_cert_file),
+        pkeyfile=str(settings.tls_key_file),
+    )
+    kopf_settings.admission.managed = None  # the deployer owns the configuration (docstring)
+    kopf_settings.peering.standalone = True
+    kopf_settings.scanning.disabled = True  # no CRD/namespace watches: less RBAC, less load
+    kopf_settings.posting.enabled = False  # no Events on pods for each admission
+    registry = build_registry(settings, log, metrics)
+
+    runner = await _health_server(settings, metrics, ready)
+    tasks = []
+    if settings.sweep_interval > 0:
+        tasks.append(
+            asyncio.create_task(
+                _every(settings.sweep_interval, _sweeper(settings, log, metrics), stop)
+            )
+        )
+    log.info(
+        "injector starting",
+        webhook=f"https://{settings.host}:{settings.port}{WEBHOOK_PATH}",
+        health=f"http://{settings.host}:{settings.health_port}/healthz",
+        image=settings.sidecar.image,
+        excluded_namespaces=list(settings.excluded_namespaces),
+        sweep_interval=settings.sweep_interval,
+        auto_rbac=settings.auto_rbac,
+    )
+    try:
+        await kopf.operator(
+            registry=registry,
+            settings=kopf_settings,
+            clusterwide=True,
+            standalone=True,
+        )
+    finally:
+        stop.set()
+        for task in tasks:
+            task.cancel()
+        for task in tasks:
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await task
+        await runner.cleanup()
+        log.info("injector stopped")
+    return 0

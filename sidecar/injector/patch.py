@@ -1,0 +1,292 @@
+"""The pod mutation: what injecting the sidecar changes in a Pod (SPEC §6, §8).
+
+Pure: a pod (the ``object`` of an AdmissionReview, a dict) and the injector's
+sidecar settings in, a ``Decision`` out. ``decide`` never raises; anything it
+cannot accept becomes a denial whose message names what to change.
+
+What an injected pod gets:
+
+- the sidecar as a *native sidecar*: the first init container, with
+  ``restartPolicy: Always``, so it starts before the app containers and stops
+  after them (the app stops before the Lease is released);
+- ``grelmicro-sidecar run`` with every setting spelled out as a flag (what the
+  pod runs is readable in ``kubectl get pod -o yaml``), pod name and namespace
+  from the downward API, probes on ``/healthz`` (and on ``/leader`` only when
+  readiness is gated), the restricted securityContext;
+- the ``leader-election`` emptyDir (memory-backed), read-write in the sidecar
+  and read-only in every app container, with ``LEADER_ELECTION_STATE_FILE`` and
+  ``LEADER_ELECTION_URL`` in their env (a value the pod already sets wins).
+
+Idempotent: a pod that already has a container named ``grelmicro-sidecar`` is
+never given a second one; only app containers that lack the mount or the env
+(added by a later webhook, on reinvocation) are completed. Deciding again on
+the result of a decision yields no change.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from ..durations import format_duration
+from ..election import Timing
+from .annotations import (
+    PORT,
+    STATE_DIR,
+    PodSettings,
+    read_settings,
+    show,
+    wants_injection,
+)
+
+CONTAINER_NAME = "grelmicro-sidecar"
+VOLUME_NAME = "leader-election"
+PORT_NAME = "leader-http"
+STATE_FILE_ENV = "LEADER_ELECTION_STATE_FILE"
+URL_ENV = "LEADER_ELECTION_URL"
+#: The sidecar runs as this user and group when the image does not say otherwise.
+RUN_AS = 65532
+
+Outcome = Literal["injected", "completed", "unchanged", "skipped", "denied"]
+
+
+@dataclass(frozen=True)
+class SidecarSpec:
+    """What the injector puts in every sidecar (its flags), and the timing defaults."""
+
+    image: str
+    pull_policy: str = "IfNotPresent"
+    cpu_request: str = "10m"
+    memory_request: str = "32Mi"
+    memory_limit: str = "64Mi"
+    timing: Timing = field(default_factory=Timing)
+
+
+@dataclass(frozen=True)
+class Decision:
+    """``injected``/``completed``: ``changes`` maps a JSON pointer to its new value.
+
+    ``unchanged``: the pod already has everything. ``skipped``: not asked for
+    (no ``inject: "true"``). ``denied``: ``message`` says what to fix.
+    """
+
+    outcome: Outcome
+    changes: dict[str, Any] = field(default_factory=dict)
+    message: str = ""
+    settings: PodSettings | None = None
+
+    @property
+    def allowed(self) -> bool:
+        return self.outcome != "denied"
+
+    def json_patch(self) -> list[dict[str, Any]]:
+        """RFC 6902 ops; ``add`` replaces an existing member, so it fits both cases."""
+        return [{"op": "add", "path": path, "value": value} for path, value in self.changes.items()]
+
+
+def _list(spec: Mapping[str, Any], key: str) -> list[Any]:
+    value = spec.get(key)
+    return list(value) if isinstance(value, list) else []
+
+
+def _name(container: Any) -> str:
+    return str(container.get("name", "")) if isinstance(container, Mapping) else ""
+
+
+def _dicts(items: Any) -> list[Mapping[str, Any]]:
+    return [i for i in items if isinstance(i, Mapping)] if isinstance(items, list) else []
+
+
+def _norm(path: Any) -> str:
+    text = str(path)
+    return text.rstrip("/") or "/"
+
+
+def sidecar_container(settings: PodSettings, spec: SidecarSpec) -> dict[str, Any]:
+    timing = settings.timing
+    container: dict[str, Any] = {
+        "name": CONTAINER_NAME,
+        "image": spec.image,
+        "imagePullPolicy": spec.pull_policy,
+        "restartPolicy": "Always",
+        "args": [
+            "run",
+            f"--election={settings.election}",
+            f"--lease-duration={format_duration(timing.lease_duration)}",
+            f"--renew-deadline={format_duration(timing.renew_deadline)}",
+            f"--retry-period={format_duration(timing.retry_period)}",
+            f"--state-dir={settings.state_dir}",
+            f"--port={settings.port}",
+        ],
+        "env": [
+            {"name": "POD_NAME", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}},
+            {
+                "name": "POD_NAMESPACE",
+                "valueFrom": {"fieldRef": {"fieldPath": "metadata.namespace"}},
+            },
+        ],
+        "ports": [{"name": PORT_NAME, "containerPort": settings.port, "protocol": "TCP"}],
+        "startupProbe": {
+            "httpGet": {"path": "/healthz", "port": PORT_NAME},
+            "periodSeconds": 1,
+            "failureThreshold": 30,
+            "timeoutSeconds": 1,
+        },
+        "livenessProbe": {
+            "httpGet": {"path": "/healthz", "port": PORT_NAME},
+            "periodSeconds": 10,
+            "failureThreshold": 3,
+            "timeoutSeconds": 2,
+        },
+        "resources": {
+            "requests": {"cpu": spec.cpu_request, "memory": spec.memory_request},
+            "limits": {"memory": spec.memory_limit},
+        },
+        "securityContext": {
+            "runAsNonRoot": True,
+            "runAsUser": RUN_AS,
+            "runAsGroup": RUN_AS,
+            "readOnlyRootFilesystem": True,
+            "allowPrivilegeEscalation": False,
+            "capabilities": {"drop": ["ALL"]},
+            "seccompProfile": {"type": "RuntimeDefault"},
+        },
+        "volumeMounts": [{"name": VOLUME_NAME, "mountPath": settings.state_dir}],
+        "terminationMessagePolicy": "FallbackToLogsOnError",
+    }
+    if settings.gate_readiness:
+        container["readinessProbe"] = {
+            "httpGet": {"path": "/leader", "port": PORT_NAME},
+            "periodSeconds": 2,
+            "failureThreshold": 1,
+            "successThreshold": 1,
+            "timeoutSeconds": 1,
+        }
+    return container
+
+
+def volume() -> dict[str, Any]:
+    return {"name": VOLUME_NAME, "emptyDir": {"medium": "Memory", "sizeLimit": "1Mi"}}
+
+
+def _complete_app_container(
+    container: Mapping[str, Any], settings: PodSettings
+) -> dict[str, Any] | None:
+    """The container with the read-only mount and the env added, or None when it has both."""
+    mounts = _dicts(container.get("volumeMounts"))
+    env = _dicts(container.get("env"))
+    names = {str(e.get("name")) for e in env}
+    has_mount = any(m.get("name") == VOLUME_NAME for m in mounts)
+    wanted_env = [
+        {"name": STATE_FILE_ENV, "value": settings.state_file},
+        {"name": URL_ENV, "value": f"http://127.0.0.1:{settings.port}/leader"},
+    ]
+    missing_env = [e for e in wanted_env if e["name"] not in names]
+    if has_mount and not missing_env:
+        return None
+    out = dict(container)
+    if not has_mount:
+        out["volumeMounts"] = [
+            *mounts,
+            {"name": VOLUME_NAME, "mountPath": settings.state_dir, "readOnly": True},
+        ]
+    if missing_env:
+        out["env"] = [*env, *missing_env]
+    return out
+
+
+def _conflicts(
+    spec: Mapping[str, Any], settings: PodSettings, containers: list[Any], inits: list[Any]
+) -> list[str]:
+    """What in the pod would make the injected one fail to be accepted or to run."""
+    problems = []
+    volumes = _dicts(spec.get("volumes"))
+    if any(v.get("name") == VOLUME_NAME for v in volumes):
+        problems.append(
+            f"the pod already has a volume named {VOLUME_NAME!r} (the injector adds its own); "
+            "rename that volume"
+        )
+    for c in _dicts(containers) + _dicts(inits):
+        for m in _dicts(c.get("volumeMounts")):
+            if _norm(m.get("mountPath", "")) == settings.state_dir:
+                problems.append(
+                    f"container {_name(c)!r} already mounts {m.get('name')!r} at "
+                    f"{settings.state_dir}, where the sidecar's state directory goes; "
+                    f"set annotation {STATE_DIR} to another path"
+                )
+        for p in _dicts(c.get("ports")):
+            if p.get("containerPort") == settings.port and p.get("protocol", "TCP") == "TCP":
+                problems.append(
+                    f"container {_name(c)!r} declares port {settings.port}, which the sidecar "
+                    f"would listen on; set annotation {PORT} to a free port, "
+                    f"such as {show(str(4041 if settings.port == 4040 else 4040))}"
+                )
+    return problems
+
+
+def decide(pod: Mapping[str, Any], spec: SidecarSpec) -> Decision:
+    """Inject, complete, leave alone, skip or deny; never raises."""
+    try:
+        return _decide(pod, spec)
+    except Exception as err:  # pragma: no cover - a bug must deny clearly, not 500
+        return Decision(
+            "denied",
+            message=f"the injector could not process this pod ({type(err).__name__}: {err}); "
+            "please report this with the pod manifest",
+        )
+
+
+def _decide(pod: Mapping[str, Any], spec: SidecarSpec) -> Decision:
+    if not isinstance(pod, Mapping) or not wants_injection(pod):
+        return Decision("skipped")
+    settings = read_settings(pod, spec.timing)
+    if isinstance(settings, list):
+        return Decision("denied", message="; ".join(settings))
+
+    raw_spec = pod.get("spec")
+    pod_spec: Mapping[str, Any] = raw_spec if isinstance(raw_spec, Mapping) else {}
+    containers = _list(pod_spec, "containers")
+    inits = _list(pod_spec, "initContainers")
+    present = any(_name(c) == CONTAINER_NAME for c in containers + inits)
+
+    changes: dict[str, Any] = {}
+    if not present:
+        problems = _conflicts(pod_spec, settings, containers, inits)
+        if problems:
+            return Decision("denied", message="; ".join(problems), settings=settings)
+        changes["/spec/initContainers"] = [sidecar_container(settings, spec), *inits]
+
+    completed = False
+    new_containers = []
+    for c in containers:
+        done = (
+            _complete_app_container(c, settings)
+            if isinstance(c, Mapping) and _name(c) != CONTAINER_NAME
+            else None
+        )
+        completed |= done is not None
+        new_containers.append(done if done is not None else c)
+    if completed:
+        changes["/spec/containers"] = new_containers
+
+    volumes = _list(pod_spec, "volumes")
+    if not any(_name(v) == VOLUME_NAME for v in volumes):
+        changes["/spec/volumes"] = [*volumes, volume()]
+
+    if not changes:
+        return Decision("unchanged", settings=settings)
+    return Decision("injected" if not present else "completed", changes=changes, settings=settings)
+
+
+def apply(pod: Mapping[str, Any], decision: Decision) -> dict[str, Any]:
+    """The pod after ``decision`` (for tests and for checking idempotency)."""
+    out = copy.deepcopy(dict(pod))
+    for path, value in decision.changes.items():
+        *parents, last = path.strip("/").split("/")
+        node = out
+        for key in parents:
+            node = node.setdefault(key, {})
+        node[last] = copy.deepcopy(value)
+    return out

@@ -1,0 +1,264 @@
+"""Settings of ``grelmicro-sidecar injector``, validated before anything starts.
+
+Each flag can also come from ``GRELMICRO_INJECTOR_<FLAG>`` (upper case, ``-``
+→ ``_``); the command line wins. Every problem is one line naming the flag (or
+its env variable) and the accepted form; ``main`` turns it into exit code 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import NoReturn
+
+from ..durations import ACCEPTED_FORM, parse_duration
+from ..election import Timing
+from ..logs import LEVELS
+from .patch import SidecarSpec
+
+ENV_PREFIX = "GRELMICRO_INJECTOR_"
+DEFAULT_TLS_DIR = "/etc/grelmicro-sidecar/tls"
+PULL_POLICIES = ("Always", "IfNotPresent", "Never")
+
+_QUANTITY = re.compile(r"^\d+(\.\d+)?(m|k|M|G|T|P|E|Ki|Mi|Gi|Ti|Pi|Ei)?$")
+_DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
+_TRUE = ("true", "1", "yes", "on")
+_FALSE = ("false", "0", "no", "off")
+
+
+class SettingsError(Exception):
+    """A flag or env value is wrong; the message names it and the accepted form."""
+
+
+class UsageError(SettingsError):
+    pass
+
+
+def env_name(flag: str) -> str:
+    return ENV_PREFIX + flag.upper().replace("-", "_")
+
+
+@dataclass(frozen=True)
+class InjectorSettings:
+    host: str
+    port: int
+    tls_cert_file: Path
+    tls_key_file: Path
+    health_port: int
+    sidecar: SidecarSpec
+    excluded_namespaces: tuple[str, ...]
+    sweep_interval: float  # 0: no sweep
+    sweep_margin: float
+    auto_rbac: bool
+    log_level: str
+    kubeconfig: str | None
+    own_namespace: str | None = None
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> NoReturn:
+        raise UsageError(f"injector: {message} (see --help)")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = _Parser(
+        prog="grelmicro-sidecar injector",
+        description="Admission webhook that injects the leader-election sidecar into pods "
+        'annotated leader-election.grelmicro.io/inject: "true". Each flag can also be set '
+        f"by env {ENV_PREFIX}<FLAG> (upper case, '-' -> '_'); the flag wins.",
+    )
+    add = p.add_argument
+    add("--host", help="address of the HTTPS webhook listener (default 0.0.0.0)")
+    add("--port", help="HTTPS webhook port; the webhook path is /inject (default 8443)")
+    add("--tls-cert-file", help=f"serving certificate, PEM (default {DEFAULT_TLS_DIR}/tls.crt)")
+    add("--tls-key-file", help=f"serving key, PEM (default {DEFAULT_TLS_DIR}/tls.key)")
+    add("--health-port", help="plain HTTP port for GET /healthz and /metrics (default 8080)")
+    add("--sidecar-image", help="image of the injected sidecar (required)")
+    add("--sidecar-image-pull-policy", help="Always, IfNotPresent or Never (default IfNotPresent)")
+    add("--sidecar-cpu-request", help="CPU request of the sidecar (default 10m)")
+    add("--sidecar-memory-request", help="memory request of the sidecar (default 32Mi)")
+    add("--sidecar-memory-limit", help="memory limit of the sidecar (default 64Mi)")
+    add("--lease-duration", help="default for pods without the annotation (default 15s)")
+    add("--renew-deadline", help="default for pods without the annotation (default 10s)")
+    add("--retry-period", help="default for pods without the annotation (default 2s)")
+    add(
+        "--excluded-namespaces",
+        help="comma-separated namespaces never injected (default kube-system and $POD_NAMESPACE)",
+    )
+    add("--sweep-interval", help="period of the expired-Lease sweep; 0 disables (default 60s)")
+    add("--sweep-margin", help="how long past expiry a Lease must be to be swept (default 60s)")
+    add(
+        "--auto-rbac",
+        help="true: ensure a Role and RoleBinding on leases for the ServiceAccount of each "
+        "injected pod (default false)",
+    )
+    add("--log-level", help="debug, info, warning or error (default info)")
+    add("--kubeconfig", help="default: in-cluster, then $KUBECONFIG, then ~/.kube/config")
+    add(
+        "--print-webhook-config",
+        action="store_true",
+        help="print the MutatingWebhookConfiguration as JSON and exit; needs --ca-file and "
+        "--webhook-url or --service-name/--service-namespace",
+    )
+    add("--ca-file", help="(with --print-webhook-config) PEM CA of the serving certificate")
+    add("--webhook-url", help="(with --print-webhook-config) e.g. https://127.0.0.1:8443/inject")
+    add("--service-name", help="(with --print-webhook-config) the injector's Service")
+    add("--service-namespace", help="(with --print-webhook-config) the Service's namespace")
+    add("--service-port", help="(with --print-webhook-config) the Service's port (default 443)")
+    return p
+
+
+class _Source:
+    def __init__(self, args: argparse.Namespace, environ: dict[str, str]):
+        self.args = args
+        self.environ = environ
+
+    def raw(self, flag: str) -> str | None:
+        value = getattr(self.args, flag.replace("-", "_"), None)
+        if value is not None:
+            return str(value)
+        return self.environ.get(env_name(flag))
+
+    def where(self, flag: str) -> str:
+        if getattr(self.args, flag.replace("-", "_"), None) is not None:
+            return f"--{flag}"
+        return env_name(flag)
+
+    def fail(self, flag: str, value: str, accepted: str) -> NoReturn:
+        raise SettingsError(f"{self.where(flag)}={value!r} is not valid; expected {accepted}")
+
+    def port(self, flag: str, default: int) -> int:
+        raw = self.raw(flag)
+        if raw is None:
+            return default
+        if not (raw.isascii() and raw.isdigit() and 1 <= int(raw) <= 65535):
+            self.fail(flag, raw, "a port number from 1 to 65535")
+        return int(raw)
+
+    def duration(self, flag: str, default: float, *, zero: bool = False) -> float:
+        raw = self.raw(flag)
+        if raw is None:
+            return default
+        try:
+            value = parse_duration(raw)
+        except ValueError:
+            value = -1.0
+        if raw.strip() == "0" and zero:
+            return 0.0
+        if value < 0 or (value == 0 and not zero):
+            self.fail(flag, raw, ACCEPTED_FORM + (", or 0 to disable" if zero else ""))
+        return value
+
+    def quantity(self, flag: str, default: str) -> str:
+        raw = self.raw(flag)
+        if raw is None:
+            return default
+        if not _QUANTITY.match(raw):
+            self.fail(flag, raw, "a Kubernetes quantity such as 10m, 0.5, 32Mi or 1Gi")
+        return raw
+
+    def boolean(self, flag: str, default: bool) -> bool:
+        raw = self.raw(flag)
+        if raw is None:
+            return default
+        if raw.lower() in _TRUE:
+            return True
+        if raw.lower() in _FALSE:
+            return False
+        self.fail(flag, raw, "true or false")
+
+
+def parse_args(argv: Sequence[str]) -> argparse.Namespace:
+    return build_parser().parse_args(list(argv))
+
+
+def injector_settings(
+    args: argparse.Namespace, environ: dict[str, str] | None = None
+) -> InjectorSettings:
+    src = _Source(args, dict(os.environ) if environ is None else environ)
+
+    image = (src.raw("sidecar-image") or "").strip()
+    if not image or any(ch.isspace() for ch in image):
+        raise SettingsError(
+            f"--sidecar-image (or {env_name('sidecar-image')}) is required: the image of the "
+            "injected sidecar, e.g. --sidecar-image=ghcr.io/example/grelmicro-sidecar:0.1.0"
+        )
+    policy = src.raw("sidecar-image-pull-policy") or "IfNotPresent"
+    if policy not in PULL_POLICIES:
+        src.fail("sidecar-image-pull-policy", policy, " or ".join(PULL_POLICIES))
+
+    timing = Timing(
+        lease_duration=src.duration("lease-duration", 15.0),
+        renew_deadline=src.duration("renew-deadline", 10.0),
+        retry_period=src.duration("retry-period", 2.0),
+    )
+    problems = timing.problems()
+    if problems:
+        raise SettingsError(
+            f"--lease-duration/--renew-deadline/--retry-period: {problems[0]} (SPEC §3)"
+        )
+
+    own = src.environ.get("POD_NAMESPACE") or None
+    raw_excluded = src.raw("excluded-namespaces")
+    if raw_excluded is None:
+        excluded = ["kube-system", *([own] if own else [])]
+    else:
+        excluded = [n.strip() for n in raw_excluded.split(",") if n.strip()]
+        for n in excluded:
+            if not _DNS_LABEL.match(n):
+                src.fail(
+                    "excluded-namespaces",
+                    raw_excluded,
+                    "a comma-separated list of namespace names, e.g. kube-system,ops",
+                )
+
+    level = (src.raw("log-level") or "info").lower()
+    if level not in LEVELS:
+        src.fail("log-level", level, " or ".join(LEVELS))
+
+    host = src.raw("host") or "0.0.0.0"
+    if not host.strip() or any(ch.isspace() for ch in host):
+        src.fail("host", host, "an address to listen on, such as 0.0.0.0 or 127.0.0.1")
+
+    return InjectorSettings(
+        host=host,
+        port=src.port("port", 8443),
+        tls_cert_file=Path(src.raw("tls-cert-file") or f"{DEFAULT_TLS_DIR}/tls.crt"),
+        tls_key_file=Path(src.raw("tls-key-file") or f"{DEFAULT_TLS_DIR}/tls.key"),
+        health_port=src.port("health-port", 8080),
+        sidecar=SidecarSpec(
+            image=image,
+            pull_policy=policy,
+            cpu_request=src.quantity("sidecar-cpu-request", "10m"),
+            memory_request=src.quantity("sidecar-memory-request", "32Mi"),
+            memory_limit=src.quantity("sidecar-memory-limit", "64Mi"),
+            timing=timing,
+        ),
+        excluded_namespaces=tuple(dict.fromkeys(excluded)),
+        sweep_interval=src.duration("sweep-interval", 60.0, zero=True),
+        sweep_margin=src.duration("sweep-margin", 60.0, zero=True),
+        auto_rbac=src.boolean("auto-rbac", False),
+        log_level=level,
+        kubeconfig=src.raw("kubeconfig") or None,
+        own_namespace=own,
+    )
+
+
+def check_files(settings: InjectorSettings) -> None:
+    """The TLS files exist and are readable (a missing Secret mount is a config error)."""
+    for flag, path in (
+        ("tls-cert-file", settings.tls_cert_file),
+        ("tls-key-file", settings.tls_key_file),
+    ):
+        try:
+            with path.open("rb") as fh:
+                fh.read(1)
+        except OSError as err:
+            raise SettingsError(
+                f"--{flag}={str(path)!r}: cannot read it ({err.strerror}); mount the serving "
+                "certificate Secret there, or pass the PEM files' paths"
+            ) from None

@@ -1,0 +1,120 @@
+"""The MutatingWebhookConfiguration of the injector: its single definition.
+
+The Helm chart renders the same object and its test compares the two, and the
+cluster tests register the local injector with it; change it here only.
+
+Why this shape (the blast radius):
+
+- ``matchConditions`` (CEL on ``leader-election.grelmicro.io/inject == "true"``)
+  makes the API server call the webhook for annotated pods only, so an injector
+  outage never blocks anyone else's pods;
+- ``failurePolicy: Fail``: an annotated pod is refused while the injector is
+  down rather than started without its sidecar (which would silently run the
+  workload with no leader election at all);
+- ``namespaceSelector`` leaves the excluded namespaces (``kube-system`` and the
+  injector's own, so the injector can always be restarted) out entirely;
+- ``reinvocationPolicy: IfNeeded``: when a later webhook adds a container, the
+  injector is called again and gives it the mount and env (it never adds a
+  second sidecar);
+- ``sideEffects: None``: admission only computes a patch; anything with an
+  effect on the cluster (the optional RBAC) happens outside the request.
+
+Ownership: the deployer (chart or test) owns this object, not kopf; see
+``operator`` for why that makes several replicas safe.
+"""
+
+from __future__ import annotations
+
+import base64
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from .annotations import INJECT
+
+CONFIG_NAME = "grelmicro-sidecar-injector"
+WEBHOOK_NAME = "inject.leader-election.grelmicro.io"
+WEBHOOK_PATH = "/inject"
+NAMESPACE_LABEL = "kubernetes.io/metadata.name"
+TIMEOUT_SECONDS = 10
+
+#: CEL, guarded so a pod without annotations evaluates to false, never to an error.
+MATCH_EXPRESSION = (
+    "has(object.metadata.annotations) && "
+    f"'{INJECT}' in object.metadata.annotations && "
+    f"object.metadata.annotations['{INJECT}'] == 'true'"
+)
+
+
+def ca_bundle_of(pem: bytes) -> str:
+    """The ``caBundle`` field for a PEM CA certificate (base64 of the PEM)."""
+    return base64.b64encode(pem).decode("ascii")
+
+
+def webhook_configuration(
+    ca_bundle: str,
+    *,
+    url: str | None = None,
+    service: Mapping[str, Any] | None = None,
+    excluded_namespaces: Iterable[str] = ("kube-system",),
+    name: str = CONFIG_NAME,
+) -> dict[str, Any]:
+    """The MutatingWebhookConfiguration as a dict.
+
+    ``ca_bundle``: base64 of the PEM CA that signed the serving certificate
+    (``ca_bundle_of``). Exactly one of ``url`` (e.g.
+    ``https://127.0.0.1:8443/inject``) or ``service``
+    (``{"namespace", "name", "port" (443), "path" ("/inject")}``).
+    ``excluded_namespaces``: never sent to the webhook (sorted, deduplicated).
+    """
+    if (url is None) == (service is None):
+        raise ValueError("give exactly one of url or service")
+    client: dict[str, Any] = {"caBundle": ca_bundle}
+    if url is not None:
+        client["url"] = url
+    else:
+        assert service is not None
+        client["service"] = {
+            "namespace": str(service["namespace"]),
+            "name": str(service["name"]),
+            "port": int(service.get("port", 443)),
+            "path": str(service.get("path", WEBHOOK_PATH)),
+        }
+    excluded = sorted({n for n in excluded_namespaces if n})
+    selector: dict[str, Any] = {}
+    if excluded:
+        selector = {
+            "matchExpressions": [{"key": NAMESPACE_LABEL, "operator": "NotIn", "values": excluded}]
+        }
+    return {
+        "apiVersion": "admissionregistration.k8s.io/v1",
+        "kind": "MutatingWebhookConfiguration",
+        "metadata": {
+            "name": name,
+            "labels": {"app.kubernetes.io/name": "grelmicro-sidecar"},
+        },
+        "webhooks": [
+            {
+                "name": WEBHOOK_NAME,
+                "admissionReviewVersions": ["v1"],
+                "clientConfig": client,
+                "rules": [
+                    {
+                        "apiGroups": [""],
+                        "apiVersions": ["v1"],
+                        "resources": ["pods"],
+                        "operations": ["CREATE"],
+                        "scope": "Namespaced",
+                    }
+                ],
+                "matchConditions": [
+                    {"name": "inject-annotation-true", "expression": MATCH_EXPRESSION}
+                ],
+                "namespaceSelector": selector,
+                "failurePolicy": "Fail",
+                "sideEffects": "None",
+                "timeoutSeconds": TIMEOUT_SECONDS,
+                "reinvocationPolicy": "IfNeeded",
+                "matchPolicy": "Equivalent",
+            }
+        ],
+    }
