@@ -1,0 +1,202 @@
+{{/* Names -------------------------------------------------------------- */}}
+
+{{- define "grelmicro-sidecar.name" -}}
+{{- default .Chart.Name .Values.nameOverride | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{/* The release's full name; "grelmicro-sidecar" for a release of that name. */}}
+{{- define "grelmicro-sidecar.fullname" -}}
+{{- if .Values.fullnameOverride }}
+{{- .Values.fullnameOverride | trunc 63 | trimSuffix "-" }}
+{{- else }}
+{{- $name := default .Chart.Name .Values.nameOverride }}
+{{- if contains $name .Release.Name }}
+{{- .Release.Name | trunc 63 | trimSuffix "-" }}
+{{- else }}
+{{- printf "%s-%s" .Release.Name $name | trunc 63 | trimSuffix "-" }}
+{{- end }}
+{{- end }}
+{{- end }}
+
+{{- define "grelmicro-sidecar.chart" -}}
+{{- printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{- define "grelmicro-sidecar.selectorLabels" -}}
+app.kubernetes.io/name: {{ include "grelmicro-sidecar.name" . }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+app.kubernetes.io/component: injector
+{{- end }}
+
+{{/* Every object's labels, without app.kubernetes.io/component (see "labels"). */}}
+{{- define "grelmicro-sidecar.commonLabels" -}}
+helm.sh/chart: {{ include "grelmicro-sidecar.chart" . }}
+app.kubernetes.io/name: {{ include "grelmicro-sidecar.name" . }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+app.kubernetes.io/part-of: grelmicro-sidecar
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+{{- end }}
+
+{{- define "grelmicro-sidecar.labels" -}}
+{{ include "grelmicro-sidecar.commonLabels" . }}
+app.kubernetes.io/component: injector
+{{- end }}
+
+{{- define "grelmicro-sidecar.serviceAccountName" -}}
+{{- if .Values.serviceAccount.create }}
+{{- default (include "grelmicro-sidecar.fullname" .) .Values.serviceAccount.name }}
+{{- else }}
+{{- required "serviceAccount.name is required when serviceAccount.create is false" .Values.serviceAccount.name }}
+{{- end }}
+{{- end }}
+
+{{- define "grelmicro-sidecar.webhookConfigName" -}}
+{{- printf "%s-injector" (include "grelmicro-sidecar.fullname" .) | trunc 253 }}
+{{- end }}
+
+{{- define "grelmicro-sidecar.tlsSecretName" -}}
+{{- printf "%s-tls" (include "grelmicro-sidecar.fullname" .) }}
+{{- end }}
+
+{{/* The Service's DNS names, which the serving certificate must carry. */}}
+{{- define "grelmicro-sidecar.serviceDNSNames" -}}
+{{- $svc := include "grelmicro-sidecar.fullname" . }}
+{{- list $svc (printf "%s.%s" $svc .Release.Namespace) (printf "%s.%s.svc" $svc .Release.Namespace) | toJson }}
+{{- end }}
+
+{{/* Where `helm test` dry-runs its pods: test.namespace, or one it creates. */}}
+{{- define "grelmicro-sidecar.testNamespace" -}}
+{{- default (printf "%s-test" (include "grelmicro-sidecar.fullname" .) | trunc 63 | trimSuffix "-") .Values.test.namespace }}
+{{- end }}
+
+{{/* Images ------------------------------------------------------------- */}}
+
+{{- define "grelmicro-sidecar.image" -}}
+{{- printf "%s:%s" .Values.image.repository (default .Chart.AppVersion .Values.image.tag) }}
+{{- end }}
+
+{{- define "grelmicro-sidecar.sidecarImage" -}}
+{{- $repo := default .Values.image.repository .Values.sidecar.image.repository }}
+{{- $tag := default (default .Chart.AppVersion .Values.image.tag) .Values.sidecar.image.tag }}
+{{- printf "%s:%s" $repo $tag }}
+{{- end }}
+
+{{/* Namespaces the webhook never sees: kube-system, the release's, and the extra ones; sorted, unique (as sidecar.injector.webhookconfig builds them). */}}
+{{- define "grelmicro-sidecar.excludedNamespaces" -}}
+{{- concat (list "kube-system" .Release.Namespace) .Values.webhook.excludedNamespaces | uniq | sortAlpha | toJson }}
+{{- end }}
+
+{{/* Timings ------------------------------------------------------------ */}}
+
+{{/* Milliseconds in a Go-style duration ("15s", "1500ms", "1m30s"); the schema has checked its form. */}}
+{{- define "grelmicro-sidecar.millis" -}}
+{{- $total := 0.0 }}
+{{- range regexFindAll "[0-9]+(\\.[0-9]+)?(ms|s|m|h)" . -1 }}
+{{- $number := regexFind "^[0-9]+(\\.[0-9]+)?" . | float64 }}
+{{- $unit := regexReplaceAll "^[0-9]+(\\.[0-9]+)?" . "" }}
+{{- $scale := get (dict "ms" 1.0 "s" 1000.0 "m" 60000.0 "h" 3600000.0) $unit }}
+{{- $total = addf $total (mulf $number $scale) }}
+{{- end }}
+{{- $total }}
+{{- end }}
+
+{{/* SPEC §3, checked before anything reaches the cluster (the injector checks them again at start-up). */}}
+{{- define "grelmicro-sidecar.validate" -}}
+{{- $s := .Values.sidecar }}
+{{- $lease := include "grelmicro-sidecar.millis" $s.leaseDuration | float64 }}
+{{- $renew := include "grelmicro-sidecar.millis" $s.renewDeadline | float64 }}
+{{- $retry := include "grelmicro-sidecar.millis" $s.retryPeriod | float64 }}
+{{- if not (gt $retry 0.0) }}
+{{- fail (printf "sidecar.retryPeriod (%s) must be greater than 0" $s.retryPeriod) }}
+{{- end }}
+{{- if not (gt $renew (mulf 1.2 $retry)) }}
+{{- fail (printf "sidecar.renewDeadline (%s) must be greater than 1.2 × sidecar.retryPeriod (%s)" $s.renewDeadline $s.retryPeriod) }}
+{{- end }}
+{{- if not (gt $lease $renew) }}
+{{- fail (printf "sidecar.leaseDuration (%s) must be greater than sidecar.renewDeadline (%s)" $s.leaseDuration $s.renewDeadline) }}
+{{- end }}
+{{- if or (lt $lease 1000.0) (ne (mod (int64 $lease) 1000) 0) (ne $lease (float64 (int64 $lease))) }}
+{{- fail (printf "sidecar.leaseDuration (%s) must be a whole number of seconds, such as 15s or 1m (a Lease's leaseDurationSeconds is an integer)" $s.leaseDuration) }}
+{{- end }}
+{{- if has (include "grelmicro-sidecar.testNamespace" .) (include "grelmicro-sidecar.excludedNamespaces" . | fromJsonArray) }}
+{{- fail (printf "test.namespace (%s) is excluded from injection (kube-system, the release's namespace and webhook.excludedNamespaces); pick a namespace the webhook sees" (include "grelmicro-sidecar.testNamespace" .)) }}
+{{- end }}
+{{- if and .Values.webhook.caBundle (not .Values.webhook.url) }}
+{{- fail "webhook.caBundle is only used with webhook.url (an injector outside the cluster); remove it, or set webhook.url" }}
+{{- end }}
+{{- if and .Values.webhook.url .Values.tls.certManager.enabled (not .Values.webhook.caBundle) }}
+{{- fail "webhook.url with tls.certManager.enabled needs webhook.caBundle: cert-manager only injects the CA of the in-cluster Service's certificate" }}
+{{- end }}
+{{- end }}
+
+{{/* TLS ---------------------------------------------------------------- */}}
+
+{{/*
+The chart-generated CA and serving certificate, as JSON {"ca", "crt", "key"} (PEM).
+
+Generated once per render and cached in .Values, so the Secret, the webhook's
+caBundle and the Deployment's checksum all see the same material whatever order
+the templates are rendered in. On upgrade, the existing Secret is reused as long
+as it holds all three, so the CA the API server trusts never changes behind the
+running injector's back.
+*/}}
+{{- define "grelmicro-sidecar.tlsMaterial" -}}
+{{- if not (hasKey .Values "__tls") }}
+{{- $existing := lookup "v1" "Secret" .Release.Namespace (include "grelmicro-sidecar.tlsSecretName" .) }}
+{{- $data := dict }}
+{{- if $existing }}{{ $data = default (dict) $existing.data }}{{ end }}
+{{- $material := dict }}
+{{- if and (index $data "ca.crt") (index $data "tls.crt") (index $data "tls.key") }}
+{{- $material = dict "ca" (index $data "ca.crt" | b64dec) "crt" (index $data "tls.crt" | b64dec) "key" (index $data "tls.key" | b64dec) }}
+{{- else }}
+{{- $days := int .Values.tls.validityDays }}
+{{- $ca := genCA (printf "%s-ca" (include "grelmicro-sidecar.fullname" .)) $days }}
+{{- $dns := include "grelmicro-sidecar.serviceDNSNames" . | fromJsonArray }}
+{{- $ips := list }}
+{{- with .Values.webhook.url }}
+{{- $host := regexReplaceAll ":[0-9]+$" (urlParse .).host "" | trimPrefix "[" | trimSuffix "]" }}
+{{- if regexMatch "^[0-9.]+$|:" $host }}
+{{- $ips = append $ips $host }}
+{{- else }}
+{{- $dns = append $dns $host }}
+{{- end }}
+{{- end }}
+{{- $cert := genSignedCert (index $dns 2) $ips $dns $days $ca }}
+{{- $material = dict "ca" $ca.Cert "crt" $cert.Cert "key" $cert.Key }}
+{{- end }}
+{{- $_ := set .Values "__tls" $material }}
+{{- end }}
+{{- index .Values "__tls" | toJson }}
+{{- end }}
+
+{{/* The webhook's caBundle (base64 of the PEM CA); empty with cert-manager, whose CA injector fills it. */}}
+{{- define "grelmicro-sidecar.caBundle" -}}
+{{- if .Values.webhook.caBundle }}
+{{- .Values.webhook.caBundle | b64enc }}
+{{- else if not .Values.tls.certManager.enabled }}
+{{- (include "grelmicro-sidecar.tlsMaterial" . | fromJson).ca | b64enc }}
+{{- end }}
+{{- end }}
+
+{{/* Security context of every container the chart runs (Pod Security "restricted"). */}}
+{{- define "grelmicro-sidecar.containerSecurityContext" -}}
+runAsNonRoot: true
+runAsUser: 65532
+runAsGroup: 65532
+readOnlyRootFilesystem: true
+allowPrivilegeEscalation: false
+capabilities:
+  drop: ["ALL"]
+seccompProfile:
+  type: RuntimeDefault
+{{- end }}
+
+{{- define "grelmicro-sidecar.podSecurityContext" -}}
+runAsNonRoot: true
+runAsUser: 65532
+runAsGroup: 65532
+fsGroup: 65532
+seccompProfile:
+  type: RuntimeDefault
+{{- end }}
