@@ -89,6 +89,7 @@ class Sidecar:
         self._tasks: list[asyncio.Task[Any]] = []
         self._loop_task: asyncio.Task[Any] | None = None
         self._signals = 0
+        self._renew_wall: dt.datetime | None = None
 
     # ---- what the application sees ----------------------------------------
     def snapshot(self) -> dict[str, Any]:
@@ -97,7 +98,13 @@ class Sidecar:
         election = self.election
         leading = election.is_leader(now)
         record = election.record
-        valid = election.valid_until(now)
+        valid_until = None
+        if election.valid_until(now) is not None and self._renew_wall is not None:
+            # Anchored to the wall time at which the last successful renew
+            # started, so it is stable between renews (no rewrite per step).
+            valid_until = self._renew_wall + dt.timedelta(
+                seconds=self.settings.timing.renew_deadline
+            )
         return {
             "election": self.settings.election,
             "namespace": self.namespace,
@@ -108,9 +115,7 @@ class Sidecar:
             "fencing_token": election.fencing_token if leading else None,
             "acquired_at": _iso(record.acquire_time) if record is not None else None,
             "renewed_at": _iso(record.renew_time) if record is not None else None,
-            "valid_until": _iso(now_wall + dt.timedelta(seconds=valid - now))
-            if valid is not None
-            else None,
+            "valid_until": _iso(valid_until),
             "updated_at": _iso(now_wall),
         }
 
@@ -221,6 +226,7 @@ class Sidecar:
 
     async def _write(self, action: Write) -> None:
         started = monotonic()
+        started_wall = wall()
         timeout = self._request_timeout()
         try:
             if action.create:
@@ -241,6 +247,8 @@ class Sidecar:
         if action.purpose == "renew":
             self.metrics.observe_renew(now - started)
         self.election.on_written(obj, started, now)
+        if self.election.leading and self.election.renewed_at == started:
+            self._renew_wall = started_wall
         self._clear_api_errors()
 
     async def _wait(self, until: float) -> None:
@@ -305,7 +313,7 @@ class Sidecar:
             except ApiError as err:
                 failures += 1
                 self._api_error(err)
-                delay = min(30.0, 0.5 * 2 ** min(failures, 6)) * random.uniform(0.5, 1.0)
+                delay = min(10.0, 0.5 * 2 ** min(failures, 5)) * random.uniform(0.5, 1.0)
                 self.log.once(
                     "watch",
                     "warning",
