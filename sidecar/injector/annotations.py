@@ -190,9 +190,9 @@ def read_settings(pod: Mapping[str, Any], defaults: Timing) -> PodSettings | lis
     for key in sorted(notes):
         if key.startswith(PREFIX) and key not in KNOWN:
             problems.append(
-                f"annotation {key} is not known; the known ones are "
+                f"annotation {key}: {show(notes[key])} is not a known annotation; expected one of "
                 + ", ".join(k[len(PREFIX) :] for k in KNOWN)
-                + f" (all under {PREFIX})"
+                + f" (under {PREFIX})"
             )
 
     election: tuple[str, str] | None
