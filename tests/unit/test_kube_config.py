@@ -1,0 +1,104 @@
+"""Cluster connection settings: in-cluster files and kubeconfig variants."""
+
+from __future__ import annotations
+
+import base64
+import json
+from pathlib import Path
+
+import pytest
+
+from sidecar.kube.config import ConfigError, TokenFile, from_kubeconfig, in_cluster
+from tests.cluster.pki import CertificateAuthority
+
+
+@pytest.fixture(scope="module")
+def ca() -> CertificateAuthority:
+    return CertificateAuthority.create()
+
+
+def _kubeconfig(path: Path, cluster: dict[str, object], user: dict[str, object]) -> Path:
+    path.write_text(json.dumps({
+        "apiVersion": "v1", "kind": "Config", "current-context": "c",
+        "clusters": [{"name": "k", "cluster": {"server": "https://127.0.0.1:6443", **cluster}}],
+        "users": [{"name": "u", "user": user}],
+        "contexts": [{"name": "c", "context": {"cluster": "k", "user": "u", "namespace": "team"}}],
+    }))
+    return path
+
+
+def test_in_cluster_reads_the_service_account_mount(
+    tmp_path: Path, ca: CertificateAuthority, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    (tmp_path / "ca.crt").write_bytes(ca.cert_pem)
+    (tmp_path / "token").write_text("tok-1\n")
+    (tmp_path / "namespace").write_text("apps")
+    monkeypatch.setenv("KUBERNETES_SERVICE_HOST", "10.0.0.1")
+    monkeypatch.setenv("KUBERNETES_SERVICE_PORT", "443")
+    cfg = in_cluster(tmp_path)
+    assert (cfg.server, cfg.namespace) == ("https://10.0.0.1:443", "apps")
+    assert cfg.authorization() == "Bearer tok-1"
+
+
+def test_token_file_is_reread_when_it_changes(tmp_path: Path) -> None:
+    path = tmp_path / "token"
+    path.write_text("one")
+    tf = TokenFile(path)
+    assert tf.token() == "one"
+    staged = tmp_path / "staged"
+    staged.write_text("two")
+    staged.replace(path)  # a new inode, as the kubelet's atomic swap makes
+    assert tf.token() == "two"
+    path.unlink()
+    assert tf.token() == "two", "a missing file mid-swap keeps the last good token"
+
+
+def test_in_cluster_without_a_token_is_a_clear_error(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("KUBERNETES_SERVICE_HOST", "10.0.0.1")
+    with pytest.raises(ConfigError, match="automountServiceAccountToken"):
+        in_cluster(tmp_path)
+
+
+def test_kubeconfig_with_inline_client_certificate(tmp_path: Path, ca: CertificateAuthority) -> None:
+    cert, key = ca.issue("dev")
+    b64 = lambda b: base64.b64encode(b).decode()  # noqa: E731
+    path = _kubeconfig(tmp_path / "kc", {"certificate-authority-data": b64(ca.cert_pem)},
+                       {"client-certificate-data": b64(cert), "client-key-data": b64(key)})
+    cfg = from_kubeconfig(path)
+    assert cfg.namespace == "team" and cfg.authorization() is None
+    assert list(tmp_path.iterdir()) == [path], "no key material is left behind"
+
+
+def test_kubeconfig_relative_token_file(tmp_path: Path, ca: CertificateAuthority) -> None:
+    (tmp_path / "ca.pem").write_bytes(ca.cert_pem)
+    (tmp_path / "tok").write_text("abc")
+    cfg = from_kubeconfig(_kubeconfig(tmp_path / "kc", {"certificate-authority": "ca.pem"}, {"tokenFile": "tok"}))
+    assert cfg.authorization() == "Bearer abc"
+
+
+@pytest.mark.parametrize(
+    ("cluster", "user", "message"),
+    [
+        ({"insecure-skip-tls-verify": True}, {"token": "x"}, "always verifies TLS"),
+        ({}, {"exec": {"command": "aws"}}, "exec/auth-provider plugin"),
+        ({"certificate-authority-data": "!!!"}, {"token": "x"}, "not base64"),
+        ({"certificate-authority": "/nonexistent/ca.pem"}, {"token": "x"}, "cannot load the cluster CA"),
+    ],
+)
+def test_kubeconfig_problems_are_named(
+    tmp_path: Path, cluster: dict[str, object], user: dict[str, object], message: str
+) -> None:
+    with pytest.raises(ConfigError, match=message):
+        from_kubeconfig(_kubeconfig(tmp_path / "kc", cluster, user))
+
+
+def test_yaml_kubeconfig(tmp_path: Path, ca: CertificateAuthority) -> None:
+    (tmp_path / "ca.pem").write_bytes(ca.cert_pem)
+    path = tmp_path / "kc.yaml"
+    path.write_text(
+        "apiVersion: v1\nkind: Config\ncurrent-context: c\n"
+        "clusters:\n- name: k\n  cluster:\n    server: https://127.0.0.1:6443\n    certificate-authority: ca.pem\n"
+        "users:\n- name: u\n  user:\n    token: yaml-token\n"
+        "contexts:\n- name: c\n  context:\n    cluster: k\n    user: u\n"
+    )
+    assert from_kubeconfig(path).authorization() == "Bearer yaml-token"
