@@ -126,7 +126,11 @@ class Injector:
         return out
 
     def admissions(self) -> float:
-        return sum(v for k, v in self.metrics().items() if k.startswith("grelmicro_injector_admissions_total"))
+        return sum(
+            v
+            for k, v in self.metrics().items()
+            if k.startswith("grelmicro_injector_admissions_total")
+        )
 
     def tail(self, lines: int = 40) -> str:
         try:
@@ -160,7 +164,9 @@ def scoped_configuration(url: str, ca_pem: bytes, namespace: str) -> dict[str, A
     return config
 
 
-def annotated_pod(name: str, annotations: dict[str, str] | None = None, **spec: Any) -> dict[str, Any]:
+def annotated_pod(
+    name: str, annotations: dict[str, str] | None = None, **spec: Any
+) -> dict[str, Any]:
     return {
         "apiVersion": "v1",
         "kind": "Pod",
@@ -178,14 +184,31 @@ def plain_pod(name: str) -> dict[str, Any]:
     }
 
 
+def wait_for_default_service_account(api: Any, namespace: str, timeout: float = 30.0) -> None:
+    """Pods are refused until the controller-manager made the namespace's ``default`` SA."""
+    core = client.CoreV1Api(api)
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            core.read_namespaced_service_account("default", namespace)
+            return
+        except ApiException as err:
+            if err.status != 404 or time.monotonic() > deadline:
+                raise
+        time.sleep(0.1)
+
+
 @dataclass
 class Registration:
     name: str
     config: dict[str, Any]
 
 
-def register(api: Any, url: str, ca_pem: bytes, namespace: str, timeout: float = 30.0) -> Registration:
+def register(
+    api: Any, url: str, ca_pem: bytes, namespace: str, timeout: float = 30.0
+) -> Registration:
     """Create the configuration and wait until the API server calls the webhook with it."""
+    wait_for_default_service_account(api, namespace)
     admission = client.AdmissionregistrationV1Api(api)
     config = scoped_configuration(url, ca_pem, namespace)
     admission.create_mutating_webhook_configuration(config)
@@ -221,7 +244,9 @@ def webhook(api: Any, injector: Injector, tls: Tls, namespace: str) -> Iterator[
     unregister(api, reg.name)
 
 
-def audit_events(cluster: ControlPlane, namespace: str, resource: str = "pods") -> list[dict[str, Any]]:
+def audit_events(
+    cluster: ControlPlane, namespace: str, resource: str = "pods"
+) -> list[dict[str, Any]]:
     out = []
     with open(cluster.audit_log, encoding="utf-8", errors="replace") as fh:
         for line in fh:
@@ -235,4 +260,3 @@ def audit_events(cluster: ControlPlane, namespace: str, resource: str = "pods") 
             if ref.get("namespace") == namespace and ref.get("resource") == resource:
                 out.append(event)
     return out
-

@@ -26,12 +26,15 @@ from .conftest import (
     plain_pod,
     register,
     unregister,
+    wait_for_default_service_account,
 )
 
 P = "leader-election.grelmicro.io/"
 
 
-def _wait_pods(core: Any, namespace: str, selector: str, count: int, timeout: float = 60) -> list[Any]:
+def _wait_pods(
+    core: Any, namespace: str, selector: str, count: int, timeout: float = 60
+) -> list[Any]:
     deadline = time.monotonic() + timeout
     pods: list[Any] = []
     while time.monotonic() < deadline:
@@ -70,7 +73,11 @@ def test_deployment_pods_get_one_sidecar_with_annotation_settings(
                     "spec": {
                         "containers": [
                             {"name": "web", "image": "nginx"},
-                            {"name": "worker", "image": "busybox", "env": [{"name": "A", "value": "1"}]},
+                            {
+                                "name": "worker",
+                                "image": "busybox",
+                                "env": [{"name": "A", "value": "1"}],
+                            },
                         ]
                     },
                 },
@@ -170,7 +177,11 @@ def test_unannotated_pod_is_unchanged_and_the_webhook_not_called(
         calls = {}
         for event in audit_events(cluster, namespace):
             ref = event["objectRef"]
-            if event.get("verb") != "create" or ref.get("subresource") or event.get("stage") != "ResponseComplete":
+            if (
+                event.get("verb") != "create"
+                or ref.get("subresource")
+                or event.get("stage") != "ResponseComplete"
+            ):
                 continue
             notes = event.get("annotations") or {}
             called = any(
@@ -202,9 +213,16 @@ INVALID = [
 ]
 
 
-@pytest.mark.parametrize(("key", "value", "accepted"), INVALID, ids=[f"{k}={v}" for k, v, _ in INVALID])
+@pytest.mark.parametrize(
+    ("key", "value", "accepted"), INVALID, ids=[f"{k}={v}" for k, v, _ in INVALID]
+)
 def test_invalid_annotation_is_denied_with_a_message_kubectl_shows(
-    cluster: ControlPlane, namespace: str, webhook: Registration, key: str, value: str, accepted: str
+    cluster: ControlPlane,
+    namespace: str,
+    webhook: Registration,
+    key: str,
+    value: str,
+    accepted: str,
 ) -> None:
     manifest = annotated_pod("bad", {P + key: value})
     manifest["metadata"]["namespace"] = namespace
@@ -241,7 +259,9 @@ def test_reinvocation_and_resubmission_never_add_a_second_sidecar(
     names = [c.name for c in (second.spec.init_containers or []) + second.spec.containers]
     assert names.count("grelmicro-sidecar") == 1
     assert [v.name for v in second.spec.volumes].count("leader-election") == 1
-    assert len(second.spec.containers[0].volume_mounts) == len(first.spec.containers[0].volume_mounts)
+    assert len(second.spec.containers[0].volume_mounts) == len(
+        first.spec.containers[0].volume_mounts
+    )
 
 
 def test_injector_down_blocks_annotated_pods_only(
@@ -266,25 +286,36 @@ def test_injector_down_blocks_annotated_pods_only(
 
 
 def test_excluded_namespace_is_never_touched(
-    cluster: ControlPlane, api: Any, injector: Injector, tls: Tls, namespace: str
+    api: Any, injector: Injector, tls: Tls, namespace: str
 ) -> None:
+    """One configuration over two namespaces, one excluded: live in one, silent in the other."""
     from sidecar.injector.webhookconfig import ca_bundle_of, webhook_configuration
 
     core = client.CoreV1Api(api)
+    other = f"t-{uuid.uuid4().hex[:10]}"
+    core.create_namespace({"metadata": {"name": other}})
     name = f"grelmicro-sidecar-injector-excl-{uuid.uuid4().hex[:6]}"
     config = webhook_configuration(
         ca_bundle_of(tls.ca_pem), url=injector.url, excluded_namespaces=[namespace], name=name
     )
-    # Narrow it to this namespace too, so other tests never see it: excluded wins.
     config["webhooks"][0]["namespaceSelector"]["matchExpressions"].append(
-        {"key": "kubernetes.io/metadata.name", "operator": "In", "values": [namespace]}
+        {"key": "kubernetes.io/metadata.name", "operator": "In", "values": [namespace, other]}
     )
     client.AdmissionregistrationV1Api(api).create_mutating_webhook_configuration(config)
     try:
-        time.sleep(1.5)  # longer than the API server takes to load a configuration (register())
+        for ns in (namespace, other):
+            wait_for_default_service_account(api, ns)
+        deadline = time.monotonic() + 30
+        while True:  # the configuration is live once it injects in the other namespace
+            probe = core.create_namespaced_pod(other, annotated_pod("probe"), dry_run="All")
+            if probe.spec.init_containers:
+                break
+            assert time.monotonic() < deadline, "the configuration never took effect"
+            time.sleep(0.1)
         before = injector.admissions()
         pod = core.create_namespaced_pod(namespace, annotated_pod("excluded"))
         assert pod.spec.init_containers is None
         assert injector.admissions() == before
     finally:
         unregister(api, name)
+        core.delete_namespace(other)

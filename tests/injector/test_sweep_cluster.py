@@ -1,0 +1,118 @@
+"""The injector's periodic sweep against the real API server: only what SPEC §5 allows."""
+
+from __future__ import annotations
+
+import asyncio
+import datetime as dt
+import json
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+from kubernetes import client
+
+from sidecar.injector.kubeapi import ClusterApi
+from sidecar.kube.config import from_kubeconfig
+from sidecar.kube.leases import Conflict
+from tests.cluster import ControlPlane
+
+from .conftest import Injector, Tls, plain_pod, wait_for_default_service_account
+
+MANAGED = {"app.kubernetes.io/managed-by": "grelmicro"}
+
+
+def _stamp(seconds_ago: float) -> str:
+    when = dt.datetime.now(dt.UTC) - dt.timedelta(seconds=seconds_ago)
+    return when.strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+def _lease(
+    name: str, holder: str, renewed_ago: float | None, duration: int = 15, labels: Any = MANAGED
+) -> dict[str, Any]:
+    spec: dict[str, Any] = {"holderIdentity": holder, "leaseDurationSeconds": duration}
+    if renewed_ago is not None:
+        spec["renewTime"] = _stamp(renewed_ago)
+    return {
+        "apiVersion": "coordination.k8s.io/v1",
+        "kind": "Lease",
+        "metadata": {"name": name, "labels": labels},
+        "spec": spec,
+    }
+
+
+def test_sweep_deletes_only_abandoned_expired_managed_leases(
+    cluster: ControlPlane, api: Any, namespace: str, tls: Tls, tmp_path: Path
+) -> None:
+    coord, core = client.CoordinationV1Api(api), client.CoreV1Api(api)
+    wait_for_default_service_account(api, namespace)
+    core.create_namespaced_pod(namespace, plain_pod("alive-pod"))
+    leases = {
+        # deleted: expired long past the margin, holder pod gone (or released)
+        "leader-gone": _lease("leader-gone", "ghost-pod", 300),
+        "leader-released": _lease("leader-released", "", 300, duration=1),
+        # kept, each for one reason
+        "leader-holder-alive": _lease("leader-holder-alive", "alive-pod", 300),
+        "leader-live": _lease("leader-live", "ghost-pod", 0, duration=3600),
+        "leader-within-margin": _lease("leader-within-margin", "ghost-pod", 35),
+        "leader-unlabelled": _lease("leader-unlabelled", "ghost-pod", 300, labels={}),
+        "leader-other-owner": _lease(
+            "leader-other-owner", "ghost-pod", 300, labels={"app.kubernetes.io/managed-by": "x"}
+        ),
+        "leader-unreadable": _lease("leader-unreadable", "ghost-pod", None),
+    }
+    for body in leases.values():
+        coord.create_namespaced_lease(namespace, body)
+
+    log = tmp_path / "injector.log"
+    sweeper = Injector(cluster, tls, log, "--sweep-interval=1s", "--sweep-margin=60s").start()
+    try:
+        deadline = time.monotonic() + 60
+        remaining: set[str] = set(leases)
+        while time.monotonic() < deadline:
+            remaining = {i.metadata.name for i in coord.list_namespaced_lease(namespace).items}
+            if not remaining & {"leader-gone", "leader-released"}:
+                break
+            time.sleep(0.3)
+        assert not remaining & {"leader-gone", "leader-released"}, sweeper.tail()
+        # Let at least two more sweeps run, then nothing else may have gone.
+        runs = sweeper.metrics()['grelmicro_injector_sweeps_total{result="ok"}']
+        while sweeper.metrics()['grelmicro_injector_sweeps_total{result="ok"}'] < runs + 2:
+            assert time.monotonic() < deadline + 30, sweeper.tail()
+            time.sleep(0.3)
+        left = {i.metadata.name for i in coord.list_namespaced_lease(namespace).items}
+        assert left == set(leases) - {"leader-gone", "leader-released"}
+        assert sweeper.metrics()["grelmicro_injector_swept_leases_total"] >= 2
+    finally:
+        assert sweeper.stop() == 0
+
+    lines = [json.loads(line) for line in log.read_text().splitlines() if line.startswith("{")]
+    deleted = [
+        line["lease"]
+        for line in lines
+        if line["msg"] == "sweep: deleted expired lease" and line.get("namespace") == namespace
+    ]
+    assert sorted(deleted) == ["leader-gone", "leader-released"]  # one line per deletion
+
+
+def test_a_stale_judgement_cannot_delete_a_renewed_lease(
+    cluster: ControlPlane, api: Any, namespace: str
+) -> None:
+    """The delete's resourceVersion precondition on the real API server: 409, lease kept."""
+    coord = client.CoordinationV1Api(api)
+    made = coord.create_namespaced_lease(namespace, _lease("leader-renewed", "ghost", 300))
+    judged = made.metadata.resource_version
+    fresh = coord.read_namespaced_lease("leader-renewed", namespace)
+    fresh.spec.renew_time = dt.datetime.now(dt.UTC)
+    coord.replace_namespaced_lease("leader-renewed", namespace, fresh)
+
+    async def delete_as_judged() -> None:
+        cluster_api = ClusterApi(from_kubeconfig(cluster.kubeconfig))
+        try:
+            await cluster_api.delete_lease(namespace, "leader-renewed", judged)
+        finally:
+            cluster_api.close()
+
+    with pytest.raises(Conflict):
+        asyncio.run(delete_as_judged())
+    assert coord.read_namespaced_lease("leader-renewed", namespace).spec.holder_identity == "ghost"
