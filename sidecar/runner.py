@@ -181,6 +181,8 @@ class Sidecar:
         self._signals += 1
         if self._signals > 1:
             self.log.warning("second signal: exiting at once", signal=signal.Signals(sig).name)
+            self.election.resign()
+            self.publish(force=True)  # synchronous and quick: never leave a "leader" file behind
             os._exit(1)
         self.log.info("shutting down", signal=signal.Signals(sig).name)
         self._stop.set()
@@ -210,7 +212,8 @@ class Sidecar:
     async def _read(self) -> None:
         try:
             items, list_rv = await self.store.list(
-                field_selector=f"metadata.name={self.settings.lease}"
+                field_selector=f"metadata.name={self.settings.lease}",
+                timeout=self._request_timeout(),
             )
         except ApiError as err:
             self._api_error(err)

@@ -170,7 +170,7 @@ class LeaseStore:
         await self._call("DELETE", "delete", self._path(name), options, timeout=timeout)
 
     async def list(
-        self, label_selector: str = "", field_selector: str = ""
+        self, label_selector: str = "", field_selector: str = "", timeout: float | None = None
     ) -> tuple[list[dict[str, Any]], str]:
         """(items, list resourceVersion)."""
         query = {}
@@ -178,7 +178,7 @@ class LeaseStore:
             query["labelSelector"] = label_selector
         if field_selector:
             query["fieldSelector"] = field_selector
-        data = await self._call("GET", "list", self._path(**query))
+        data = await self._call("GET", "list", self._path(**query), timeout=timeout)
         if not isinstance(data, dict):
             return [], ""
         items = [i for i in data.get("items") or [] if isinstance(i, dict)]
