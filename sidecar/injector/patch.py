@@ -248,6 +248,14 @@ def _decide(pod: Mapping[str, Any], spec: SidecarSpec) -> Decision:
     raw_spec = pod.get("spec")
     pod_spec: Mapping[str, Any] = raw_spec if isinstance(raw_spec, Mapping) else {}
     containers = _list(pod_spec, "containers")
+    if not _dicts(containers):
+        # The API server would refuse it anyway; say so in terms of what was asked.
+        return Decision(
+            "denied",
+            message="the pod has no containers (spec.containers), so there is nothing to give "
+            "leader election to",
+            settings=settings,
+        )
     inits = _list(pod_spec, "initContainers")
     present = any(_name(c) == CONTAINER_NAME for c in containers + inits)
 

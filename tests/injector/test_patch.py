@@ -1,0 +1,225 @@
+"""The pure pod patch builder: what an injected pod gets, defaults, conflicts, idempotency."""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+import jsonpatch
+import pytest
+
+from sidecar.election import Timing
+from sidecar.injector.annotations import default_election, read_settings
+from sidecar.injector.patch import (
+    CONTAINER_NAME,
+    VOLUME_NAME,
+    SidecarSpec,
+    apply,
+    decide,
+)
+
+P = "leader-election.grelmicro.io/"
+SPEC = SidecarSpec(image="img:1")
+
+
+def pod(annotations: dict[str, str] | None = None, **meta: Any) -> dict[str, Any]:
+    return {
+        "metadata": {"annotations": {P + "inject": "true", **(annotations or {})}, **meta},
+        "spec": {"containers": [{"name": "app", "image": "busybox"}]},
+    }
+
+
+def test_injects_a_native_sidecar_first_with_everything_spelled_out() -> None:
+    p = pod(name="solo")
+    p["spec"]["initContainers"] = [{"name": "migrate", "image": "m"}]
+    decision = decide(p, SPEC)
+    assert decision.outcome == "injected"
+    out = apply(p, decision)
+    inits = out["spec"]["initContainers"]
+    assert [c["name"] for c in inits] == [CONTAINER_NAME, "migrate"]
+    sc = inits[0]
+    assert sc["restartPolicy"] == "Always"
+    assert sc["args"][:2] == ["run", "--election=solo"]
+    assert "readinessProbe" not in sc
+    assert out["spec"]["volumes"] == [
+        {"name": VOLUME_NAME, "emptyDir": {"medium": "Memory", "sizeLimit": "1Mi"}}
+    ]
+    app = out["spec"]["containers"][0]
+    assert app["volumeMounts"] == [
+        {"name": VOLUME_NAME, "mountPath": "/var/run/leader-election", "readOnly": True}
+    ]
+    assert {e["name"]: e["value"] for e in app["env"]} == {
+        "LEADER_ELECTION_STATE_FILE": "/var/run/leader-election/state.json",
+        "LEADER_ELECTION_URL": "http://127.0.0.1:4040/leader",
+    }
+    assert "volumeMounts" not in out["spec"]["initContainers"][1]  # regular init containers
+
+
+def test_json_patch_gives_the_same_pod_as_apply() -> None:
+    p = pod(name="x")
+    decision = decide(p, SPEC)
+    assert jsonpatch.apply_patch(p, decision.json_patch()) == apply(p, decision)
+
+
+def test_second_decision_changes_nothing_and_a_late_container_is_completed() -> None:
+    p = pod(name="x")
+    once = apply(p, decide(p, SPEC))
+    assert decide(once, SPEC).outcome == "unchanged"
+    once["spec"]["containers"].append({"name": "late", "image": "l"})  # another webhook added it
+    again = decide(once, SPEC)
+    assert again.outcome == "completed"
+    assert set(again.changes) == {"/spec/containers"}
+    twice = apply(once, again)
+    names = [c["name"] for c in twice["spec"]["initContainers"] + twice["spec"]["containers"]]
+    assert names.count(CONTAINER_NAME) == 1
+    assert any(m["name"] == VOLUME_NAME for m in twice["spec"]["containers"][1]["volumeMounts"])
+
+
+def test_app_env_the_pod_already_sets_wins() -> None:
+    p = pod(name="x")
+    p["spec"]["containers"][0]["env"] = [{"name": "LEADER_ELECTION_URL", "value": "mine"}]
+    out = apply(p, decide(p, SPEC))
+    env = out["spec"]["containers"][0]["env"]
+    assert [e["name"] for e in env] == ["LEADER_ELECTION_URL", "LEADER_ELECTION_STATE_FILE"]
+    assert env[0]["value"] == "mine"
+
+
+def test_not_asked_is_skipped() -> None:
+    for value in (None, "false", "True", "yes", ""):
+        p = pod(name="x")
+        if value is None:
+            del p["metadata"]["annotations"][P + "inject"]
+        else:
+            p["metadata"]["annotations"][P + "inject"] = value
+        assert decide(p, SPEC).outcome == "skipped"
+
+
+def test_gate_readiness_adds_the_leader_probe() -> None:
+    out = apply(
+        pod({P + "gate-readiness": "true"}, name="x"),
+        decide(pod({P + "gate-readiness": "true"}, name="x"), SPEC),
+    )
+    assert out["spec"]["initContainers"][0]["readinessProbe"]["httpGet"]["path"] == "/leader"
+
+
+def test_injector_defaults_apply_and_annotations_override() -> None:
+    spec = SidecarSpec(image="i", timing=Timing(30, 20, 4), cpu_request="5m")
+    p = pod({P + "retry-period": "5s"}, name="x")
+    sc = apply(p, decide(p, spec))["spec"]["initContainers"][0]
+    assert sc["args"][2:5] == ["--lease-duration=30s", "--renew-deadline=20s", "--retry-period=5s"]
+    assert sc["resources"]["requests"]["cpu"] == "5m"
+
+
+@pytest.mark.parametrize(
+    ("meta", "expected"),
+    [
+        (
+            {
+                "generateName": "web-7d4b9c-",
+                "labels": {"pod-template-hash": "7d4b9c", "app.kubernetes.io/name": "lbl"},
+                "ownerReferences": [
+                    {"kind": "ReplicaSet", "name": "web-7d4b9c", "controller": True}
+                ],
+            },
+            ("web", "Deployment"),
+        ),
+        (
+            {
+                "generateName": "db-",
+                "ownerReferences": [
+                    {"kind": "Foo", "name": "other"},
+                    {"kind": "StatefulSet", "name": "db", "controller": True},
+                ],
+            },
+            ("db", "StatefulSet"),
+        ),
+        (
+            {"ownerReferences": [{"kind": "Job", "name": "Batch_Run", "controller": True}]},
+            ("batch-run", "Job"),
+        ),
+        (
+            {"ownerReferences": [{"kind": "ReplicaSet", "name": "bare-rs", "controller": True}]},
+            ("bare-rs", "ReplicaSet"),
+        ),
+        (
+            {"labels": {"app.kubernetes.io/name": "My.App"}, "generateName": "g-"},
+            ("my-app", "label app.kubernetes.io/name"),
+        ),
+        ({"generateName": "worker-"}, ("worker", "generateName")),
+        ({"generateName": "---", "name": "pod-1"}, ("pod-1", "pod name")),
+        ({}, None),
+    ],
+)
+def test_default_election_name(meta: dict[str, Any], expected: tuple[str, str] | None) -> None:
+    assert default_election({"metadata": meta}) == expected
+
+
+def test_annotation_name_wins_and_is_sanitised() -> None:
+    settings = read_settings(pod({P + "name": "Orders/Main"}, generateName="x-"), Timing())
+    assert not isinstance(settings, list)
+    assert (settings.election, settings.election_source) == ("orders-main", "annotation")
+
+
+def test_no_name_at_all_is_denied_with_the_fix() -> None:
+    p = pod()
+    decision = decide(p, SPEC)
+    assert decision.outcome == "denied"
+    assert P + "name" in decision.message
+
+
+def test_every_problem_is_reported_at_once() -> None:
+    p = pod({P + "port": "x", P + "gate-readiness": "maybe", P + "retry-period": "soon"}, name="n")
+    message = decide(p, SPEC).message
+    for key, value in (("port", "x"), ("gate-readiness", "maybe"), ("retry-period", "soon")):
+        assert f'{P}{key}: "{value}" is not valid; expected' in message
+
+
+def test_timing_rule_names_where_each_value_came_from() -> None:
+    message = decide(pod({P + "renew-deadline": "20s"}, name="n"), SPEC).message
+    assert (
+        f'{P}renew-deadline="20s"' in message
+        and "lease-duration 15s (the injector's default" in message
+    )
+
+
+@pytest.mark.parametrize(
+    ("change", "needle"),
+    [
+        (
+            lambda s: s["volumes"].append({"name": VOLUME_NAME, "emptyDir": {}}),
+            "already has a volume",
+        ),
+        (
+            lambda s: s["containers"][0].update(
+                volumeMounts=[{"name": "data", "mountPath": "/var/run/leader-election/"}]
+            ),
+            f"set annotation {P}state-dir",
+        ),
+        (
+            lambda s: s["containers"][0].update(ports=[{"containerPort": 4040}]),
+            f"set annotation {P}port",
+        ),
+    ],
+)
+def test_conflicts_are_denied_with_the_fix(change: Any, needle: str) -> None:
+    p = pod(name="x")
+    p["spec"]["volumes"] = []
+    change(p["spec"])
+    decision = decide(p, SPEC)
+    assert decision.outcome == "denied" and needle in decision.message
+
+
+def test_an_existing_sidecar_is_never_duplicated() -> None:
+    p = pod(name="x")
+    p["spec"]["containers"].append({"name": CONTAINER_NAME, "image": "hand-made"})
+    out = apply(p, decide(p, SPEC))
+    names = [c["name"] for c in out["spec"].get("initContainers", []) + out["spec"]["containers"]]
+    assert names.count(CONTAINER_NAME) == 1
+    assert out["spec"]["containers"][1] == {"name": CONTAINER_NAME, "image": "hand-made"}
+
+
+def test_decide_does_not_mutate_its_input() -> None:
+    p = pod(name="x")
+    before = copy.deepcopy(p)
+    decide(p, SPEC)
+    assert p == before

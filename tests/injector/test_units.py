@@ -1,0 +1,309 @@
+"""Injector settings, webhook configuration, sweep rules and RBAC objects, without a cluster."""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import datetime as dt
+import io
+import json
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from sidecar.injector import rbac
+from sidecar.injector.annotations import INJECT
+from sidecar.injector.settings import SettingsError, injector_settings, parse_args
+from sidecar.injector.sweep import sweep_cluster
+from sidecar.injector.webhookconfig import (
+    MATCH_EXPRESSION,
+    WEBHOOK_NAME,
+    ca_bundle_of,
+    webhook_configuration,
+)
+from sidecar.kube.leases import ApiUnavailable, Conflict, NotFound
+from sidecar.logs import Logger
+
+from .conftest import EXE
+
+NOW = dt.datetime(2030, 1, 1, tzinfo=dt.UTC)
+
+
+def settings_of(*argv: str, env: dict[str, str] | None = None) -> Any:
+    return injector_settings(parse_args(["--sidecar-image=i", *argv]), env or {})
+
+
+# ---- settings -------------------------------------------------------------------------
+
+
+def test_defaults_match_the_contract() -> None:
+    s = settings_of(env={"POD_NAMESPACE": "grelmicro-system"})
+    assert (s.host, s.port, s.health_port) == ("0.0.0.0", 8443, 8080)
+    assert str(s.tls_cert_file) == "/etc/grelmicro-sidecar/tls/tls.crt"
+    assert str(s.tls_key_file) == "/etc/grelmicro-sidecar/tls/tls.key"
+    assert s.sidecar.pull_policy == "IfNotPresent"
+    assert (s.sidecar.cpu_request, s.sidecar.memory_request, s.sidecar.memory_limit) == (
+        "10m",
+        "32Mi",
+        "64Mi",
+    )
+    t = s.sidecar.timing
+    assert (t.lease_duration, t.renew_deadline, t.retry_period) == (15, 10, 2)
+    assert s.excluded_namespaces == ("kube-system", "grelmicro-system")
+    assert (s.sweep_interval, s.sweep_margin, s.auto_rbac, s.log_level) == (60, 60, False, "info")
+
+
+def test_env_sets_each_flag_and_the_flag_wins() -> None:
+    env = {
+        "GRELMICRO_INJECTOR_PORT": "9443",
+        "GRELMICRO_INJECTOR_SWEEP_INTERVAL": "0",
+        "GRELMICRO_INJECTOR_AUTO_RBAC": "true",
+        "GRELMICRO_INJECTOR_EXCLUDED_NAMESPACES": "a, b",
+    }
+    s = settings_of("--port=7443", env=env)
+    assert (s.port, s.sweep_interval, s.auto_rbac) == (7443, 0, True)
+    assert s.excluded_namespaces == ("a", "b")
+
+
+@pytest.mark.parametrize(
+    ("argv", "env", "needle"),
+    [
+        (["--port=0"], {}, "--port='0' is not valid; expected a port number"),
+        ([], {"GRELMICRO_INJECTOR_HEALTH_PORT": "x"}, "GRELMICRO_INJECTOR_HEALTH_PORT='x'"),
+        (["--sidecar-cpu-request=lots"], {}, "a Kubernetes quantity"),
+        (["--sidecar-image-pull-policy=Sometimes"], {}, "Always or IfNotPresent or Never"),
+        (["--lease-duration=5s"], {}, "lease-duration (5s) must be > renew-deadline"),
+        (["--sweep-interval=often"], {}, "or 0 to disable"),
+        (["--excluded-namespaces=Kube_System"], {}, "comma-separated list of namespace names"),
+        (["--auto-rbac=maybe"], {}, "true or false"),
+        (["--log-level=loud"], {}, "debug or info or warning or error"),
+    ],
+)
+def test_bad_values_name_the_flag_and_the_form(
+    argv: list[str], env: dict[str, str], needle: str
+) -> None:
+    with pytest.raises(SettingsError) as err:
+        settings_of(*argv, env=env)
+    assert needle in str(err.value)
+
+
+def test_the_command_exits_2_with_one_line() -> None:
+    for argv in (["--port=x", "--sidecar-image=i"], [], ["--nope"]):
+        done = subprocess.run(
+            [str(EXE), "injector", *argv], capture_output=True, text=True, timeout=60
+        )
+        assert done.returncode == 2
+        lines = done.stderr.strip().splitlines()
+        assert len(lines) == 1 and "Traceback" not in done.stderr, done.stderr
+
+
+def test_print_webhook_config(tmp_path: Path) -> None:
+    ca = tmp_path / "ca.crt"
+    ca.write_bytes(b"-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----\n")
+    done = subprocess.run(
+        [
+            str(EXE),
+            "injector",
+            "--print-webhook-config",
+            f"--ca-file={ca}",
+            "--service-name=inj",
+            "--service-namespace=ops",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 0, done.stderr
+    expected = webhook_configuration(
+        ca_bundle_of(ca.read_bytes()),
+        service={"namespace": "ops", "name": "inj", "port": 443, "path": "/inject"},
+        excluded_namespaces=["kube-system", "ops"],
+    )
+    assert json.loads(done.stdout) == expected
+
+
+# ---- webhook configuration ------------------------------------------------------------
+
+
+def test_webhook_configuration_shape() -> None:
+    config = webhook_configuration(
+        "Q0E=",
+        url="https://127.0.0.1:8443/inject",
+        excluded_namespaces=["ops", "kube-system", "ops"],
+    )
+    assert config["metadata"]["name"] == "grelmicro-sidecar-injector"
+    (hook,) = config["webhooks"]
+    assert hook["name"] == WEBHOOK_NAME
+    assert hook["clientConfig"] == {"caBundle": "Q0E=", "url": "https://127.0.0.1:8443/inject"}
+    assert hook["rules"] == [
+        {
+            "apiGroups": [""],
+            "apiVersions": ["v1"],
+            "resources": ["pods"],
+            "operations": ["CREATE"],
+            "scope": "Namespaced",
+        }
+    ]
+    assert hook["matchConditions"][0]["expression"] == MATCH_EXPRESSION
+    assert (
+        "has(object.metadata.annotations)" in MATCH_EXPRESSION
+        and f"'{INJECT}' in" in MATCH_EXPRESSION
+    )
+    assert hook["namespaceSelector"] == {
+        "matchExpressions": [
+            {
+                "key": "kubernetes.io/metadata.name",
+                "operator": "NotIn",
+                "values": ["kube-system", "ops"],
+            }
+        ]
+    }
+    assert (hook["failurePolicy"], hook["sideEffects"], hook["timeoutSeconds"]) == (
+        "Fail",
+        "None",
+        10,
+    )
+    assert (hook["reinvocationPolicy"], hook["admissionReviewVersions"]) == ("IfNeeded", ["v1"])
+
+
+def test_webhook_configuration_service_and_no_exclusions() -> None:
+    config = webhook_configuration(
+        ca_bundle_of(b"pem"), service={"namespace": "ops", "name": "inj"}, excluded_namespaces=[]
+    )
+    hook = config["webhooks"][0]
+    assert base64.b64decode(hook["clientConfig"]["caBundle"]) == b"pem"
+    assert hook["clientConfig"]["service"] == {
+        "namespace": "ops",
+        "name": "inj",
+        "port": 443,
+        "path": "/inject",
+    }
+    assert hook["namespaceSelector"] == {}  # NotIn with no values is invalid
+    with pytest.raises(ValueError):
+        webhook_configuration("x", excluded_namespaces=[])
+    with pytest.raises(ValueError):
+        webhook_configuration("x", url="u", service={"namespace": "a", "name": "b"})
+
+
+# ---- sweep ----------------------------------------------------------------------------
+
+
+def _lease(
+    name: str,
+    holder: str | None,
+    renewed_ago: float | None,
+    duration: int = 15,
+    managed: bool = True,
+    ns: str = "ns",
+) -> dict[str, Any]:
+    spec: dict[str, Any] = {"leaseDurationSeconds": duration}
+    if holder is not None:
+        spec["holderIdentity"] = holder
+    if renewed_ago is not None:
+        spec["renewTime"] = (NOW - dt.timedelta(seconds=renewed_ago)).strftime(
+            "%Y-%m-%dT%H:%M:%S.%fZ"
+        )
+    labels = {"app.kubernetes.io/managed-by": "grelmicro"} if managed else {}
+    return {
+        "metadata": {
+            "name": name,
+            "namespace": ns,
+            "resourceVersion": f"rv-{name}",
+            "labels": labels,
+        },
+        "spec": spec,
+    }
+
+
+class FakeApi:
+    def __init__(self, leases: list[dict[str, Any]], pods: set[tuple[str, str]]):
+        self.leases = leases
+        self.pods = pods
+        self.deletes: list[tuple[str, str, str]] = []
+        self.fail_delete: dict[str, Exception] = {}
+        self.fail_pod: Exception | None = None
+
+    async def list_leases(self, label_selector: str) -> list[dict[str, Any]]:
+        assert label_selector == "app.kubernetes.io/managed-by=grelmicro"
+        return self.leases
+
+    async def pod_exists(self, namespace: str, name: str) -> bool:
+        if self.fail_pod is not None:
+            raise self.fail_pod
+        return (namespace, name) in self.pods
+
+    async def delete_lease(self, namespace: str, name: str, resource_version: str) -> None:
+        if name in self.fail_delete:
+            raise self.fail_delete[name]
+        self.deletes.append((namespace, name, resource_version))
+
+
+def _sweep(api: FakeApi, margin: float = 60) -> Any:
+    seen: list[str] = []
+    log = Logger("info", stream=io.StringIO())
+    result = asyncio.run(
+        sweep_cluster(
+            api, log, margin=margin, now=lambda: NOW, on_delete=lambda ns, r: seen.append(r.name)
+        )
+    )
+    return result, seen, log.stream.getvalue()  # type: ignore[union-attr]
+
+
+def test_sweep_rules() -> None:
+    api = FakeApi(
+        [
+            _lease("gone", "ghost", 300),
+            _lease("released", "", 300, duration=1),
+            _lease("alive", "pod-a", 300),
+            _lease("live", "ghost", 10),
+            _lease("margin", "ghost", 70),  # expired 55 s ago: within the 60 s margin
+            _lease("unlabelled", "ghost", 300, managed=False),
+            _lease("unreadable", "ghost", None),
+            _lease("other-ns", "pod-a", 300, ns="other"),  # pod-a lives in ns, not in other
+        ],
+        pods={("ns", "pod-a")},
+    )
+    result, seen, logs = _sweep(api)
+    assert api.deletes == [
+        ("ns", "gone", "rv-gone"),
+        ("ns", "released", "rv-released"),
+        ("other", "other-ns", "rv-other-ns"),
+    ]
+    assert seen == ["gone", "released", "other-ns"]
+    assert (result.kept_holder_exists, result.kept_live, result.kept_unreadable) == (1, 2, 1)
+    lines = [json.loads(line) for line in logs.splitlines()]
+    assert [
+        line["lease"] for line in lines if line["msg"] == "sweep: deleted expired lease"
+    ] == seen
+
+
+def test_sweep_keeps_what_changed_or_cannot_be_checked() -> None:
+    api = FakeApi([_lease("renewed", "ghost", 300), _lease("gone", "ghost", 300)], pods=set())
+    api.fail_delete = {"renewed": Conflict("409", status=409), "gone": NotFound("404", status=404)}
+    result, seen, _ = _sweep(api)
+    assert seen == [] and result.skipped_changed == 2
+
+    api = FakeApi([_lease("unknown-holder", "ghost", 300)], pods=set())
+    api.fail_pod = ApiUnavailable("down")
+    result, seen, logs = _sweep(api)
+    assert seen == [] and api.deletes == [] and result.errors == 1
+    assert "keeping the lease" in logs
+
+
+# ---- rbac ---------------------------------------------------------------------------------
+
+
+def test_rbac_objects_grant_exactly_the_lease_verbs() -> None:
+    role = rbac.role("ns")
+    assert role["rules"] == [
+        {
+            "apiGroups": ["coordination.k8s.io"],
+            "resources": ["leases"],
+            "verbs": ["get", "list", "watch", "create", "update", "patch", "delete"],
+        }
+    ]
+    binding = rbac.role_binding("ns", "app")
+    assert binding["roleRef"]["name"] == role["metadata"]["name"]
+    assert binding["subjects"] == [{"kind": "ServiceAccount", "name": "app", "namespace": "ns"}]
