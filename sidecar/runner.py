@@ -83,6 +83,7 @@ class Sidecar:
         self.metrics = Metrics(settings.lease)
         self.server: StatusServer | None = None
         self._wake = asyncio.Event()
+        self._leading = asyncio.Event()
         self._stop = asyncio.Event()
         self._watch_rv: str | None = None
         self._rv_known = asyncio.Event()
@@ -264,6 +265,7 @@ class Sidecar:
     def _after_step(self) -> None:
         for event in self.election.drain_events():
             if event.kind == "leading":
+                self._leading.set()
                 self.metrics.leader_transitions += 1
                 self.log.info(
                     "leading", lease=self.settings.lease, fencing_token=event.fencing_token
@@ -331,7 +333,8 @@ class Sidecar:
         while True:
             valid = self.election.valid_until(monotonic())
             if valid is None:
-                await asyncio.sleep(0.5)
+                self._leading.clear()
+                await self._leading.wait()  # followers sleep here: no periodic wake-ups
                 continue
             await asyncio.sleep(max(0.0, valid - monotonic()) + 0.001)
             self.publish()
