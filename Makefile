@@ -9,7 +9,7 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
-.PHONY: setup binaries lint typecheck test test-fast demo bench clean
+.PHONY: setup binaries lint typecheck test test-fast demo bench clean manifests kind-e2e
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -40,6 +40,14 @@ demo: binaries
 
 bench: binaries
 	$(PY) -m bench
+
+# Regenerate manifests/install.yaml from the chart (a test fails when it drifts).
+manifests: binaries
+	$(PY) -m tests.ship.render
+
+# End to end on a kind cluster; needs Docker, kind, kubectl and helm (see README).
+kind-e2e:
+	hack/kind-e2e.sh
 
 clean:
 	rm -rf $(VENV) .mypy_cache .ruff_cache

@@ -1,0 +1,50 @@
+"""Renders manifests/install.yaml from the chart: ``python -m tests.ship.render`` (``make manifests``).
+
+install.yaml is the chart with its default values, in namespace
+``grelmicro-system``, with one exception: TLS comes from cert-manager
+(``tls.certManager.enabled=true``). With the chart's default, every render
+generates a new CA and private key; a file in a repository would hand the same
+private key to everyone who applies it. The `helm test` hook is left out.
+``tests/ship/test_chart.py`` fails when the file drifts from the chart.
+"""
+
+from __future__ import annotations
+
+import sys
+
+from tests.ship.tools import MANIFESTS, NAMESPACE, template
+
+VALUES = {"tls.certManager.enabled": True}
+
+HEADER = f"""\
+# grelmicro-sidecar injector: plain manifests, rendered from charts/grelmicro-sidecar
+# with its default values except tls.certManager.enabled=true (needs cert-manager).
+# Do not edit: regenerate with `make manifests`. Without cert-manager, use the chart,
+# which generates its own CA. Install:
+#   kubectl apply -f manifests/install.yaml
+#   kubectl apply -n <namespace> -f manifests/rbac.yaml   # in each workload namespace
+---
+apiVersion: v1
+kind: Namespace
+metadata:
+  name: {NAMESPACE}
+  labels:
+    app.kubernetes.io/name: grelmicro-sidecar
+    app.kubernetes.io/part-of: grelmicro-sidecar
+"""
+
+
+def install_yaml() -> str:
+    rendered = template(VALUES, skip_tests=True).stdout
+    return HEADER + rendered
+
+
+def main() -> int:
+    path = MANIFESTS / "install.yaml"
+    path.write_text(install_yaml())
+    print(f"wrote {path.relative_to(MANIFESTS.parent)}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
