@@ -1,0 +1,1 @@
+"""Chaos: sidecars under random faults against the real control plane, and a checker."""

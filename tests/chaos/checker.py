@@ -1,0 +1,441 @@
+"""The chaos checker: from what the sidecars published, prove the safety and liveness claims.
+
+Pure: it takes records (file versions, probe answers, faults, resource
+samples, log lines) and returns a report; the recorder that produces them
+lives in ``recorder.py``. Every time is wall-clock seconds (``time.time()``),
+which all processes of a run share because they run on one host.
+
+The rule for "claims leadership" (the consumer rule of docs/reliability.md)
+--------------------------------------------------------------------------
+A sidecar's state file goes through versions v1, v2, ... with ``updated_at``
+u1 < u2 < ... (its own wall clock when it wrote them; a restarted process of
+the same identity continues the same sequence, since it writes the same
+file). Version i *claims* over the half-open interval
+
+    [u_i, min(valid_until_i, u_{i+1}))      when is_leader_i is true,
+
+and nothing otherwise. That is what an application sees if it follows the
+rule: re-read the file, act as leader only while ``is_leader`` and
+``now < valid_until``. A paused or dead sidecar's last file keeps claiming
+until its ``valid_until``: nothing else ends it.
+
+Why ``u_{i+1}`` and not the instant the recorder first saw v_{i+1}: the
+recorder samples every ~10 ms and a loaded machine can delay it further, so
+"first seen" is late by an unknown amount, which would invent overlaps at
+every graceful handover (the old leader writes "not leader", releases, and a
+follower takes over within milliseconds). ``u_{i+1}`` is earlier than the
+rename that ends v_i by one write+fsync; a handover is causal (the successor
+acts on a Lease write that the predecessor made *after* its "not leader"
+file was renamed into place), so the successor's ``updated_at`` is later
+than that rename, and the nominal intervals never overlap in a correct run.
+
+Violations:
+
+1. *file/file*: two sidecars' claim intervals overlap (any positive length);
+2. *probe/file*: a ``/leader`` 200 whose body was computed at ``u`` (its
+   ``updated_at``) while another sidecar's file claims at ``u``;
+3. *torn*: a state file that existed but did not parse (the atomic replace
+   failed).
+
+Each violation comes with a timeline of everything within a few seconds.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import itertools
+import statistics
+from collections import Counter
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+
+def parse_ts(value: Any) -> float | None:
+    if not isinstance(value, str) or not value:
+        return None
+    try:
+        return dt.datetime.fromisoformat(value.replace("Z", "+00:00")).timestamp()
+    except ValueError:
+        return None
+
+
+def fmt(t: float) -> str:
+    return dt.datetime.fromtimestamp(t, dt.UTC).strftime("%H:%M:%S.%f")[:-3]
+
+
+@dataclass(frozen=True)
+class FileVersion:
+    """One version of one sidecar's state.json, as the recorder read it."""
+
+    who: str
+    seen: float  # when the recorder first read this version
+    updated_at: float
+    is_leader: bool
+    valid_until: float | None
+    holder: str | None = None
+    fencing_token: int | None = None
+
+    @classmethod
+    def from_state(cls, who: str, seen: float, state: dict[str, Any]) -> FileVersion:
+        return cls(
+            who=who,
+            seen=seen,
+            updated_at=parse_ts(state.get("updated_at")) or seen,
+            is_leader=state.get("is_leader") is True,
+            valid_until=parse_ts(state.get("valid_until")),
+            holder=state.get("holder"),
+            fencing_token=state.get("fencing_token"),
+        )
+
+
+@dataclass(frozen=True)
+class Probe:
+    """One ``GET /leader``: status 0 means no answer (refused, timed out)."""
+
+    who: str
+    sent: float
+    answered: float
+    status: int
+    updated_at: float | None = None
+    valid_until: float | None = None
+
+
+@dataclass
+class Fault:
+    kind: str
+    target: str
+    start: float
+    end: float
+    detail: str = ""
+
+
+@dataclass(frozen=True)
+class Resource:
+    who: str
+    pid: int
+    t: float
+    fds: int
+    rss_kb: int
+
+
+@dataclass(frozen=True)
+class Claim:
+    who: str
+    start: float
+    end: float
+    version: FileVersion
+
+
+@dataclass
+class Violation:
+    kind: str
+    start: float
+    end: float
+    who: tuple[str, ...]
+    detail: str
+    timeline: str = ""
+
+    @property
+    def width(self) -> float:
+        return self.end - self.start
+
+
+@dataclass
+class Gap:
+    start: float
+    end: float
+    causes: list[Fault]
+
+    @property
+    def length(self) -> float:
+        return self.end - self.start
+
+    @property
+    def recovery(self) -> float:
+        """How long the gap lasted after the last fault that overlaps it had cleared."""
+        cleared = max([self.start, *(f.end for f in self.causes)])
+        return max(0.0, self.end - cleared)
+
+
+@dataclass
+class Trend:
+    who: str
+    pid: int
+    samples: int
+    seconds: float
+    fds_start: float
+    fds_end: float
+    fds_max: int
+    rss_start_kb: float
+    rss_end_kb: float
+
+    @property
+    def fd_growth(self) -> float:
+        return self.fds_end - self.fds_start
+
+    @property
+    def rss_growth_kb(self) -> float:
+        return self.rss_end_kb - self.rss_start_kb
+
+
+@dataclass
+class Report:
+    lease_duration: float
+    claims: list[Claim]
+    violations: list[Violation]
+    gaps: list[Gap]
+    trends: list[Trend]
+    faults: Counter[str]
+    acquisitions: int
+    handovers: int
+    step_downs: Counter[str]
+    torn_reads: int
+    probes: Counter[str] = field(default_factory=Counter)
+
+    @property
+    def max_gap(self) -> Gap | None:
+        return max(self.gaps, key=lambda g: g.length, default=None)
+
+    @property
+    def max_recovery(self) -> Gap | None:
+        return max(self.gaps, key=lambda g: g.recovery, default=None)
+
+    def summary(self) -> str:
+        lines = [
+            f"faults injected: {sum(self.faults.values())} "
+            + ", ".join(f"{k}={v}" for k, v in sorted(self.faults.items())),
+            f"leadership: {self.acquisitions} acquisitions, {self.handovers} handovers between "
+            f"identities; step-downs: "
+            + (", ".join(f"{k}={v}" for k, v in sorted(self.step_downs.items())) or "none"),
+            "probes: " + ", ".join(f"{k}={v}" for k, v in sorted(self.probes.items())),
+            f"violations: {len(self.violations)} (torn reads: {self.torn_reads})",
+        ]
+        gap, rec = self.max_gap, self.max_recovery
+        if gap is not None and rec is not None:
+            lines.append(
+                f"leaderless gaps: {len(self.gaps)}; longest {gap.length:.2f}s "
+                f"({gap.length / self.lease_duration:.2f} × lease {self.lease_duration:g}s) at "
+                f"{fmt(gap.start)} after [{', '.join(f.kind + ':' + f.target for f in gap.causes) or 'no fault'}]; "
+                f"longest after the fault cleared {rec.recovery:.2f}s "
+                f"({rec.recovery / self.lease_duration:.2f} × lease)"
+            )
+        for t in self.trends:
+            lines.append(
+                f"resources {t.who} pid {t.pid} over {t.seconds:.0f}s ({t.samples} samples): "
+                f"fds {t.fds_start:.0f} -> {t.fds_end:.0f} (max {t.fds_max}), "
+                f"RSS {t.rss_start_kb / 1024:.1f} -> {t.rss_end_kb / 1024:.1f} MiB"
+            )
+        for v in self.violations:
+            lines.append(f"VIOLATION {v.kind} {v.who} {fmt(v.start)}..{fmt(v.end)} "
+                         f"({v.width * 1000:.0f} ms): {v.detail}\n{v.timeline}")
+        return "\n".join(lines)
+
+
+# ---- the analysis ------------------------------------------------------------
+
+
+def claims_of(versions: Iterable[FileVersion]) -> list[Claim]:
+    """Claim intervals of one or many sidecars, by the rule in the module docstring."""
+    by_who: dict[str, list[FileVersion]] = {}
+    for v in versions:
+        by_who.setdefault(v.who, []).append(v)
+    out: list[Claim] = []
+    for seq in by_who.values():
+        seq.sort(key=lambda v: (v.updated_at, v.seen))
+        for i, v in enumerate(seq):
+            if not v.is_leader or v.valid_until is None:
+                continue
+            end = v.valid_until
+            if i + 1 < len(seq):
+                end = min(end, seq[i + 1].updated_at)
+            if end > v.updated_at:
+                out.append(Claim(v.who, v.updated_at, end, v))
+    out.sort(key=lambda c: c.start)
+    return out
+
+
+def overlaps(claims: list[Claim]) -> list[Violation]:
+    out = []
+    for i, a in enumerate(claims):
+        for b in claims[i + 1 :]:
+            if b.start >= a.end:
+                break
+            if b.who == a.who:
+                continue
+            start, end = max(a.start, b.start), min(a.end, b.end)
+            if end > start:
+                out.append(
+                    Violation(
+                        "file/file",
+                        start,
+                        end,
+                        (a.who, b.who),
+                        f"{a.who} claims {fmt(a.start)}..{fmt(a.end)} (token {a.version.fencing_token}) and "
+                        f"{b.who} claims {fmt(b.start)}..{fmt(b.end)} (token {b.version.fencing_token})",
+                    )
+                )
+    return out
+
+
+def probe_conflicts(claims: list[Claim], probes: Iterable[Probe]) -> list[Violation]:
+    out = []
+    for p in probes:
+        if p.status != 200 or p.updated_at is None:
+            continue
+        for c in claims:
+            if c.who != p.who and c.start <= p.updated_at < c.end:
+                out.append(
+                    Violation(
+                        "probe/file",
+                        p.updated_at,
+                        p.updated_at,
+                        (p.who, c.who),
+                        f"/leader of {p.who} answered 200 (computed at {fmt(p.updated_at)}) while "
+                        f"{c.who}'s file claims {fmt(c.start)}..{fmt(c.end)}",
+                    )
+                )
+    return out
+
+
+def gaps_of(claims: list[Claim], faults: list[Fault], start: float, end: float, lease: float) -> list[Gap]:
+    """Leaderless intervals within [first claim, end); each with the faults that may explain it.
+
+    A fault explains a gap when it was active during the gap or cleared less
+    than one lease duration before it began.
+    """
+    if not claims:
+        return [Gap(start, end, list(faults))] if end > start else []
+    merged: list[list[float]] = []
+    for c in sorted(claims, key=lambda c: c.start):
+        if merged and c.start <= merged[-1][1]:
+            merged[-1][1] = max(merged[-1][1], c.end)
+        else:
+            merged.append([c.start, c.end])
+    holes = [(a[1], b[0]) for a, b in itertools.pairwise(merged)]
+    if merged[-1][1] < end:
+        holes.append((merged[-1][1], end))
+    out = []
+    for g0, g1 in holes:
+        causes = [f for f in faults if f.start <= g1 and f.end + lease >= g0]
+        out.append(Gap(g0, g1, causes))
+    return out
+
+
+def trends_of(resources: Iterable[Resource], warmup: float = 10.0, min_seconds: float = 45.0) -> list[Trend]:
+    """Per process: median fds/RSS over the first and the last fifth of its life (after warm-up)."""
+    by_pid: dict[tuple[str, int], list[Resource]] = {}
+    for r in resources:
+        by_pid.setdefault((r.who, r.pid), []).append(r)
+    out = []
+    for (who, pid), seq in sorted(by_pid.items()):
+        seq.sort(key=lambda r: r.t)
+        seq = [r for r in seq if r.t >= seq[0].t + warmup]
+        if len(seq) < 10 or seq[-1].t - seq[0].t < min_seconds:
+            continue
+        k = max(3, len(seq) // 5)
+        head, tail = seq[:k], seq[-k:]
+        out.append(
+            Trend(
+                who=who,
+                pid=pid,
+                samples=len(seq),
+                seconds=seq[-1].t - seq[0].t,
+                fds_start=statistics.median(r.fds for r in head),
+                fds_end=statistics.median(r.fds for r in tail),
+                fds_max=max(r.fds for r in seq),
+                rss_start_kb=statistics.median(r.rss_kb for r in head),
+                rss_end_kb=statistics.median(r.rss_kb for r in tail),
+            )
+        )
+    return out
+
+
+def timeline(
+    t: float,
+    versions: Iterable[FileVersion],
+    probes: Iterable[Probe],
+    faults: Iterable[Fault],
+    logs: Iterable[tuple[float, str, str]],
+    window: float = 4.0,
+) -> str:
+    """Everything that happened within ``window`` seconds of ``t``, in order."""
+    rows: list[tuple[float, str]] = []
+    for v in versions:
+        if abs(v.updated_at - t) <= window:
+            rows.append((v.updated_at, f"{v.who:>8} file   is_leader={v.is_leader!s:5} "
+                         f"valid_until={fmt(v.valid_until) if v.valid_until else '-':12} "
+                         f"holder={v.holder} token={v.fencing_token} (seen {fmt(v.seen)})"))
+    for p in probes:
+        if abs(p.sent - t) <= window and p.status != 503:
+            rows.append((p.updated_at or p.sent, f"{p.who:>8} probe  status={p.status} "
+                         f"valid_until={fmt(p.valid_until) if p.valid_until else '-'}"))
+    for f in faults:
+        if f.start - window <= t <= f.end + window:
+            rows.append((f.start, f"{'chaos':>8} fault  {f.kind} on {f.target} until {fmt(f.end)} {f.detail}"))
+    for ts, who, msg in logs:
+        if abs(ts - t) <= window:
+            rows.append((ts, f"{who:>8} log    {msg}"))
+    rows.sort(key=lambda r: r[0])
+    return "\n".join(f"  {fmt(ts)} {'>>' if abs(ts - t) < 0.0005 else '  '} {text}" for ts, text in rows)
+
+
+def check(
+    *,
+    versions: list[FileVersion],
+    probes: list[Probe],
+    faults: list[Fault],
+    resources: list[Resource],
+    logs: list[tuple[float, str, str]],
+    start: float,
+    end: float,
+    lease_duration: float,
+    torn_reads: int = 0,
+) -> Report:
+    claims = claims_of(versions)
+    violations = overlaps(claims) + probe_conflicts(claims, probes)
+    for v in violations:
+        v.timeline = timeline(v.start, versions, probes, faults, logs)
+    if torn_reads:
+        violations.append(Violation("torn", start, start, (), f"{torn_reads} unparsable reads"))
+    first = claims[0].start if claims else start
+    gaps = gaps_of(claims, faults, first, end, lease_duration)
+
+    acquisitions = 0
+    handovers = 0
+    previous_holder: str | None = None
+    # A claim that does not continue the same sidecar's previous one is an acquisition.
+    by_who: dict[str, list[Claim]] = {}
+    for c in claims:
+        by_who.setdefault(c.who, []).append(c)
+    for seq in by_who.values():
+        for i, c in enumerate(seq):
+            if i == 0 or c.start > seq[i - 1].end + 1e-6:
+                acquisitions += 1
+    for c in claims:
+        if previous_holder is not None and c.who != previous_holder:
+            handovers += 1
+        previous_holder = c.who
+    step_downs: Counter[str] = Counter()
+    for _ts, _who, msg in logs:
+        if msg.startswith("stepped down: "):
+            reason = msg.removeprefix("stepped down: ")
+            if reason.startswith("the Lease now names"):
+                reason = "the Lease now names another holder"
+            step_downs[reason] += 1
+    probe_counts: Counter[str] = Counter(
+        {200: "200", 503: "503", 0: "no answer"}.get(p.status, str(p.status)) for p in probes
+    )
+    return Report(
+        lease_duration=lease_duration,
+        claims=claims,
+        violations=violations,
+        gaps=gaps,
+        trends=trends_of(resources),
+        faults=Counter(f.kind for f in faults),
+        acquisitions=acquisitions,
+        handovers=handovers,
+        step_downs=step_downs,
+        torn_reads=torn_reads,
+        probes=probe_counts,
+    )

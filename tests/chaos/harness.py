@@ -1,0 +1,384 @@
+"""The chaos harness: N sidecars in one election, random faults, a recorder, a checker.
+
+Each sidecar is a real ``grelmicro-sidecar run`` process (``SidecarProcess``)
+that reaches the API server through its own ``FaultProxy``. The driver injects
+one fault at a time, with a quiet spell after each, from this menu:
+
+==================  ==========================================================
+``sigkill``         SIGKILL a sidecar (the leader more often than not), restart it
+``sigterm``         SIGTERM (graceful: must exit 0 within the budget), restart it
+``sigstop``         SIGSTOP for longer than the lease duration, then SIGCONT
+``apiserver``       restart kube-apiserver
+``etcd``            restart etcd
+``partition``       blackhole the current leader's proxy only, longer than the lease
+``delay``           slow a sidecar's link (0.2-1.5 s each way) for a few seconds
+``drop``            a flaky link: cut 30 % of chunks/connections for a few seconds
+``reset``           reset every open connection of a sidecar at once
+==================  ==========================================================
+
+The short run (CI) first plays every kind once in a random order, then random
+kinds until its time is up; the long run (``python -m tests.chaos``) plays
+random kinds. The first sidecar (the *witness*) never gets a process fault, so
+one process lives through the whole run for the fd/RSS trend.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import signal
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from tests.cluster import ControlPlane
+from tests.sidecar.proc import SidecarProcess
+
+from .checker import Fault, Report, check, parse_ts
+from .proxy import FaultProxy, proxy_loop
+from .recorder import Recorder, Target
+
+KINDS = ("sigkill", "sigterm", "sigstop", "apiserver", "etcd", "partition", "delay", "drop", "reset")
+PROCESS_KINDS = ("sigkill", "sigterm", "sigstop")
+#: Kinds that take seconds, not tens of seconds (a kube-apiserver restart takes 10-25 s here).
+CHEAP_KINDS = tuple(k for k in KINDS if k not in ("apiserver", "etcd"))
+
+
+@dataclass
+class Timings:
+    lease: float = 3.0
+    renew: float = 2.0
+    retry: float = 0.5
+
+    @property
+    def flags(self) -> tuple[str, ...]:
+        return (
+            f"--lease-duration={self.lease:g}s",
+            f"--renew-deadline={int(self.renew * 1000)}ms",
+            f"--retry-period={int(self.retry * 1000)}ms",
+        )
+
+
+@dataclass
+class Crash:
+    who: str
+    pid: int
+    returncode: int | None
+    detail: str
+
+
+@dataclass
+class Outcome:
+    report: Report
+    crashes: list[Crash]
+    log_problems: list[str]
+    shutdown_seconds: dict[str, float]
+    start: float
+    end: float
+    recorder_lag: float
+    file_versions: int
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def summary(self) -> str:
+        lines = [
+            f"chaos run: {self.end - self.start:.0f}s, {self.file_versions} state-file versions, "
+            f"recorder max pause {self.recorder_lag * 1000:.0f} ms",
+            self.report.summary(),
+            f"crashes: {len(self.crashes)}"
+            + "".join(f"\n  {c.who} pid {c.pid} rc={c.returncode}: {c.detail}" for c in self.crashes),
+            f"log problems: {len(self.log_problems)}"
+            + "".join(f"\n  {p}" for p in self.log_problems[:20]),
+            "graceful shutdown took: "
+            + ", ".join(f"{k} {v:.2f}s" for k, v in sorted(self.shutdown_seconds.items())),
+        ]
+        return "\n".join(lines)
+
+
+class ChaosRun:
+    def __init__(
+        self,
+        cluster: ControlPlane,
+        namespace: str,
+        workdir: Path,
+        *,
+        sidecars: int = 4,
+        timings: Timings | None = None,
+        seed: int | None = None,
+        log: Callable[[str], None] = print,
+    ):
+        self.cluster = cluster
+        self.namespace = namespace
+        self.workdir = workdir
+        self.timings = timings or Timings()
+        self.seed = seed if seed is not None else random.randrange(1 << 30)
+        self.rng = random.Random(self.seed)
+        self.say = log
+        self.loop = proxy_loop()
+        upstream_port = int(cluster.server.rsplit(":", 1)[1])
+        self.proxies: dict[str, FaultProxy] = {}
+        self.procs: dict[str, SidecarProcess] = {}
+        self.faults: list[Fault] = []
+        self.crashes: list[Crash] = []
+        self.expected_exit: set[int] = set()  # pids we killed on purpose
+        self.shutdown_seconds: dict[str, float] = {}
+        admin = json.loads(Path(cluster.kubeconfig).read_text())
+        for i in range(sidecars):
+            who = f"pod-{i}"
+            proxy = FaultProxy(self.loop, "127.0.0.1", upstream_port, seed=self.seed + i).start()
+            kubeconfig = workdir / f"{who}.kubeconfig"
+            doc = json.loads(json.dumps(admin))
+            doc["clusters"][0]["cluster"]["server"] = f"https://127.0.0.1:{proxy.port}"
+            kubeconfig.write_text(json.dumps(doc))
+            self.proxies[who] = proxy
+            self.procs[who] = SidecarProcess(
+                workdir, kubeconfig, namespace, who, extra=self.timings.flags
+            )
+        self.witness = "pod-0"
+        self.recorder = Recorder(
+            [
+                Target(who, p.state_dir / "state.json", p.port, self._pid_of(who))
+                for who, p in self.procs.items()
+            ]
+        )
+        self.start_time = 0.0
+
+    def _pid_of(self, who: str) -> Callable[[], int | None]:
+        def pid() -> int | None:
+            proc = self.procs[who].proc
+            return proc.pid if proc is not None and proc.poll() is None else None
+
+        return pid
+
+    # ---- lifecycle ---------------------------------------------------------
+    def start(self) -> None:
+        self.start_time = time.time()
+        self.recorder.start()
+        for proc in self.procs.values():
+            proc.start()
+        deadline = time.monotonic() + 30
+        while self.recorder.leader_now() is None:
+            if time.monotonic() > deadline:
+                raise AssertionError("no leader 30 s after start")
+            time.sleep(0.05)
+
+    def run(self, seconds: float, every_kind_first: bool = True, menu: tuple[str, ...] = KINDS) -> None:
+        """Inject faults until ``seconds`` have passed (the last fault may overrun a little).
+
+        ``every_kind_first`` plays each kind once (random order) before
+        drawing from ``menu``.
+        """
+        deadline = time.monotonic() + seconds
+        plan = list(KINDS) if every_kind_first else []
+        self.rng.shuffle(plan)
+        while time.monotonic() < deadline:
+            kind = plan.pop(0) if plan else self.rng.choice(menu)
+            self._check_alive()
+            self.inject(kind)
+            time.sleep(self.rng.uniform(1.5, 4.0))
+        self._check_alive()
+
+    def finish(self) -> Outcome:
+        """Heal everything, require a leader, stop every sidecar gracefully, and judge."""
+        for proxy in self.proxies.values():
+            proxy.set("pass")
+        self._check_alive()
+        deadline = time.monotonic() + 4 * self.timings.lease + 10
+        while self.recorder.leader_now() is None and time.monotonic() < deadline:
+            time.sleep(0.05)
+        healed_leader = self.recorder.leader_now()
+        for who, proc in self.procs.items():
+            assert proc.proc is not None
+            self.expected_exit.add(proc.proc.pid)
+            t0 = time.monotonic()
+            proc.signal(signal.SIGTERM)
+            try:
+                rc = proc.wait(20)
+            except Exception:
+                rc = None
+                proc.stop()
+            self.shutdown_seconds[who] = time.monotonic() - t0
+            if rc != 0:
+                self.crashes.append(Crash(who, proc.proc.pid, rc, "final SIGTERM did not exit 0"))
+        time.sleep(0.2)
+        end = time.time()
+        self.recorder.stop()
+        for proxy in self.proxies.values():
+            proxy.close()
+        self.loop.close()
+        logs, problems = self._logs()
+        report = check(
+            versions=self.recorder.versions,
+            probes=self.recorder.probes,
+            faults=self.faults,
+            resources=self.recorder.resources,
+            logs=logs,
+            start=self.start_time,
+            end=end,
+            lease_duration=self.timings.lease,
+            torn_reads=self.recorder.torn_reads,
+        )
+        return Outcome(
+            report=report,
+            crashes=self.crashes,
+            log_problems=problems,
+            shutdown_seconds=self.shutdown_seconds,
+            start=self.start_time,
+            end=end,
+            recorder_lag=self.recorder.max_file_lag,
+            file_versions=len(self.recorder.versions),
+            extra={"seed": self.seed, "leader_after_healing": healed_leader},
+        )
+
+    def abort(self) -> None:
+        """Best-effort cleanup when something raised: no process or proxy left behind."""
+        for proc in self.procs.values():
+            proc.stop()
+        self.recorder.stop()
+        for proxy in self.proxies.values():
+            proxy.close()
+        self.loop.close()
+
+    # ---- faults ----------------------------------------------------------------
+    def inject(self, kind: str) -> Fault:
+        t = self.timings
+        rng = self.rng
+        leader = self.recorder.leader_now()
+        start = time.time()
+        detail = ""
+        if kind in PROCESS_KINDS:
+            candidates = [w for w in self.procs if w != self.witness]
+            target = leader if leader in candidates and rng.random() < 0.6 else rng.choice(candidates)
+        elif kind == "partition":
+            target = leader or self._wait_leader() or rng.choice(list(self.procs))
+        elif kind in ("apiserver", "etcd"):
+            target = "cluster"
+        else:
+            target = leader if leader and rng.random() < 0.5 else rng.choice(list(self.procs))
+        was_leader = target == leader
+        proc = self.procs.get(target)
+
+        if kind == "sigkill":
+            assert proc is not None and proc.proc is not None
+            self.expected_exit.add(proc.proc.pid)
+            proc.signal(signal.SIGKILL)
+            proc.wait(10)
+            time.sleep(rng.uniform(0.5, 2.5))
+            proc.start()
+        elif kind == "sigterm":
+            assert proc is not None and proc.proc is not None
+            pid = proc.proc.pid
+            self.expected_exit.add(pid)
+            t0 = time.monotonic()
+            proc.signal(signal.SIGTERM)
+            try:
+                rc: int | None = proc.wait(20)
+            except Exception:
+                rc = None
+                proc.stop()
+            took = time.monotonic() - t0
+            detail = f"exit {rc} after {took:.2f}s"
+            if rc != 0:
+                self.crashes.append(Crash(target, pid, rc, f"SIGTERM: {detail}"))
+            time.sleep(rng.uniform(0.2, 1.5))
+            proc.start()
+        elif kind == "sigstop":
+            assert proc is not None
+            pause = t.lease + rng.uniform(0.5, 2.0)
+            detail = f"paused {pause:.1f}s"
+            proc.signal(signal.SIGSTOP)
+            time.sleep(pause)
+            proc.signal(signal.SIGCONT)
+        elif kind == "apiserver":
+            # Half graceful (SIGTERM), half a crash (SIGKILL): both are restarts a cluster sees.
+            sig = signal.SIGTERM if rng.random() < 0.5 else signal.SIGKILL
+            detail = signal.Signals(sig).name
+            t0 = time.monotonic()
+            self.cluster.stop_process("kube-apiserver", sig)
+            detail += f", stopped in {time.monotonic() - t0:.1f}s"
+            time.sleep(rng.uniform(0, 1))
+            t0 = time.monotonic()
+            self.cluster.start_apiserver()
+            detail += f", ready in {time.monotonic() - t0:.1f}s"
+        elif kind == "etcd":
+            sig = signal.SIGTERM if rng.random() < 0.5 else signal.SIGKILL
+            detail = signal.Signals(sig).name
+            self.cluster.stop_process("etcd", sig)
+            time.sleep(rng.uniform(0, 1))
+            self.cluster.start_etcd()
+            self.cluster.wait_ready(120)
+        elif kind == "partition":
+            hold = t.lease + rng.uniform(1.0, 3.0)
+            detail = f"blackhole {hold:.1f}s"
+            self.proxies[target].set("blackhole")
+            time.sleep(hold)
+            self.proxies[target].set("pass")
+        elif kind == "delay":
+            delay, hold = rng.uniform(0.2, 1.5), rng.uniform(2.0, 5.0)
+            detail = f"{delay:.2f}s each way for {hold:.1f}s"
+            self.proxies[target].set("delay", delay=delay)
+            time.sleep(hold)
+            self.proxies[target].set("pass")
+        elif kind == "drop":
+            hold = rng.uniform(2.0, 5.0)
+            detail = f"30% for {hold:.1f}s"
+            self.proxies[target].set("drop", drop_rate=0.3)
+            time.sleep(hold)
+            self.proxies[target].set("pass")
+        elif kind == "reset":
+            self.proxies[target].set("reset")
+            time.sleep(rng.uniform(0.2, 1.0))
+            self.proxies[target].set("pass")
+        else:  # pragma: no cover
+            raise ValueError(kind)
+        fault = Fault(kind, target, start, time.time(), (detail + (" [leader]" if was_leader else "")).strip())
+        self.faults.append(fault)
+        self.say(f"fault {kind:9} on {target:7} {fault.end - fault.start:5.1f}s {fault.detail}")
+        return fault
+
+    def _wait_leader(self, timeout: float = 5.0) -> str | None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            leader = self.recorder.leader_now()
+            if leader:
+                return leader
+            time.sleep(0.05)
+        return None
+
+    def _check_alive(self) -> None:
+        """A sidecar that exited without being told to is a crash; restart it so the run goes on."""
+        for who, proc in self.procs.items():
+            if proc.proc is None or proc.proc.poll() is None:
+                continue
+            if proc.proc.pid in self.expected_exit:
+                continue
+            self.crashes.append(
+                Crash(who, proc.proc.pid, proc.proc.returncode, proc.raw_log()[-2000:])
+            )
+            self.expected_exit.add(proc.proc.pid)
+            proc.start()
+
+    def _logs(self) -> tuple[list[tuple[float, str, str]], list[str]]:
+        events: list[tuple[float, str, str]] = []
+        problems: list[str] = []
+        for who, proc in self.procs.items():
+            for line in proc.raw_log().splitlines():
+                try:
+                    rec = json.loads(line)
+                except ValueError:
+                    problems.append(f"{who}: not a JSON log line: {line[:200]}")
+                    continue
+                ts = parse_ts(rec.get("ts")) or 0.0
+                msg = str(rec.get("msg"))
+                if rec.get("level") == "error":
+                    problems.append(f"{who}: error: {line[:300]}")
+                if msg == "stepped down":
+                    events.append((ts, who, f"stepped down: {rec.get('reason')}"))
+                elif msg in ("leading", "holder changed", "starting", "shutting down",
+                             "released lease", "published not-leader", "stopped"):
+                    extra = rec.get("fencing_token", rec.get("holder", ""))
+                    events.append((ts, who, f"{msg} {extra if extra is not None else ''}".strip()))
+                elif rec.get("level") in ("warning", "error"):
+                    events.append((ts, who, f"{rec.get('level')}: {msg} {rec.get('error', '')}"[:160]))
+        return events, problems

@@ -1,0 +1,169 @@
+"""The recorder: samples every sidecar's published state while chaos runs.
+
+Three daemon threads:
+
+- files: reads each ``state.json`` every ``file_interval`` (10 ms) and keeps
+  every distinct version with the instant it was first seen;
+- probes: ``GET /leader`` on each sidecar every ``probe_interval`` with a short
+  timeout, keeping status and the body's ``updated_at``/``valid_until``;
+- resources: open fds and RSS of every live sidecar process once a second.
+
+It only observes; the checker (``checker.py``) judges. Test support only.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import http.client
+import json
+import os
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+from .checker import FileVersion, Probe, Resource, parse_ts
+
+
+class Target:
+    """What the recorder needs of one sidecar: its name, file, port and current pid."""
+
+    def __init__(self, who: str, state_file: Path, port: int, pid: Callable[[], int | None]):
+        self.who = who
+        self.state_file = state_file
+        self.port = port
+        self.pid = pid
+
+
+class Recorder:
+    def __init__(
+        self,
+        targets: list[Target],
+        file_interval: float = 0.01,
+        probe_interval: float = 0.1,
+        probe_timeout: float = 0.3,
+        resource_interval: float = 1.0,
+    ):
+        self.targets = targets
+        self.file_interval = file_interval
+        self.probe_interval = probe_interval
+        self.probe_timeout = probe_timeout
+        self.resource_interval = resource_interval
+        self.versions: list[FileVersion] = []
+        self.probes: list[Probe] = []
+        self.resources: list[Resource] = []
+        self.torn_reads = 0
+        self.file_reads = 0
+        self.max_file_lag = 0.0  # the longest pause between two passes over the files
+        self._last: dict[str, bytes] = {}
+        self._stop = threading.Event()
+        self._lock = threading.Lock()
+        self._threads = [
+            threading.Thread(target=self._files, name="rec-files", daemon=True),
+            threading.Thread(target=self._probes, name="rec-probes", daemon=True),
+            threading.Thread(target=self._resources, name="rec-resources", daemon=True),
+        ]
+
+    def start(self) -> Recorder:
+        for t in self._threads:
+            t.start()
+        return self
+
+    def stop(self) -> None:
+        self._stop.set()
+        for t in self._threads:
+            t.join(5)
+
+    # ---- live view for the chaos driver ---------------------------------------
+    def leader_now(self) -> str | None:
+        """The sidecar whose latest file claims right now (None if none or ambiguous)."""
+        now = time.time()
+        with self._lock:
+            latest: dict[str, FileVersion] = {}
+            for v in self.versions:
+                latest[v.who] = v
+        claiming = [
+            v.who
+            for v in latest.values()
+            if v.is_leader and v.valid_until is not None and v.valid_until > now
+        ]
+        return claiming[0] if len(claiming) == 1 else None
+
+    # ---- threads ---------------------------------------------------------------
+    def _files(self) -> None:
+        previous = time.monotonic()
+        while not self._stop.is_set():
+            for target in self.targets:
+                self._read(target)
+            now = time.monotonic()
+            self.max_file_lag = max(self.max_file_lag, now - previous)
+            previous = now
+            time.sleep(self.file_interval)
+
+    def _read(self, target: Target) -> None:
+        try:
+            data = target.state_file.read_bytes()
+        except OSError:
+            return
+        self.file_reads += 1
+        if data == self._last.get(target.who):
+            return
+        seen = time.time()
+        try:
+            state = json.loads(data)
+        except ValueError:
+            self.torn_reads += 1
+            return
+        self._last[target.who] = data
+        with self._lock:
+            self.versions.append(FileVersion.from_state(target.who, seen, state))
+
+    def _probes(self) -> None:
+        while not self._stop.is_set():
+            for target in self.targets:
+                self._probe(target)
+            time.sleep(self.probe_interval)
+
+    def _probe(self, target: Target) -> None:
+        sent = time.time()
+        status, body = 0, b""
+        conn = http.client.HTTPConnection("127.0.0.1", target.port, timeout=self.probe_timeout)
+        try:
+            conn.request("GET", "/leader")
+            resp = conn.getresponse()
+            status, body = resp.status, resp.read()
+        except (OSError, http.client.HTTPException):
+            status = 0
+        finally:
+            conn.close()
+        updated = valid = None
+        with contextlib.suppress(ValueError, AttributeError):
+            data = json.loads(body)
+            updated, valid = parse_ts(data.get("updated_at")), parse_ts(data.get("valid_until"))
+        with self._lock:
+            self.probes.append(Probe(target.who, sent, time.time(), status, updated, valid))
+
+    def _resources(self) -> None:
+        while not self._stop.is_set():
+            for target in self.targets:
+                pid = target.pid()
+                if pid is None:
+                    continue
+                sample = _resource(target.who, pid)
+                if sample is not None:
+                    with self._lock:
+                        self.resources.append(sample)
+            time.sleep(self.resource_interval)
+
+
+def _resource(who: str, pid: int) -> Resource | None:
+    try:
+        status = Path(f"/proc/{pid}/status").read_text()
+        fds = len(os.listdir(f"/proc/{pid}/fd"))
+    except OSError:
+        return None
+    fields = dict(line.split(":", 1) for line in status.splitlines() if ":" in line)
+    if fields.get("State", "").strip().startswith(("T", "Z")):
+        return None  # stopped or a zombie: not a sample of a running sidecar
+    rss = int(fields.get("VmRSS", "0 kB").split()[0])
+    return Resource(who, pid, time.time(), fds, rss)

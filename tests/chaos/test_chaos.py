@@ -1,0 +1,55 @@
+"""The short chaos run (CI): every fault kind at least once, then random ones.
+
+``GRELMICRO_CHAOS_SECONDS`` (default 100) and ``GRELMICRO_CHAOS_SEED`` tune it;
+the long run is ``python -m tests.chaos --minutes 30``.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from tests.cluster import ControlPlane
+
+from .harness import CHEAP_KINDS, KINDS, ChaosRun, Timings
+
+SECONDS = float(os.environ.get("GRELMICRO_CHAOS_SECONDS", "100"))
+SEED = int(os.environ["GRELMICRO_CHAOS_SEED"]) if os.environ.get("GRELMICRO_CHAOS_SEED") else None
+
+
+def test_short_chaos_run(cluster: ControlPlane, namespace: str, tmp_path: Path) -> None:
+    timings = Timings(lease=3.0, renew=2.0, retry=0.5)
+    run = ChaosRun(cluster, namespace, tmp_path, sidecars=4, timings=timings, seed=SEED)
+    try:
+        run.start()
+        run.run(SECONDS, every_kind_first=True, menu=CHEAP_KINDS)
+        outcome = run.finish()
+    except BaseException:
+        run.abort()
+        raise
+    text = f"seed {run.seed}\n{outcome.summary()}"
+    print(text)
+    (tmp_path / "chaos-report.txt").write_text(text)
+    report = outcome.report
+
+    # (a) safety: never two claims at once (the rule is in checker.py), no torn file.
+    assert not report.violations, text
+    # (b) liveness: after every fault has cleared, a leader is back within
+    # lease + 4 retry periods (the longest follower backoff) + 3 s of slack for
+    # a loaded 2-core machine; and the run ends with a leader.
+    bound = timings.lease + 4 * timings.retry + 3.0
+    worst = report.max_recovery
+    assert worst is None or worst.recovery <= bound, text
+    assert outcome.extra["leader_after_healing"] is not None, text
+    # (c) no crash, no traceback, no error log, graceful exits in time, no leak.
+    assert not outcome.crashes, text
+    assert not outcome.log_problems, text
+    assert all(s < 10.0 for s in outcome.shutdown_seconds.values()), text
+    witness = [t for t in report.trends if t.who == run.witness]
+    assert witness, f"no resource trend for the witness\n{text}"
+    for trend in report.trends:
+        assert trend.fd_growth <= 3, text
+        assert trend.rss_growth_kb <= 4 * 1024, text
+    # The run exercised what it claims to.
+    assert set(report.faults) == set(KINDS), text
+    assert report.acquisitions >= 6 and report.handovers >= 4, text

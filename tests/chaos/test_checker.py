@@ -1,0 +1,98 @@
+"""The checker itself, on made-up records: it must catch what it is there to catch."""
+
+from __future__ import annotations
+
+from tests.chaos.checker import (
+    Claim,
+    Fault,
+    FileVersion,
+    Probe,
+    Resource,
+    check,
+    claims_of,
+    gaps_of,
+    trends_of,
+)
+
+T = 1_000_000.0  # an arbitrary wall-clock origin
+
+
+def v(who: str, at: float, leader: bool, valid: float | None = None, seen: float | None = None) -> FileVersion:
+    return FileVersion(
+        who=who,
+        seen=T + (seen if seen is not None else at + 0.01),
+        updated_at=T + at,
+        is_leader=leader,
+        valid_until=T + valid if valid is not None else None,
+        fencing_token=1 if leader else None,
+    )
+
+
+def run(versions: list[FileVersion], probes: list[Probe] | None = None, faults: list[Fault] | None = None):  # type: ignore[no-untyped-def]
+    return check(
+        versions=versions,
+        probes=probes or [],
+        faults=faults or [],
+        resources=[],
+        logs=[],
+        start=T,
+        end=T + 30,
+        lease_duration=3.0,
+    )
+
+
+def test_a_claim_lasts_until_valid_until_or_the_next_version() -> None:
+    claims = claims_of([
+        v("a", 0, True, 2), v("a", 1, True, 3), v("a", 1.5, False),  # renewed, then stepped down
+        v("b", 10, True, 12),  # last version: runs to valid_until (dead or paused)
+    ])
+    assert [(c.who, c.start - T, c.end - T) for c in claims] == [
+        ("a", 0, 1), ("a", 1, 1.5), ("b", 10, 12)]
+
+
+def test_two_claims_at_once_are_a_violation_with_a_timeline() -> None:
+    report = run([v("a", 0, True, 2), v("b", 1.5, True, 3.5)])
+    assert len(report.violations) == 1
+    violation = report.violations[0]
+    assert violation.who == ("a", "b") and abs(violation.width - 0.5) < 1e-6
+    assert "a" in violation.timeline and "is_leader=True" in violation.timeline
+
+
+def test_a_paused_leaders_stale_file_claims_until_valid_until() -> None:
+    # a's process is stopped after its last write: nothing replaces the file.
+    stale = [v("a", 0, True, 2)]
+    assert run([*stale, v("b", 2.0, True, 4)]).violations == []
+    assert len(run([*stale, v("b", 1.99, True, 4)]).violations) == 1
+
+
+def test_a_graceful_handover_is_judged_by_the_writers_clocks_not_the_samplers() -> None:
+    # a writes "not leader" at 1.000 (seen late at 1.200); b leads from 1.050 (seen at 1.060).
+    report = run([v("a", 0, True, 2), v("a", 1.0, False, seen=1.2), v("b", 1.05, True, 3, seen=1.06)])
+    assert report.violations == []
+    assert report.handovers == 1 and report.acquisitions == 2
+
+
+def test_a_probe_that_says_leader_inside_anothers_claim_is_a_violation() -> None:
+    files = [v("a", 0, True, 2)]
+    late = Probe("b", T + 1.0, T + 1.01, 200, updated_at=T + 1.0, valid_until=T + 3)
+    fine = Probe("b", T + 2.5, T + 2.51, 200, updated_at=T + 2.5, valid_until=T + 4)
+    refused = Probe("b", T + 1.0, T + 1.3, 0)
+    assert len(run(files, [late]).violations) == 1
+    assert run(files, [fine, refused]).violations == []
+
+
+def test_gaps_are_attributed_to_faults_and_measured_after_they_clear() -> None:
+    claims = [Claim("a", T, T + 2, v("a", 0, True, 2)), Claim("b", T + 9, T + 12, v("b", 9, True, 12))]
+    fault = Fault("apiserver", "cluster", T + 1, T + 8)
+    (gap,) = gaps_of(claims[:2], [fault], T, T + 12, 3.0)
+    assert gap.length == 7 and gap.causes == [fault] and abs(gap.recovery - 1.0) < 1e-9
+    (lonely,) = gaps_of(claims, [], T, T + 12, 3.0)
+    assert lonely.causes == [] and lonely.recovery == 7
+
+
+def test_trends_see_a_leak() -> None:
+    steady = [Resource("a", 1, T + i, 9 + (i % 2), 26000) for i in range(100)]
+    leaking = [Resource("b", 2, T + i, 9 + i // 10, 26000 + 50 * i) for i in range(100)]
+    (a, b) = trends_of(steady + leaking)
+    assert a.fd_growth <= 1 and a.rss_growth_kb == 0
+    assert b.fd_growth >= 6 and b.rss_growth_kb > 3000
