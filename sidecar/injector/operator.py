@@ -1,8 +1,10 @@
 """The kopf wiring of the injector: the webhook, the health port, the periodic duties.
 
-The only module that imports kopf. The admission handler is a thin adapter:
-``patch.decide`` does all the work (pure), this turns its decision into
-kopf's patch or ``kopf.AdmissionError``.
+The only module that imports kopf. kopf runs the operator: the HTTPS webhook
+server (TLS from files, reloaded when they change), login, signal handling,
+and the pod watch of ``--auto-rbac``. ``POST /inject`` is answered by the pure
+``review.answer`` (which says why kopf's admission engine is bypassed there);
+this module only routes, times and counts.
 
 Several replicas are safe, by design:
 
@@ -33,10 +35,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import contextvars
 import logging
 import os
 import random
+import ssl
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
@@ -52,7 +54,7 @@ from . import rbac
 from .annotations import INJECT
 from .kubeapi import ClusterApi
 from .metrics import InjectorMetrics
-from .patch import decide
+from .review import answer
 from .settings import InjectorSettings
 from .sweep import sweep_cluster
 from .webhookconfig import WEBHOOK_PATH
@@ -90,42 +92,67 @@ def _configure_logging(log: Logger, level: str) -> None:
     logging.getLogger("aiohttp.access").setLevel(logging.WARNING)
 
 
-class _TimedWebhookServer(kopf.WebhookServer):
-    """kopf's server, with every admission request timed into the metrics."""
+class _InjectorWebhookServer(kopf.WebhookServer):
+    """kopf's HTTPS server; ``POST /inject`` is answered by ``review.answer``, timed.
 
-    def __init__(self, metrics: InjectorMetrics, ready: asyncio.Event, **kwargs: Any):
+    kopf's server gives TLS from the mounted files and reloads them when they
+    change; any other path goes to kopf's own engine (which has no handlers,
+    so 404). See ``review`` for why the engine is not on the injection path.
+    """
+
+    def __init__(
+        self,
+        settings: InjectorSettings,
+        log: Logger,
+        metrics: InjectorMetrics,
+        ready: asyncio.Event,
+        **kwargs: Any,
+    ):
         super().__init__(**kwargs)
+        self.injector = settings
+        self.log = log
         self.metrics = metrics
         self.ready = ready
 
+    def _admit(self, request: Any) -> Any:
+        started = time.perf_counter()
+        outcome = "error"
+        try:
+            response, decision = answer(request, self.injector.sidecar)
+            outcome = (
+                decision.outcome
+                if decision is not None
+                else ("skipped" if response["response"]["allowed"] else "error")
+            )
+            if decision is not None and decision.outcome == "denied":
+                meta = (request.get("request") or {}).get("object", {}).get("metadata") or {}
+                self.log.info(
+                    "denied a pod",
+                    namespace=(request.get("request") or {}).get("namespace"),
+                    pod=meta.get("name") or meta.get("generateName"),
+                    reason=decision.message,
+                )
+            elif decision is not None and decision.settings is not None:
+                self.log.debug(
+                    "admitted a pod",
+                    outcome=decision.outcome,
+                    namespace=(request.get("request") or {}).get("namespace"),
+                    election=decision.settings.election,
+                    election_source=decision.settings.election_source,
+                )
+            return response
+        finally:
+            self.metrics.observe(outcome, time.perf_counter() - started)
+
     async def __call__(self, fn: Any) -> AsyncIterator[Any]:
-        metrics = self.metrics
+        async def route(request: Any, *, webhook: Any = None, **kwargs: Any) -> Any:
+            if webhook == HANDLER_ID:
+                return self._admit(request)
+            return await fn(request, webhook=webhook, **kwargs)
 
-        async def timed(request: Any, **kwargs: Any) -> Any:
-            started = time.perf_counter()
-            box: dict[str, str] = {}
-            _OUTCOME.set(box)  # this request's task (and what kopf spawns from it) sees the box
-            response: Any = None
-            try:
-                response = await fn(request, **kwargs)
-                return response
-            finally:
-                metrics.observe(_outcome(box, response), time.perf_counter() - started)
-
-        async for client_config in super().__call__(timed):
+        async for client_config in super().__call__(route):
             self.ready.set()
             yield client_config
-
-
-#: Carries the handler's decision to the timing wrapper, for the outcome label.
-_OUTCOME: contextvars.ContextVar[dict[str, str]] = contextvars.ContextVar("outcome")
-
-
-def _outcome(box: dict[str, str], response: Any) -> str:
-    if "outcome" in box:
-        return box["outcome"]
-    # kopf answered without calling the handler (a bad request), or the handler failed.
-    return "error"
 
 
 def build_registry(settings: InjectorSettings, log: Logger, metrics: InjectorMetrics) -> Any:
@@ -139,31 +166,6 @@ def build_registry(settings: InjectorSettings, log: Logger, metrics: InjectorMet
         if os.environ.get("KUBERNETES_SERVICE_HOST") and (SERVICE_ACCOUNT_DIR / "token").exists():
             return kopf.login_with_service_account(**kwargs)
         return kopf.login_with_kubeconfig(**kwargs)
-
-    @kopf.on.mutate("v1", "pods", id=HANDLER_ID, operation="CREATE", registry=registry)
-    async def inject(body: Any, patch: Any, **_: Any) -> None:
-        decision = decide(body, settings.sidecar)
-        namespace = body.get("metadata", {}).get("namespace")
-        with contextlib.suppress(LookupError):
-            _OUTCOME.get()["outcome"] = decision.outcome
-        if decision.outcome == "denied":
-            log.info(
-                "denied a pod",
-                namespace=namespace,
-                generate_name=body.get("metadata", {}).get("generateName"),
-                reason=decision.message,
-            )
-            raise kopf.AdmissionError(decision.message, code=400)
-        for path, value in decision.changes.items():
-            patch.spec[path.removeprefix("/spec/")] = value
-        if decision.settings is not None and decision.outcome in ("injected", "completed"):
-            log.debug(
-                "injected the sidecar",
-                namespace=namespace,
-                election=decision.settings.election,
-                election_source=decision.settings.election_source,
-                outcome=decision.outcome,
-            )
 
     if settings.auto_rbac:
         api_box: dict[str, ClusterApi] = {}
@@ -206,6 +208,20 @@ def build_registry(settings: InjectorSettings, log: Logger, metrics: InjectorMet
                 )
 
     return registry
+
+
+def _server_tls() -> ssl.SSLContext:
+    """TLS ≥ 1.2, and no TLS 1.3 session tickets.
+
+    The API server's webhook client keeps no TLS session cache, so tickets are
+    never used, and it opens a fresh connection for many calls in a burst:
+    each ticket is work on the hot path of a handshake for nothing.
+    kopf loads the certificate files into this context (and again when they change).
+    """
+    context = ssl.create_default_context(purpose=ssl.Purpose.CLIENT_AUTH)
+    context.minimum_version = ssl.TLSVersion.TLSv1_2
+    context.num_tickets = 0
+    return context
 
 
 async def _health_server(
@@ -281,13 +297,16 @@ async def serve(settings: InjectorSettings, log: Logger) -> int:
     stop = asyncio.Event()
 
     kopf_settings = kopf.OperatorSettings()
-    kopf_settings.admission.server = _TimedWebhookServer(
+    kopf_settings.admission.server = _InjectorWebhookServer(
+        settings,
+        log,
         metrics,
         ready,
         addr=settings.host,
         port=settings.port,
         certfile=str(settings.tls_cert_file),
         pkeyfile=str(settings.tls_key_file),
+        context=_server_tls(),
     )
     kopf_settings.admission.managed = None  # the deployer owns the configuration (docstring)
     kopf_settings.peering.standalone = True

@@ -22,8 +22,30 @@ from .conftest import Registration, annotated_pod
 
 values = st.one_of(
     st.sampled_from(
-        ["true", "false", "15s", "20s", "12s", "3s", "1m", "1500ms", "0s", "4040", "1", "65535",
-         "/var/run/x", "/run/a.b/c_d", "/", "a/b", "main", "My App", "---", "1h", "25h", "/x//y/"]
+        [
+            "true",
+            "false",
+            "15s",
+            "20s",
+            "12s",
+            "3s",
+            "1m",
+            "1500ms",
+            "0s",
+            "4040",
+            "1",
+            "65535",
+            "/var/run/x",
+            "/run/a.b/c_d",
+            "/",
+            "a/b",
+            "main",
+            "My App",
+            "---",
+            "1h",
+            "25h",
+            "/x//y/",
+        ]
     ),
     st.text(alphabet=st.characters(codec="utf-8", exclude_categories=["Cs"]), max_size=20),
 )

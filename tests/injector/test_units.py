@@ -307,3 +307,78 @@ def test_rbac_objects_grant_exactly_the_lease_verbs() -> None:
     binding = rbac.role_binding("ns", "app")
     assert binding["roleRef"]["name"] == role["metadata"]["name"]
     assert binding["subjects"] == [{"kind": "ServiceAccount", "name": "app", "namespace": "ns"}]
+
+
+# ---- the AdmissionReview answer ---------------------------------------------------------
+
+
+def _review_of(pod: Any, operation: str = "CREATE", resource: str = "pods") -> dict[str, Any]:
+    return {
+        "apiVersion": "admission.k8s.io/v1",
+        "kind": "AdmissionReview",
+        "request": {
+            "uid": "u-1",
+            "resource": {"group": "", "version": "v1", "resource": resource},
+            "operation": operation,
+            "object": pod,
+        },
+    }
+
+
+def test_review_answers_with_a_base64_json_patch() -> None:
+    from sidecar.injector.patch import SidecarSpec, decide
+    from sidecar.injector.review import answer
+
+    pod = {
+        "metadata": {"name": "p", "annotations": {INJECT: "true"}},
+        "spec": {"containers": [{"name": "a"}]},
+    }
+    response, decision = answer(_review_of(pod), SidecarSpec(image="i"))
+    body = response["response"]
+    assert response["apiVersion"] == "admission.k8s.io/v1" and body["uid"] == "u-1"
+    assert body["allowed"] is True and body["patchType"] == "JSONPatch"
+    assert (
+        json.loads(base64.b64decode(body["patch"]))
+        == decide(pod, SidecarSpec(image="i")).json_patch()
+    )
+    assert decision is not None and decision.outcome == "injected"
+
+
+def test_review_denial_and_odd_requests() -> None:
+    from sidecar.injector.patch import SidecarSpec
+    from sidecar.injector.review import answer
+
+    spec = SidecarSpec(image="i")
+    bad = {
+        "metadata": {
+            "name": "p",
+            "annotations": {INJECT: "true", "leader-election.grelmicro.io/port": "x"},
+        },
+        "spec": {"containers": [{"name": "a"}]},
+    }
+    body = answer(_review_of(bad), spec)[0]["response"]
+    assert body["allowed"] is False and body["status"]["code"] == 400
+    assert "leader-election.grelmicro.io/port" in body["status"]["message"]
+    assert answer(_review_of(bad, operation="UPDATE"), spec)[0]["response"] == {
+        "uid": "u-1",
+        "allowed": True,
+    }
+    assert answer(_review_of(bad, resource="services"), spec)[0]["response"]["allowed"] is True
+    for garbage in (
+        None,
+        [],
+        {"request": None},
+        {
+            "request": {
+                "uid": 1,
+                "operation": "CREATE",
+                "resource": {"group": "", "resource": "pods"},
+                "object": "x",
+            }
+        },
+    ):
+        response, _ = answer(garbage, spec)
+        assert (
+            response["response"]["allowed"] is False
+            and response["response"]["status"]["code"] == 400
+        )
