@@ -1,0 +1,76 @@
+"""``--auto-rbac``: the ServiceAccount of an injected pod can use Leases without a hand-made Role."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+from kubernetes import client
+from kubernetes.client.rest import ApiException
+
+from tests.cluster import ControlPlane
+
+from .conftest import Injector, Registration, Tls, annotated_pod, register, unregister
+
+MANAGED = {"app.kubernetes.io/managed-by": "grelmicro"}
+
+
+def _token_client(cluster: ControlPlane, api: Any, namespace: str, sa: str) -> client.ApiClient:
+    token = client.CoreV1Api(api).create_namespaced_service_account_token(
+        sa,
+        namespace,
+        client.AuthenticationV1TokenRequest(spec=client.V1TokenRequestSpec(audiences=[])),
+    )
+    cfg = client.Configuration()
+    cfg.host = cluster.server
+    cfg.ssl_ca_cert = str(cluster.ca_file)
+    cfg.api_key = {"authorization": f"Bearer {token.status.token}"}
+    return client.ApiClient(cfg)
+
+
+def _lease(name: str) -> dict[str, Any]:
+    return {"metadata": {"name": name, "labels": MANAGED}, "spec": {"holderIdentity": "x"}}
+
+
+def test_auto_rbac_grants_the_pods_service_account_the_lease_verbs(
+    cluster: ControlPlane, api: Any, namespace: str, tls: Tls, tmp_path: Path
+) -> None:
+    core, rbac = client.CoreV1Api(api), client.RbacAuthorizationV1Api(api)
+    core.create_namespaced_service_account(namespace, {"metadata": {"name": "elector"}})
+    as_sa = client.CoordinationV1Api(_token_client(cluster, api, namespace, "elector"))
+    with pytest.raises(ApiException) as err:  # nothing granted yet
+        as_sa.create_namespaced_lease(namespace, _lease("leader-before"))
+    assert err.value.status == 403
+
+    own = Injector(cluster, tls, tmp_path / "injector.log", "--auto-rbac=true").start()
+    reg = register(api, own.url, tls.ca_pem, namespace)
+    try:
+        core.create_namespaced_pod(namespace, annotated_pod("app", serviceAccountName="elector"))
+        deadline = time.monotonic() + 30
+        while True:  # a watch event, then two creates, then the authorizer's cache
+            try:
+                as_sa.create_namespaced_lease(namespace, _lease("leader-after"))
+                break
+            except ApiException as e:
+                assert e.status == 403 and time.monotonic() < deadline, own.tail()
+                time.sleep(0.2)
+        roles = [r.metadata.name for r in rbac.list_namespaced_role(namespace).items]
+        bindings = rbac.list_namespaced_role_binding(namespace).items
+        assert roles == ["grelmicro-sidecar-leases"]
+        assert [(b.metadata.name, [s.name for s in b.subjects]) for b in bindings] == [
+            ("grelmicro-sidecar-leases-elector", ["elector"])
+        ]
+        assert own.metrics()["grelmicro_injector_rbac_objects_created_total"] == 2
+    finally:
+        own.stop()
+        unregister(api, reg.name)
+
+
+def test_without_auto_rbac_nothing_is_granted(
+    api: Any, namespace: str, webhook: Registration
+) -> None:
+    client.CoreV1Api(api).create_namespaced_pod(namespace, annotated_pod("app"))
+    time.sleep(1)
+    assert client.RbacAuthorizationV1Api(api).list_namespaced_role(namespace).items == []
