@@ -118,7 +118,9 @@ class _InjectorWebhookServer(kopf.WebhookServer):
         started = time.perf_counter()
         outcome = "error"
         try:
-            response, decision = answer(request, self.injector.sidecar)
+            response, decision = answer(
+                request, self.injector.sidecar, self.injector.excluded_namespaces
+            )
             outcome = (
                 decision.outcome
                 if decision is not None

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import base64
 import json
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from typing import Any
 
 from .patch import Decision, SidecarSpec, decide
@@ -36,8 +36,14 @@ def _response(uid: str, allowed: bool, **extra: Any) -> dict[str, Any]:
     }
 
 
-def answer(review: Any, spec: SidecarSpec) -> tuple[dict[str, Any], Decision | None]:
-    """(the AdmissionReview response, the decision when a pod was judged)."""
+def answer(
+    review: Any, spec: SidecarSpec, excluded_namespaces: Collection[str] = ()
+) -> tuple[dict[str, Any], Decision | None]:
+    """(the AdmissionReview response, the decision when a pod was judged).
+
+    A pod in an excluded namespace is allowed unchanged even if a hand-edited
+    configuration sends it here: exclusion does not depend on the deployer alone.
+    """
     request = review.get("request") if isinstance(review, Mapping) else None
     if not isinstance(request, Mapping):
         return _response(
@@ -53,6 +59,8 @@ def answer(review: Any, spec: SidecarSpec) -> tuple[dict[str, Any], Decision | N
     ) == ("", "pods")
     if request.get("operation") != "CREATE" or not is_pod or request.get("subResource"):
         return _response(uid, True), None
+    if request.get("namespace") in excluded_namespaces:
+        return _response(uid, True), Decision("skipped")
     pod = request.get("object")
     if not isinstance(pod, Mapping):
         return _response(

@@ -364,6 +364,11 @@ def test_review_denial_and_odd_requests() -> None:
         "allowed": True,
     }
     assert answer(_review_of(bad, resource="services"), spec)[0]["response"]["allowed"] is True
+    in_excluded = _review_of(bad)
+    in_excluded["request"]["namespace"] = "kube-system"
+    response, decision = answer(in_excluded, spec, excluded_namespaces=("kube-system",))
+    assert response["response"] == {"uid": "u-1", "allowed": True}
+    assert decision is not None and decision.outcome == "skipped"
     for garbage in (
         None,
         [],
