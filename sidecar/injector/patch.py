@@ -46,7 +46,8 @@ VOLUME_NAME = "leader-election"
 PORT_NAME = "leader-http"
 STATE_FILE_ENV = "LEADER_ELECTION_STATE_FILE"
 URL_ENV = "LEADER_ELECTION_URL"
-#: The sidecar runs as this user and group when the image does not say otherwise.
+#: The image's own ``USER 65532:65532`` (the Dockerfile), repeated in the pod so
+#: ``runAsNonRoot`` holds even for an image built elsewhere with a named user.
 RUN_AS = 65532
 
 Outcome = Literal["injected", "completed", "unchanged", "skipped", "denied"]
@@ -168,6 +169,7 @@ def sidecar_container(settings: PodSettings, spec: SidecarSpec) -> dict[str, Any
 
 
 def volume() -> dict[str, Any]:
+    # state.json is well under 1 KiB; the limit keeps a runaway writer from eating node memory.
     return {"name": VOLUME_NAME, "emptyDir": {"medium": "Memory", "sizeLimit": "1Mi"}}
 
 
