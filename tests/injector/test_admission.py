@@ -319,3 +319,29 @@ def test_excluded_namespace_is_never_touched(
     finally:
         unregister(api, name)
         core.delete_namespace(other)
+
+
+def test_injected_pod_passes_pod_security_restricted(
+    api: Any, namespace: str, webhook: Registration
+) -> None:
+    """SPEC §8: the sidecar must not be what makes a pod fail the 'restricted' profile."""
+    core = client.CoreV1Api(api)
+    core.patch_namespace(
+        namespace, {"metadata": {"labels": {"pod-security.kubernetes.io/enforce": "restricted"}}}
+    )
+    restricted = {
+        "allowPrivilegeEscalation": False,
+        "capabilities": {"drop": ["ALL"]},
+        "runAsNonRoot": True,
+        "seccompProfile": {"type": "RuntimeDefault"},
+    }
+    pod = annotated_pod("strict")
+    pod["spec"]["containers"][0]["securityContext"] = restricted
+    made = core.create_namespaced_pod(namespace, pod)
+    assert made.spec.init_containers[0].name == "grelmicro-sidecar"
+    # The same namespace refuses a pod that is not compliant: the check is live.
+    loose = annotated_pod("loose")
+    with pytest.raises(ApiException) as err:
+        core.create_namespaced_pod(namespace, loose)
+    assert "violates PodSecurity" in json.loads(err.value.body)["message"]
+    assert 'container "grelmicro-sidecar"' not in json.loads(err.value.body)["message"]
