@@ -255,7 +255,7 @@ class Demo:
 
         title(f"6. kubectl get leases -n {NAMESPACE} -l {SELECTOR}")
         say(self.plane.kubectl("get", "leases", "-n", NAMESPACE, "-l", SELECTOR).stdout.rstrip())
-        title(f"   grelmicro-sidecar status -n {NAMESPACE}")
+        title(f"   grelmicro-sidecar status --namespace {NAMESPACE}")
         status = subprocess.run(
             [str(SIDECAR), "status", f"--namespace={NAMESPACE}", f"--kubeconfig={self.plane.kubeconfig}"],
             capture_output=True, text=True, timeout=30,
