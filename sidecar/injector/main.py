@@ -13,6 +13,8 @@ import json
 import sys
 from pathlib import Path
 
+from ..kube.config import ConfigError
+from ..kube.config import load as load_config
 from ..logs import Logger
 from .settings import SettingsError, UsageError, check_files, injector_settings, parse_args
 from .webhookconfig import WEBHOOK_PATH, ca_bundle_of, webhook_configuration
@@ -76,6 +78,10 @@ def main(argv: list[str]) -> int:
             return _print_webhook_config(args)
         settings = injector_settings(args)
         check_files(settings)
+        load_config(settings.kubeconfig)  # no credentials is a configuration error: fail now
+    except ConfigError as err:
+        print(f"{PROG}: {err}", file=sys.stderr)
+        return 2
     except SystemExit as exit_:  # --help
         return int(exit_.code or 0)
     except (UsageError, SettingsError) as err:

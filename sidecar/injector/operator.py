@@ -160,7 +160,7 @@ class _InjectorWebhookServer(kopf.WebhookServer):
 def build_registry(settings: InjectorSettings, log: Logger, metrics: InjectorMetrics) -> Any:
     registry = kopf.OperatorRegistry()
 
-    @kopf.on.login(registry=registry)
+    @kopf.on.login(id="login", registry=registry)
     def login(**kwargs: Any) -> Any:
         if settings.kubeconfig:
             os.environ["KUBECONFIG"] = settings.kubeconfig

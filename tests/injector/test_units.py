@@ -89,8 +89,16 @@ def test_bad_values_name_the_flag_and_the_form(
     assert needle in str(err.value)
 
 
-def test_the_command_exits_2_with_one_line() -> None:
-    for argv in (["--port=x", "--sidecar-image=i"], [], ["--nope"]):
+def test_the_command_exits_2_with_one_line(tmp_path: Path) -> None:
+    (tmp_path / "c").write_text("x")
+    files = [f"--tls-cert-file={tmp_path / 'c'}", f"--tls-key-file={tmp_path / 'c'}"]
+    for argv in (
+        ["--port=x", "--sidecar-image=i"],
+        [],
+        ["--nope"],
+        ["--sidecar-image=i"],  # no TLS files at the default paths
+        ["--sidecar-image=i", *files, f"--kubeconfig={tmp_path / 'absent'}"],
+    ):
         done = subprocess.run(
             [str(EXE), "injector", *argv], capture_output=True, text=True, timeout=60
         )
