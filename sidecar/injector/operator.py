@@ -163,6 +163,8 @@ def build_registry(settings: InjectorSettings, log: Logger, metrics: InjectorMet
     @kopf.on.login(id="login", registry=registry)
     def login(**kwargs: Any) -> Any:
         if settings.kubeconfig:
+            # kopf's kubeconfig login reads only $KUBECONFIG; main has already
+            # checked this file with the project's own loader.
             os.environ["KUBECONFIG"] = settings.kubeconfig
             return kopf.login_with_kubeconfig(**kwargs)
         if os.environ.get("KUBERNETES_SERVICE_HOST") and (SERVICE_ACCOUNT_DIR / "token").exists():
