@@ -59,7 +59,7 @@ from .settings import InjectorSettings
 from .sweep import sweep_cluster
 from .webhookconfig import WEBHOOK_PATH
 
-HANDLER_ID = WEBHOOK_PATH.strip("/")  # kopf routes POST /<id> to the handler with that id
+HANDLER_ID = WEBHOOK_PATH.strip("/")  # kopf's server passes the path after "/" as the webhook id
 SWEEP_RBAC_FIX = (
     "grant the injector's ServiceAccount a ClusterRole with list and delete on "
     "leases.coordination.k8s.io and get on pods"
