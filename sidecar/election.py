@@ -38,7 +38,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from .lease import LeaseRecord, claim
+from .lease import MAX_LEASE_DURATION, LeaseRecord, claim
 
 
 @dataclass(frozen=True)
@@ -84,6 +84,11 @@ class Timing:
             out.append(
                 f"lease-duration ({self.lease_duration:g}s) must be > renew-deadline "
                 f"({self.renew_deadline:g}s)"
+            )
+        if self.lease_duration > MAX_LEASE_DURATION:
+            out.append(
+                f"lease-duration ({self.lease_duration:g}s) must be at most {MAX_LEASE_DURATION}s "
+                "(longer Leases are read as garbage by every candidate)"
             )
         if self.lease_duration < 1 or self.lease_duration != int(self.lease_duration):
             out.append(
