@@ -15,36 +15,15 @@ from urllib.parse import quote, urlencode
 from ..kube.config import ApiConfig, ConfigError
 from ..kube.http import HttpClient, Unreachable
 from ..kube.leases import (
-    ApiError,
     ApiUnavailable,
     Conflict,
-    Forbidden,
     NotFound,
     Unauthorized,
+    error_for,
 )
 
 LEASES = "/apis/coordination.k8s.io/v1"
 RBAC = "/apis/rbac.authorization.k8s.io/v1"
-
-
-def _error(status: int, what: str, body: bytes) -> ApiError:
-    message = ""
-    try:
-        data = json.loads(body)
-        if isinstance(data, dict):
-            message = str(data.get("message", ""))
-    except ValueError:
-        message = body[:200].decode(errors="replace")
-    text = f"{what}: HTTP {status}" + (f": {message}" if message else "")
-    kinds: dict[int, type[ApiError]] = {
-        401: Unauthorized,
-        403: Forbidden,
-        404: NotFound,
-        409: Conflict,
-        429: ApiUnavailable,
-    }
-    cls = kinds.get(status, ApiUnavailable if status >= 500 else ApiError)
-    return cls(text, status=status, verb=what.split(" ", 1)[0])
 
 
 class ClusterApi:
@@ -73,7 +52,7 @@ class ClusterApi:
         except Unreachable as err:
             raise ApiUnavailable(f"{what}: {err}", verb=what.split(" ", 1)[0]) from None
         if resp.status >= 300:
-            raise _error(resp.status, what, resp.body)
+            raise error_for(resp.status, what, resp.body)
         try:
             return json.loads(resp.body) if resp.body else None
         except ValueError:

@@ -58,7 +58,8 @@ class Gone(ApiError):
     """410: the watch's resourceVersion is too old; re-read and start again."""
 
 
-def _error_for(status: int, verb: str, body: bytes, retry_after: str | None) -> ApiError:
+def error_for(status: int, what: str, body: bytes, retry_after: str | None = None) -> ApiError:
+    """The exception for an HTTP error answer; ``what`` is "<verb> <resource>", e.g. "get leases"."""
     message = ""
     try:
         data = json.loads(body)
@@ -72,7 +73,7 @@ def _error_for(status: int, verb: str, body: bytes, retry_after: str | None) -> 
             after = float(retry_after)
         except ValueError:
             after = None
-    text = f"{verb} leases: HTTP {status}" + (f": {message}" if message else "")
+    text = f"{what}: HTTP {status}" + (f": {message}" if message else "")
     kinds: dict[int, type[ApiError]] = {
         401: Unauthorized,
         403: Forbidden,
@@ -82,7 +83,7 @@ def _error_for(status: int, verb: str, body: bytes, retry_after: str | None) -> 
         429: ApiUnavailable,
     }
     cls = kinds.get(status, ApiUnavailable if status >= 500 else ApiError)
-    return cls(text, status=status, verb=verb, retry_after=after)
+    return cls(text, status=status, verb=what.split(" ", 1)[0], retry_after=after)
 
 
 class LeaseStore:
@@ -131,7 +132,9 @@ class LeaseStore:
             if resp.status == 401 and attempt == 0 and self.config.token_file is not None:
                 continue  # the projected token may just have rotated: re-read it once
             if resp.status >= 300:
-                raise _error_for(resp.status, verb, resp.body, resp.headers.get("retry-after"))
+                raise error_for(
+                    resp.status, f"{verb} leases", resp.body, resp.headers.get("retry-after")
+                )
             try:
                 return json.loads(resp.body) if resp.body else None
             except ValueError:
@@ -208,7 +211,7 @@ class LeaseStore:
                 idle_timeout=timeout_seconds + 30,
             ):
                 if status >= 300:
-                    raise _error_for(status, "watch", line, None)
+                    raise error_for(status, "watch leases", line)
                 try:
                     event = json.loads(line)
                 except ValueError:
@@ -217,7 +220,7 @@ class LeaseStore:
                 obj = event.get("object") if isinstance(event, dict) else None
                 if kind == "ERROR":
                     code = int(obj.get("code", 500)) if isinstance(obj, dict) else 500
-                    raise _error_for(code, "watch", json.dumps(obj).encode(), None)
+                    raise error_for(code, "watch leases", json.dumps(obj).encode())
                 if isinstance(kind, str) and isinstance(obj, dict):
                     yield kind, obj
         except Unreachable as err:
