@@ -189,7 +189,8 @@ def steady_state(
         for pool in pools:
             pool.stop()
     time.sleep(1.0)
-    counts = count_in_window(audit.requests(offset), start, end)
+    reqs = audit.requests(offset)
+    counts = count_in_window(reqs, start, end)
     minutes = (end - start) / 60
     result: dict[str, Any] = {
         "n": n,
@@ -226,6 +227,8 @@ def steady_state(
         result["impls"][key] = {
             "candidates": per,
             "leader_stable": leaders_after[key] == [leader.identity],
+            "user_agents": sorted({r.agent for r in reqs if r.user.startswith(f"bench:{key}:")}),
+            "namespace": pool.impl.namespace,
             "leader_per_minute": lead["per_minute"],
             "leader_requests_per_minute": lead["requests_per_minute"],
             "follower_requests_per_minute_mean": round(
