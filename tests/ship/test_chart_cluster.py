@@ -282,3 +282,39 @@ def test_install_answers_passes_helm_test_upgrades_and_uninstalls(
     assert after.returncode == 0, after.stderr
     assert sidecar_of(json.loads(after.stdout)) is None
     assert base64.b64decode(ca_bundle).startswith(b"-----BEGIN CERTIFICATE-----")
+
+
+def test_auto_rbac_works_with_exactly_the_chart_cluster_role(
+    cluster: ControlPlane, namespace: str, second_namespace: str, tmp_path: Path
+) -> None:
+    """The injector, as the chart's ServiceAccount, creates the Lease Role and binding for a pod's account.
+
+    Kubernetes refuses a Role granting verbs its creator does not hold: this
+    proves the chart's ClusterRole holds them, and that kopf's pod watch is allowed.
+    """
+    release = f"a{uuid.uuid4().hex[:6]}"
+    fullname = f"{release}-grelmicro-sidecar"
+    port = free_port()
+    _install(cluster, release, namespace, {"webhook.url": f"https://127.0.0.1:{port}/inject", "injector.autoRBAC": True})
+    try:
+        with LocalInjector(cluster, namespace, fullname, port, tmp_path) as injector:
+            made = create_pod(cluster, second_namespace, annotated_pod("auto"))
+            assert made.returncode == 0, made.stderr + injector.log()
+
+            def granted() -> bool:
+                role = _exists(cluster, "role", "grelmicro-sidecar-leases", second_namespace)
+                binding = _exists(cluster, "rolebinding", "grelmicro-sidecar-leases-default", second_namespace)
+                return role and binding
+
+            try:
+                wait_for(granted, 30, "the injector's auto-RBAC Role and RoleBinding")
+            except AssertionError:
+                raise AssertionError(injector.log()) from None
+            can = cluster.kubectl(
+                "auth", "can-i", "update", "leases.coordination.k8s.io", "-n", second_namespace,
+                "--as", f"system:serviceaccount:{second_namespace}:default",
+            )
+            assert can.stdout.strip() == "yes"
+            assert "forbidden" not in injector.log().lower(), injector.log()
+    finally:
+        helm("uninstall", release, f"--namespace={namespace}", kubeconfig=cluster.kubeconfig)
