@@ -1,0 +1,1 @@
+"""Bad input: flags, env, kubeconfig, Lease fields, state dir, annotations."""
