@@ -318,3 +318,30 @@ def test_auto_rbac_works_with_exactly_the_chart_cluster_role(
             assert "forbidden" not in injector.log().lower(), injector.log()
     finally:
         helm("uninstall", release, f"--namespace={namespace}", kubeconfig=cluster.kubeconfig)
+
+
+def test_deleting_the_tls_secret_and_upgrading_rotates_and_rolls_out(
+    cluster: ControlPlane, namespace: str
+) -> None:
+    """The rotation the README describes: a new CA and certificate, and a new pod template."""
+    release = f"t{uuid.uuid4().hex[:6]}"
+    fullname = f"{release}-grelmicro-sidecar"
+    _install(cluster, release, namespace, {})
+    try:
+        def state() -> tuple[str, str, str]:
+            secret = kubectl_json(cluster, "get", "secret", f"{fullname}-tls", "-n", namespace)["data"]
+            webhook = kubectl_json(cluster, "get", "mutatingwebhookconfiguration", f"{fullname}-injector")
+            deploy = kubectl_json(cluster, "get", "deployment", fullname, "-n", namespace)
+            checksum = deploy["spec"]["template"]["metadata"]["annotations"]["checksum/tls"]
+            assert webhook["webhooks"][0]["clientConfig"]["caBundle"] == secret["ca.crt"]
+            return secret["ca.crt"], secret["tls.crt"], checksum
+
+        before = state()
+        _install(cluster, release, namespace, {}, upgrade=True)
+        assert state() == before  # an upgrade keeps them
+        cluster.kubectl("delete", "secret", f"{fullname}-tls", "-n", namespace)
+        _install(cluster, release, namespace, {}, upgrade=True)
+        after = state()
+        assert all(a != b for a, b in zip(before, after, strict=True))
+    finally:
+        helm("uninstall", release, f"--namespace={namespace}", kubeconfig=cluster.kubeconfig)
