@@ -275,7 +275,8 @@ def derive(res: dict[str, Any]) -> None:
         block = res.get(block_name)
         if not block:
             continue
-        for b in block.values():
+        impls = [b for b in block.values() if isinstance(b, dict) and "handovers" in b]
+        for b in impls:
             lat = [h["latency"] for h in b["handovers"]]
             b["latencies"] = lat
             b["summary"] = summary(lat)
@@ -284,12 +285,7 @@ def derive(res: dict[str, Any]) -> None:
                 summary([h["latency"] for h in b["handovers"] if h["round"] == r])["p50"]
                 for r in rounds
             ]
-        downs = [
-            h["stepdown"]
-            for b in block.values()
-            for h in b["handovers"]
-            if h["stepdown"] is not None
-        ]
+        downs = [h["stepdown"] for b in impls for h in b["handovers"] if h["stepdown"] is not None]
         block_max = max(downs) if downs else None
         if block_name == "graceful_handover":
             block["max_stepdown"] = block_max
@@ -468,6 +464,8 @@ def main(argv: list[str] | None = None) -> int:
     )
     args = parser.parse_args(argv)
     ensure_matplotlib()
+    from . import harness, peers, report, scenarios  # noqa: F401  (all loaded before a long run)
+
     if args.report_only:
         res = json.loads((RESULTS / "latest.json").read_text())
         derive(res)

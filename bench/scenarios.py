@@ -357,6 +357,7 @@ def many_elections(
     pools = [Pool(impl, f"many-{i}", workdir, creds, prefix=f"m{i}") for i in range(elections)]
     latencies: list[float] = []
     missing = 0
+    stuck: list[dict[str, Any]] = []
     started = time.monotonic()
     try:
         for pool in pools:
@@ -396,6 +397,19 @@ def many_elections(
             pending = still
             time.sleep(0.05)
         missing = len(pending)
+        for pool, leader, others in pending:
+            states = {
+                c.identity: {
+                    "alive": c.alive,
+                    "exit": c.proc.poll() if c.proc else None,
+                    "state": c.state(),
+                }
+                for c in [leader, *others]
+            }
+            _log(f"  {impl.key} {pool.election}: no successor within 90 s; states: {states}")
+            stuck.append(
+                {"election": pool.election, "states": states, "logs": _tails([leader, *others])}
+            )
     finally:
         for pool in pools:
             for c in pool.live():
@@ -415,7 +429,18 @@ def many_elections(
         "requests_per_second": round(total / (end - start), 3),
         "handover_seconds": latencies,
         "no_successor": missing,
+        "no_successor_detail": stuck,
     }
+
+
+def _tails(cands: list[Candidate], lines: int = 15) -> dict[str, list[str]]:
+    out = {}
+    for c in cands:
+        try:
+            out[c.identity] = c.log_path.read_text(errors="replace").splitlines()[-lines:]
+        except OSError:
+            out[c.identity] = []
+    return out
 
 
 __all__ = [
