@@ -315,7 +315,10 @@ def test_auto_rbac_works_with_exactly_the_chart_cluster_role(
                 "--as", f"system:serviceaccount:{second_namespace}:default",
             )
             assert can.stdout.strip() == "yes"
-            assert "forbidden" not in injector.log().lower(), injector.log()
+            # Pods of earlier tests, in namespaces being deleted, may be seen too: judge ours only.
+            ours = [line for line in injector.log().splitlines() if second_namespace in line]
+            assert ours and not [line for line in ours if "forbidden" in line.lower()], ours
+            assert "not currently held" not in injector.log(), injector.log()
     finally:
         helm("uninstall", release, f"--namespace={namespace}", kubeconfig=cluster.kubeconfig)
 
