@@ -30,6 +30,7 @@ class _Parser(argparse.ArgumentParser):
 
 def _add_connection(p: argparse.ArgumentParser) -> None:
     p.add_argument(
+        "-n",
         "--namespace",
         help="namespace of the Leases (default: the service account's, "
         "then $POD_NAMESPACE, then the kubeconfig context's)",

@@ -99,7 +99,7 @@ def test_status_command_lists_managed_leases(spawn: Spawn, cluster: ControlPlane
     rows = json.loads(run("-o", "json").stdout)
     assert rows[0]["holder"] == "pod-a" and rows[0]["lease"] == "leader-main"
     empty = subprocess.run(
-        [str(BIN), "status", "--namespace=kube-public", f"--kubeconfig={cluster.kubeconfig}"],
+        [str(BIN), "status", "-n", "kube-public", f"--kubeconfig={cluster.kubeconfig}"],
         capture_output=True, text=True, timeout=30,
     )
     assert "No managed leases in namespace kube-public." in empty.stdout
