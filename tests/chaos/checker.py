@@ -34,7 +34,10 @@ Violations:
 1. *file/file*: two sidecars' claim intervals overlap (any positive length);
 2. *probe/file*: a ``/leader`` 200 whose body was computed at ``u`` (its
    ``updated_at``) while another sidecar's file claims at ``u``;
-3. *torn*: a state file that existed but did not parse (the atomic replace
+3. *fencing*: a claim by another sidecar than the previous claimant whose
+   ``fencing_token`` is not larger than every token claimed before it (a new
+   leader must be orderable after all earlier ones);
+4. *torn*: a state file that existed but did not parse (the atomic replace
    failed).
 
 Each violation comes with a timeline of everything within a few seconds.
@@ -298,6 +301,31 @@ def probe_conflicts(claims: list[Claim], probes: Iterable[Probe]) -> list[Violat
     return out
 
 
+def fencing(claims: list[Claim]) -> list[Violation]:
+    out = []
+    highest: int | None = None
+    previous: Claim | None = None
+    for c in sorted(claims, key=lambda c: c.start):
+        token = c.version.fencing_token
+        if previous is not None and c.who != previous.who and (
+            token is None or (highest is not None and token <= highest)
+        ):
+            out.append(
+                Violation(
+                    "fencing",
+                    c.start,
+                    c.start,
+                    (previous.who, c.who),
+                    f"{c.who} leads from {fmt(c.start)} with token {token}, not above {highest} "
+                    f"(previous leader {previous.who})",
+                )
+            )
+        if token is not None:
+            highest = token if highest is None else max(highest, token)
+        previous = c
+    return out
+
+
 def gaps_of(claims: list[Claim], faults: list[Fault], start: float, end: float, lease: float) -> list[Gap]:
     """Leaderless intervals within [first claim, end); each with the faults that may explain it.
 
@@ -393,7 +421,7 @@ def check(
     torn_reads: int = 0,
 ) -> Report:
     claims = claims_of(versions)
-    violations = overlaps(claims) + probe_conflicts(claims, probes)
+    violations = overlaps(claims) + probe_conflicts(claims, probes) + fencing(claims)
     for v in violations:
         v.timeline = timeline(v.start, versions, probes, faults, logs)
     if torn_reads:

@@ -17,14 +17,15 @@ from tests.chaos.checker import (
 T = 1_000_000.0  # an arbitrary wall-clock origin
 
 
-def v(who: str, at: float, leader: bool, valid: float | None = None, seen: float | None = None) -> FileVersion:
+def v(who: str, at: float, leader: bool, valid: float | None = None, seen: float | None = None,
+      token: int = 1) -> FileVersion:
     return FileVersion(
         who=who,
         seen=T + (seen if seen is not None else at + 0.01),
         updated_at=T + at,
         is_leader=leader,
         valid_until=T + valid if valid is not None else None,
-        fencing_token=1 if leader else None,
+        fencing_token=token if leader else None,
     )
 
 
@@ -51,7 +52,7 @@ def test_a_claim_lasts_until_valid_until_or_the_next_version() -> None:
 
 
 def test_two_claims_at_once_are_a_violation_with_a_timeline() -> None:
-    report = run([v("a", 0, True, 2), v("b", 1.5, True, 3.5)])
+    report = run([v("a", 0, True, 2), v("b", 1.5, True, 3.5, token=2)])
     assert len(report.violations) == 1
     violation = report.violations[0]
     assert violation.who == ("a", "b") and abs(violation.width - 0.5) < 1e-6
@@ -61,13 +62,13 @@ def test_two_claims_at_once_are_a_violation_with_a_timeline() -> None:
 def test_a_paused_leaders_stale_file_claims_until_valid_until() -> None:
     # a's process is stopped after its last write: nothing replaces the file.
     stale = [v("a", 0, True, 2)]
-    assert run([*stale, v("b", 2.0, True, 4)]).violations == []
-    assert len(run([*stale, v("b", 1.99, True, 4)]).violations) == 1
+    assert run([*stale, v("b", 2.0, True, 4, token=2)]).violations == []
+    assert len(run([*stale, v("b", 1.99, True, 4, token=2)]).violations) == 1
 
 
 def test_a_graceful_handover_is_judged_by_the_writers_clocks_not_the_samplers() -> None:
     # a writes "not leader" at 1.000 (seen late at 1.200); b leads from 1.050 (seen at 1.060).
-    report = run([v("a", 0, True, 2), v("a", 1.0, False, seen=1.2), v("b", 1.05, True, 3, seen=1.06)])
+    report = run([v("a", 0, True, 2), v("a", 1.0, False, seen=1.2), v("b", 1.05, True, 3, seen=1.06, token=2)])
     assert report.violations == []
     assert report.handovers == 1 and report.acquisitions == 2
 
@@ -96,3 +97,13 @@ def test_trends_see_a_leak() -> None:
     (a, b) = trends_of(steady + leaking)
     assert a.fd_growth <= 1 and a.rss_growth_kb == 0
     assert b.fd_growth >= 6 and b.rss_growth_kb > 3000
+
+
+def test_a_new_leader_must_carry_a_larger_fencing_token() -> None:
+    ok = [v("a", 0, True, 2, token=3), v("a", 2, False), v("b", 3, True, 5, token=4), v("a", 6, True, 8, token=5)]
+    assert run(ok).violations == []
+    same = [v("a", 0, True, 2, token=3), v("a", 2, False), v("b", 3, True, 5, token=3)]
+    (violation,) = run(same).violations
+    assert violation.kind == "fencing" and violation.who == ("a", "b")
+    older = [*ok, v("a", 8, False), v("b", 9, True, 10, token=4)]
+    assert [x.kind for x in run(older).violations] == ["fencing"]

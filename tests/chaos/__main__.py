@@ -1,0 +1,72 @@
+"""``python -m tests.chaos --minutes 30``: the long chaos run, by hand.
+
+Starts its own control plane in a temporary directory, runs N sidecars under
+random faults (every kind, the slow cluster restarts included) for the given
+time, then prints the checker's report and exits 1 if anything was violated.
+The report is also written to ``--report`` (default ``chaos-report.txt`` in
+the work directory, which is kept with ``--keep``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import shutil
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from tests.cluster import ControlPlane
+
+from .harness import KINDS, ChaosRun, Timings
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m tests.chaos")
+    parser.add_argument("--minutes", type=float, default=30.0)
+    parser.add_argument("--sidecars", type=int, default=5, choices=range(2, 10))
+    parser.add_argument("--seed", type=int, default=None)
+    parser.add_argument("--lease", type=float, default=3.0, help="lease duration, seconds (whole)")
+    parser.add_argument("--renew", type=float, default=2.0, help="renew deadline, seconds")
+    parser.add_argument("--retry", type=float, default=0.5, help="retry period, seconds")
+    parser.add_argument("--report", type=Path, default=None)
+    parser.add_argument("--keep", action="store_true", help="keep the work directory (logs, state files)")
+    args = parser.parse_args(argv)
+
+    workdir = Path(tempfile.mkdtemp(prefix="grelmicro-chaos-"))
+    plane = ControlPlane(workdir / "cluster")
+    print(f"work directory {workdir}; starting the control plane...", flush=True)
+    plane.start()
+    namespace = "chaos"
+    plane.kubectl("create", "namespace", namespace)
+    timings = Timings(args.lease, args.renew, args.retry)
+    run = ChaosRun(plane, namespace, workdir, sidecars=args.sidecars, timings=timings, seed=args.seed,
+                   log=lambda line: print(f"{time.strftime('%H:%M:%S')} {line}", flush=True))
+    print(f"seed {run.seed}; {args.sidecars} sidecars; lease {args.lease:g}s / renew {args.renew:g}s / "
+          f"retry {args.retry:g}s; {args.minutes:g} minutes", flush=True)
+    try:
+        run.start()
+        run.run(args.minutes * 60, every_kind_first=True, menu=KINDS)
+        outcome = run.finish()
+    except BaseException:
+        run.abort()
+        plane.stop()
+        raise
+    plane.stop()
+    bound = timings.lease + 4 * timings.retry + 3.0
+    worst = outcome.report.max_recovery
+    failed = bool(outcome.report.violations or outcome.crashes or outcome.log_problems
+                  or (worst is not None and worst.recovery > bound)
+                  or any(t.fd_growth > 3 or t.rss_growth_kb > 4096 for t in outcome.report.trends))
+    text = f"seed {run.seed}\n{outcome.summary()}\nrecovery bound {bound:g}s\nresult: {'FAIL' if failed else 'ok'}"
+    print(text)
+    report = args.report or workdir / "chaos-report.txt"
+    report.write_text(text + "\n")
+    print(f"report: {report}")
+    if not args.keep and args.report is not None:
+        shutil.rmtree(workdir, ignore_errors=True)
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
