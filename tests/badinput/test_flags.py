@@ -125,8 +125,6 @@ def test_empty_number_is_refused_not_defaulted(flag: str, expected: str) -> None
     assert expected in line and f"--{flag}" in line, line
 
 
-@pytest.mark.xfail(strict=True, reason="durations above a day are accepted by the CLI (the injector caps them at 24h); "
-                   "1000000h overflows the Lease's int32 and the sidecar retries HTTP 400 forever")
 @pytest.mark.parametrize("timing", [
     ["--lease-duration=1000000h", "--renew-deadline=999999h", "--retry-period=1h"],
     ["--lease-duration=48h", "--renew-deadline=47h", "--retry-period=1h"],
@@ -151,8 +149,6 @@ def test_port_in_use_exits_1_with_the_fix(cluster: ControlPlane, tmp_path: Path)
     assert "pick another with --port" in line
 
 
-@pytest.mark.xfail(strict=True, reason="an invalid namespace name (not a DNS-1123 label) is not validated: "
-                   "the sidecar starts and retries forever instead of exiting 2")
 @pytest.mark.parametrize("namespace", ["Bad_NS", "a" * 64, "-x"])
 def test_invalid_namespace_name_exits_2(namespace: str, cluster: ControlPlane, tmp_path: Path) -> None:
     proc = subprocess.Popen(
@@ -171,8 +167,6 @@ def test_invalid_namespace_name_exits_2(namespace: str, cluster: ControlPlane, t
     assert len(lines) == 1 and "--namespace" in lines[0], err
 
 
-@pytest.mark.xfail(strict=True, reason="a namespace that does not exist makes the sidecar loop create (404) -> create "
-                   "without backoff (~18 creates/s, one per round trip) and without a single log line")
 def test_namespace_that_does_not_exist_is_logged_and_backed_off(cluster: ControlPlane, tmp_path: Path) -> None:
     import json
     import time
@@ -189,7 +183,9 @@ def test_namespace_that_does_not_exist_is_logged_and_backed_off(cluster: Control
     time.sleep(0.5)  # the audit log is written asynchronously
     requests = [e for line in cluster.audit_log.read_text().splitlines()
                 if missing in (e := json.loads(line)).get("requestURI", "")
-                and e.get("stage") == "ResponseComplete" and e.get("verb") != "watch"]
+                and e.get("stage") == "ResponseComplete" and e.get("verb") != "watch"
+                # the API server's own namespace lookups (admission) are not the sidecar's
+                and e.get("userAgent", "").startswith("grelmicro-sidecar/")]
     verbs = {v: sum(1 for e in requests if e["verb"] == v) for v in {e["verb"] for e in requests}}
     # Retrying every retry period (500 ms), with backoff, is at most ~10 requests in 5 s.
     assert len(requests) <= 15, f"{len(requests)} requests in 5 s: {verbs}"

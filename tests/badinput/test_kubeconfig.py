@@ -77,11 +77,7 @@ UNUSABLE: dict[str, tuple[Any, str]] = {
 }
 
 
-_UNNAMED = pytest.mark.xfail(strict=True, reason="the CA errors do not say which file: no kubeconfig path, and "
-                             "for a missing CA file not even the CA path ('[Errno 2] No such file or directory')")
-_BINARY = pytest.mark.xfail(strict=True, reason="a kubeconfig that is not UTF-8 raises UnicodeDecodeError: "
-                            "a traceback and exit 1 instead of exit 2 naming the file")
-_MARKS = {"binary": _BINARY, "ca-not-base64": _UNNAMED, "ca-garbage": _UNNAMED, "ca-missing-file": _UNNAMED}
+_MARKS: dict[str, Any] = {}
 
 
 @pytest.mark.parametrize("name", [pytest.param(n, marks=_MARKS.get(n, ())) for n in sorted(UNUSABLE)])
@@ -111,8 +107,6 @@ WRONG_TYPES: dict[str, dict[str, Any]] = {
 }
 
 
-@pytest.mark.xfail(strict=True, reason="a kubeconfig field of the wrong type (number, list, map) raises TypeError: "
-                   "a traceback and exit 1 instead of exit 2 with a line naming the file")
 @pytest.mark.parametrize("name", sorted(WRONG_TYPES))
 def test_wrongly_typed_kubeconfig_field_exits_2(name: str, tmp_path: Path) -> None:
     path = tmp_path / f"{name}.kubeconfig"
@@ -131,7 +125,6 @@ _FIELDS = ["current-context", "contexts", "clusters", "users", "ctx.cluster", "c
            "user.client-key", "user.client-certificate-data", "user.client-key-data", "user.exec"]
 
 
-@pytest.mark.xfail(strict=True, reason="same bug, found by fuzzing: from_kubeconfig raises TypeError, not ConfigError")
 @settings(max_examples=300, deadline=None, suppress_health_check=list(HealthCheck))
 @given(st.dictionaries(st.sampled_from(_FIELDS), _json, min_size=1, max_size=3))
 def test_fuzzed_kubeconfig_only_ever_raises_config_error(changes: dict[str, Any]) -> None:

@@ -8,6 +8,8 @@ one fault at a time, with a quiet spell after each, from this menu:
 ``sigkill``         SIGKILL a sidecar (the leader more often than not), restart it
 ``sigterm``         SIGTERM (graceful: must exit 0 within the budget), restart it
 ``sigstop``         SIGSTOP for longer than the lease duration, then SIGCONT
+``sigstop-short``   SIGSTOP past the renew deadline but about the lease duration (the
+                    resumed leader may take its own Lease back, or lose a race for it)
 ``apiserver``       restart kube-apiserver
 ``etcd``            restart etcd
 ``partition``       blackhole the current leader's proxy only, longer than the lease
@@ -40,8 +42,9 @@ from .checker import Fault, Report, check, parse_ts
 from .proxy import FaultProxy, proxy_loop
 from .recorder import Recorder, Target
 
-KINDS = ("sigkill", "sigterm", "sigstop", "apiserver", "etcd", "partition", "delay", "drop", "reset")
-PROCESS_KINDS = ("sigkill", "sigterm", "sigstop")
+KINDS = ("sigkill", "sigterm", "sigstop", "sigstop-short", "apiserver", "etcd", "partition", "delay",
+         "drop", "reset")
+PROCESS_KINDS = ("sigkill", "sigterm", "sigstop", "sigstop-short")
 #: Kinds that take seconds, not tens of seconds (a kube-apiserver restart takes 10-25 s here).
 CHEAP_KINDS = tuple(k for k in KINDS if k not in ("apiserver", "etcd"))
 
@@ -286,6 +289,13 @@ class ChaosRun:
         elif kind == "sigstop":
             assert proc is not None
             pause = t.lease + rng.uniform(0.5, 2.0)
+            detail = f"paused {pause:.1f}s"
+            proc.signal(signal.SIGSTOP)
+            time.sleep(pause)
+            proc.signal(signal.SIGCONT)
+        elif kind == "sigstop-short":
+            assert proc is not None
+            pause = rng.uniform(t.renew, t.lease + 0.3)
             detail = f"paused {pause:.1f}s"
             proc.signal(signal.SIGSTOP)
             time.sleep(pause)
