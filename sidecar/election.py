@@ -183,17 +183,23 @@ class Election:
             if now >= due:
                 return self._claim("renew")
             return Wait(min(due, self.renewed_at + self.timing.renew_deadline))
-        free_at = max(self._free_at(), self.not_before)
-        if now >= free_at:
+        free = self._free_at()
+        if now >= max(free, self.not_before):
             return self._claim("acquire")
-        return Wait(free_at)
+        if free > now and free >= self.not_before:
+            self.failures = 0  # waiting on a live holder, not on a backoff: the streak is over
+        return Wait(max(free, self.not_before))
 
     def _free_at(self) -> float:
         record = self.record
         if record is None:
             return self.expires_at  # deleted: the last holder's expiry still stands
-        if record.holder is None or record.holder == self.identity:
+        if record.holder is None:
             return -math.inf
+        # A record naming someone else, or naming us without our having written
+        # it (a hand edit, a crashed earlier run with our identity, a write whose
+        # answer we lost), is waited out like any other: whoever led before may
+        # still be publishing until its own deadline.
         return self.expires_at
 
     def _claim(self, purpose: Literal["acquire", "renew"]) -> Write:
@@ -204,6 +210,7 @@ class Election:
             identity=self.identity,
             lease_duration=int(self.timing.lease_duration),
             now=self.wall(),
+            acquire=purpose == "acquire",
         )
         return Write(body=body, create=self.record is None, purpose=purpose)
 
@@ -252,7 +259,9 @@ class Election:
         self.stale = False
 
     def on_read(self, obj: dict[str, Any] | None, now: float) -> None:
-        self.failures = 0
+        # ``failures`` is not reset here: a read that succeeds before a write
+        # that fails again (a missing namespace, a webhook denying it) must not
+        # restart the backoff from its shortest step.
         self.not_before = -math.inf
         self.observe(obj, now)
 

@@ -201,12 +201,18 @@ def claim(
     identity: str,
     lease_duration: int,
     now: dt.datetime,
+    acquire: bool = True,
 ) -> dict[str, Any]:
-    """The object that makes ``identity`` the holder (acquire, or renew when it already holds)."""
+    """The object that makes ``identity`` the holder.
+
+    ``acquire``: a new leadership term (we were not leading), so
+    ``leaseTransitions`` moves on even when the record already names us; the
+    fencing token then differs between any two terms. A renew keeps it.
+    """
     obj = _base(record, name, namespace)
     spec = obj["spec"]
     stamp = format_microtime(now)
-    holding = record is not None and record.holder == identity
+    holding = record is not None and record.holder == identity and not acquire
     spec["holderIdentity"] = identity
     spec["leaseDurationSeconds"] = lease_duration
     spec["renewTime"] = stamp
@@ -218,8 +224,9 @@ def claim(
         spec["acquireTime"] = format_microtime(acquired) if acquired else stamp
         spec["leaseTransitions"] = record.transitions
     else:
-        # Any change of holder, from a released (empty) holder too, moves the
-        # fencing token on, so a new leader never reuses its predecessor's.
+        # Any new term (a change of holder, from a released, empty holder too,
+        # or our own re-acquisition) moves the fencing token on, so a new
+        # leader never reuses its predecessor's.
         spec["acquireTime"] = stamp
         spec["leaseTransitions"] = record.transitions + 1
     return obj

@@ -240,8 +240,19 @@ class Sidecar:
         except Conflict:
             self.election.on_conflict(monotonic())
             return
-        except NotFound:
-            self.election.on_not_found(monotonic())
+        except NotFound as err:
+            if action.create:
+                # A create cannot miss the Lease: the namespace itself is missing.
+                self.log.once(
+                    "404:namespace",
+                    "error",
+                    f"namespace {self.namespace} does not exist; create it or pass --namespace",
+                    detail=str(err),
+                )
+                self.metrics.api_errors["404"] += 1
+                self.election.on_error(monotonic())
+            else:
+                self.election.on_not_found(monotonic())
             return
         except ApiError as err:
             self._api_error(err)
@@ -368,7 +379,7 @@ class Sidecar:
             )
 
     def _clear_api_errors(self) -> None:
-        self.log.forget_prefix("403:", "401", "api:")
+        self.log.forget_prefix("403:", "401", "404:", "api:")
 
     # ---- shutdown -----------------------------------------------------------
     async def _shutdown(self) -> int:

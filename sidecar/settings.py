@@ -8,6 +8,7 @@ that names the flag (and its env variable) and the rule, and exits with 2.
 from __future__ import annotations
 
 import os
+import re
 import socket
 from dataclasses import dataclass
 from pathlib import Path
@@ -15,12 +16,13 @@ from typing import Any
 
 from .durations import ACCEPTED_FORM, parse_duration
 from .election import Timing
-from .lease import lease_name
+from .lease import MAX_LEASE_DURATION, lease_name
 from .logs import LEVELS
 
 ENV_PREFIX = "GRELMICRO_SIDECAR_"
 DEFAULT_STATE_DIR = "/var/run/leader-election"
 DEFAULT_PORT = 4040
+_DNS_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?")
 
 
 class SettingsError(Exception):
@@ -67,6 +69,8 @@ def _duration(args: Any, flag: str, default: float) -> float:
         raise SettingsError(f"{_where(args, flag)}={raw!r} is not {ACCEPTED_FORM}") from None
     if value <= 0:
         raise SettingsError(f"{_where(args, flag)}={raw!r} must be greater than 0")
+    if value > MAX_LEASE_DURATION:
+        raise SettingsError(f"{_where(args, flag)}={raw!r} must be at most 24h")
     return value
 
 
@@ -119,6 +123,11 @@ def run_settings(args: Any) -> RunSettings:
         raise SettingsError(f"{_where(args, 'identity')} is {len(identity)} chars; at most 253")
 
     namespace = _raw(args, "namespace") or None
+    if namespace is not None and not _DNS_LABEL.fullmatch(namespace):
+        raise SettingsError(
+            f"{_where(args, 'namespace')}={namespace!r} is not a namespace name: lowercase letters, "
+            "digits and '-', starting and ending with a letter or digit, at most 63 chars"
+        )
     state_dir = _raw(args, "state-dir") or DEFAULT_STATE_DIR
     return RunSettings(
         election=election,

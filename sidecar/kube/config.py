@@ -99,8 +99,12 @@ def _context(cafile: str | None = None, cadata: str | None = None) -> ssl.SSLCon
             ctx.load_verify_locations(cafile=cafile, cadata=cadata)
         else:
             ctx.load_default_certs()
-    except (OSError, ssl.SSLError, ValueError) as err:
-        raise ConfigError(f"cannot load the cluster CA certificate: {err}") from None
+    except OSError as err:
+        raise ConfigError(
+            f"cannot load the cluster CA certificate: {err.strerror or err}"
+        ) from None
+    except (ssl.SSLError, ValueError):
+        raise ConfigError("cannot load the cluster CA certificate: not a PEM certificate") from None
     return ctx
 
 
@@ -139,9 +143,13 @@ def kubeconfig_path(explicit: str | None) -> Path:
 
 def _load_document(path: Path) -> dict[str, Any]:
     try:
-        text = path.read_text()
+        raw = path.read_bytes()
     except OSError as err:
         raise ConfigError(f"cannot read kubeconfig {path}: {err.strerror}") from None
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError:
+        raise ConfigError(f"kubeconfig {path} is not UTF-8 text; is it the right file?") from None
     try:
         data: Any = json.loads(text)
     except ValueError:
@@ -160,69 +168,101 @@ def _load_document(path: Path) -> dict[str, Any]:
     return data
 
 
-def _named(data: dict[str, Any], section: str, name: str, path: Path) -> dict[str, Any]:
-    for item in data.get(section) or []:
-        if isinstance(item, dict) and item.get("name") == name:
-            inner = item.get(section[:-1])
-            if isinstance(inner, dict):
+class _Fields:
+    """Typed access to one kubeconfig document: every problem names the file and the field."""
+
+    def __init__(self, path: Path, data: dict[str, Any]):
+        self.path = path
+        self.data = data
+
+    def error(self, message: str) -> ConfigError:
+        return ConfigError(f"kubeconfig {self.path}: {message}")
+
+    def text(self, entry: dict[str, Any], key: str, where: str) -> str | None:
+        value = entry.get(key)
+        if value is None or value == "":
+            return None
+        if not isinstance(value, str):
+            raise self.error(f"{where}.{key} must be a string, not {type(value).__name__}")
+        return value
+
+    def named(self, section: str, name: str) -> dict[str, Any]:
+        items = self.data.get(section)
+        if items is not None and not isinstance(items, list):
+            raise self.error(f"{section} must be a list, not {type(items).__name__}")
+        for item in items or []:
+            if isinstance(item, dict) and item.get("name") == name:
+                inner = item.get(section[:-1])
+                if inner is None:
+                    return {}
+                if not isinstance(inner, dict):
+                    raise self.error(f"{section[:-1]} {name!r} must be a mapping")
                 return inner
-    raise ConfigError(f"kubeconfig {path}: no {section[:-1]} named {name!r}")
+        raise self.error(f"no {section[:-1]} named {name!r}")
 
-
-def _pem(entry: dict[str, Any], key: str, base: Path) -> tuple[str | None, bytes | None]:
-    """(path, data) for a ``<key>`` / ``<key>-data`` pair."""
-    if entry.get(f"{key}-data"):
-        try:
-            return None, base64.b64decode(entry[f"{key}-data"], validate=True)
-        except (ValueError, TypeError):
-            raise ConfigError(f"kubeconfig field {key}-data is not base64") from None
-    if entry.get(key):
-        p = Path(entry[key])
-        return str(p if p.is_absolute() else base / p), None
-    return None, None
+    def pem(self, entry: dict[str, Any], key: str, where: str) -> tuple[str | None, bytes | None]:
+        """(path, data) for a ``<key>`` / ``<key>-data`` pair; relative paths are from the file's folder."""
+        data = self.text(entry, f"{key}-data", where)
+        if data is not None:
+            try:
+                return None, base64.b64decode(data, validate=True)
+            except ValueError:
+                raise self.error(f"{where}.{key}-data is not base64") from None
+        file = self.text(entry, key, where)
+        if file is not None:
+            p = Path(file)
+            return str(p if p.is_absolute() else self.path.parent / p), None
+        return None, None
 
 
 def from_kubeconfig(path: Path, context: str | None = None) -> ApiConfig:
-    data = _load_document(path)
-    name = context or data.get("current-context")
+    doc = _Fields(path, _load_document(path))
+    name = context or doc.text(doc.data, "current-context", "kubeconfig")
     if not name:
         raise ConfigError(f"kubeconfig {path} has no current-context")
-    ctx = _named(data, "contexts", name, path)
-    cluster = _named(data, "clusters", str(ctx.get("cluster")), path)
-    user = _named(data, "users", str(ctx.get("user")), path) if ctx.get("user") else {}
-    base = path.parent
-    server = cluster.get("server")
-    if not isinstance(server, str) or urlsplit(server).scheme not in ("https", "http"):
-        raise ConfigError(
-            f"kubeconfig {path}: cluster {ctx.get('cluster')!r} has no https server URL"
-        )
+    ctx = doc.named("contexts", name)
+    cluster_name = doc.text(ctx, "cluster", "context")
+    user_name = doc.text(ctx, "user", "context")
+    cluster = doc.named("clusters", cluster_name or "")
+    user = doc.named("users", user_name) if user_name else {}
+    server = doc.text(cluster, "server", "cluster")
+    if server is None or urlsplit(server).scheme not in ("https", "http"):
+        raise doc.error(f"cluster {cluster_name!r} has no https server URL")
     if cluster.get("insecure-skip-tls-verify"):
-        raise ConfigError(
-            f"kubeconfig {path}: insecure-skip-tls-verify is set; this sidecar always verifies TLS, "
+        raise doc.error(
+            "insecure-skip-tls-verify is set; this sidecar always verifies TLS, "
             "give the cluster's certificate-authority instead"
         )
-    ca_path, ca_data = _pem(cluster, "certificate-authority", base)
-    ssl_ctx = _context(cafile=ca_path, cadata=ca_data.decode() if ca_data else None)
+    ca_path, ca_data = doc.pem(cluster, "certificate-authority", "cluster")
+    try:
+        ssl_ctx = _context(
+            cafile=ca_path, cadata=ca_data.decode(errors="replace") if ca_data else None
+        )
+    except ConfigError as err:
+        source = ca_path or "certificate-authority-data"
+        reason = str(err).removeprefix("cannot load the cluster CA certificate: ")
+        raise doc.error(f"cannot load the cluster CA certificate from {source}: {reason}") from None
 
-    cert_path, cert_data = _pem(user, "client-certificate", base)
-    key_path, key_data = _pem(user, "client-key", base)
+    cert_path, cert_data = doc.pem(user, "client-certificate", "user")
+    key_path, key_data = doc.pem(user, "client-key", "user")
     if (cert_path or cert_data) and (key_path or key_data):
         _load_client_cert(ssl_ctx, cert_path, cert_data, key_path, key_data, path)
     if user.get("exec") or user.get("auth-provider"):
-        raise ConfigError(
-            f"kubeconfig {path}: user {ctx.get('user')!r} uses an exec/auth-provider plugin, which "
-            "this sidecar does not run; use a token, token file or client certificate"
+        raise doc.error(
+            f"user {user_name!r} uses an exec/auth-provider plugin, which this sidecar does not "
+            "run; use a token, token file or client certificate"
         )
     token_file = None
-    if user.get("tokenFile"):
-        tf = Path(user["tokenFile"])
-        token_file = TokenFile(tf if tf.is_absolute() else base / tf)
+    tf_name = doc.text(user, "tokenFile", "user")
+    if tf_name:
+        tf = Path(tf_name)
+        token_file = TokenFile(tf if tf.is_absolute() else path.parent / tf)
     return ApiConfig(
         server=server.rstrip("/"),
         ssl_context=ssl_ctx,
-        token=user.get("token") or None,
+        token=doc.text(user, "token", "user"),
         token_file=token_file,
-        namespace=ctx.get("namespace") or None,
+        namespace=doc.text(ctx, "namespace", "context"),
         source=f"kubeconfig {path} (context {name})",
     )
 
