@@ -190,3 +190,17 @@ def test_namespace_that_does_not_exist_is_logged_and_backed_off(cluster: Control
     # Retrying every retry period (500 ms), with backoff, is at most ~10 requests in 5 s.
     assert len(requests) <= 15, f"{len(requests)} requests in 5 s: {verbs}"
     assert missing in err and "not found" in err, err
+
+
+@pytest.mark.parametrize(("args", "expected"), [
+    (["cleanup", "--margin=soon"], "--margin='soon' is not a duration"),
+    (["cleanup", "--margin=-5s"], "--margin='-5s' is not a duration"),
+    (["cleanup", "--log-level=loud"], "--log-level='loud' must be one of"),
+    (["status", "--log-level=loud"], "--log-level='loud' must be one of"),
+    (["status", "-o", "xml"], "invalid choice: 'xml'"),
+])
+def test_bad_flags_of_status_and_cleanup(args: list[str], expected: str) -> None:
+    base = {k: v for k, v in os.environ.items() if not k.startswith("GRELMICRO_SIDECAR_")}
+    out = subprocess.run([str(BIN), *args, "--kubeconfig=/nonexistent/kc"], env=base,
+                         capture_output=True, text=True, timeout=20)
+    assert expected in one_line(out)
