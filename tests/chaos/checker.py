@@ -340,7 +340,7 @@ def gaps_of(claims: list[Claim], faults: list[Fault], start: float, end: float, 
             merged[-1][1] = max(merged[-1][1], c.end)
         else:
             merged.append([c.start, c.end])
-    holes = [(a[1], b[0]) for a, b in itertools.pairwise(merged)]
+    holes = [(a[1], min(b[0], end)) for a, b in itertools.pairwise(merged) if a[1] < end]
     if merged[-1][1] < end:
         holes.append((merged[-1][1], end))
     out = []
@@ -419,7 +419,10 @@ def check(
     end: float,
     lease_duration: float,
     torn_reads: int = 0,
+    gaps_until: float | None = None,
 ) -> Report:
+    """Judge a run. Leaderless gaps are counted up to ``gaps_until`` (the start of
+    the final shutdown, after which nobody is meant to lead), violations to ``end``."""
     claims = claims_of(versions)
     violations = overlaps(claims) + probe_conflicts(claims, probes) + fencing(claims)
     for v in violations:
@@ -427,7 +430,7 @@ def check(
     if torn_reads:
         violations.append(Violation("torn", start, start, (), f"{torn_reads} unparsable reads"))
     first = claims[0].start if claims else start
-    gaps = gaps_of(claims, faults, first, end, lease_duration)
+    gaps = gaps_of(claims, faults, first, gaps_until if gaps_until is not None else end, lease_duration)
 
     acquisitions = 0
     handovers = 0

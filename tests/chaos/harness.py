@@ -191,6 +191,7 @@ class ChaosRun:
         while self.recorder.leader_now() is None and time.monotonic() < deadline:
             time.sleep(0.05)
         healed_leader = self.recorder.leader_now()
+        shutdown_started = time.time()
         for who, proc in self.procs.items():
             assert proc.proc is not None
             self.expected_exit.add(proc.proc.pid)
@@ -221,6 +222,7 @@ class ChaosRun:
             end=end,
             lease_duration=self.timings.lease,
             torn_reads=self.recorder.torn_reads,
+            gaps_until=shutdown_started,
         )
         return Outcome(
             report=report,
