@@ -50,7 +50,7 @@ class Plan:
 
 
 FULL = Plan("full", 2, 12, 10, 2.0, 6, 150, 20, 5, 50, 60, 10, 200, 60, ("sidecar", "clientgo"))
-QUICK = Plan("quick", 1, 5, 2, 1.5, 2, 40, 10, 2, 20, 20, 3, 40, 20, ("sidecar", "clientgo"))
+QUICK = Plan("quick", 1, 5, 2, 1.5, 2, 30, 10, 2, 10, 15, 3, 20, 15, ("sidecar", "clientgo"))
 
 
 def _log(msg: str) -> None:

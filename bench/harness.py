@@ -160,6 +160,14 @@ class Candidate:
         """``updated_at`` of the state file while it says this candidate leads, else None."""
         state = self.state()
         if state and state.get("is_leader") and state.get("updated_at"):
+            # The sidecar also rewrites its file on every renew (valid_until moves on). If
+            # the harness missed the acquisition write (a starved poll loop), the file it
+            # reads is a renewal's: then the acquisition instant is the Lease's acquireTime
+            # (acquireTime == renewTime only in the acquiring write). The peers write on
+            # transitions only, so their updated_at is always the transition.
+            acquired, renewed = state.get("acquired_at"), state.get("renewed_at")
+            if acquired and renewed and acquired != renewed:
+                return parse_time(str(acquired))
             return parse_time(str(state["updated_at"]))
         return None
 

@@ -377,11 +377,23 @@ def many_elections(
         plan = []
         for pool in pools:
             leader = _one_leader(pool, 60)
-            plan.append((pool, leader, [c for c in pool.live() if c is not leader]))
+            others = [c for c in pool.live() if c is not leader]
+            if not others:  # a candidate died before the handover: say so, do not wait for it
+                dead = [c for c in pool.members if not c.alive]
+                _log(f"  {impl.key} {pool.election}: no live follower before the handover")
+                stuck.append(
+                    {
+                        "election": pool.election,
+                        "reason": "no live follower before the handover",
+                        "exit_codes": {c.identity: c.proc.poll() if c.proc else None for c in dead},
+                        "logs": _tails(dead),
+                    }
+                )
+            plan.append((pool, leader, others))
         sent_at = {}
         for pool, leader, _ in plan:
             sent_at[pool.election] = leader.signal(signal.SIGTERM)
-        pending = list(plan)
+        pending = [p for p in plan if p[2]]
         deadline = time.monotonic() + 90
         while pending and time.monotonic() < deadline:
             still = []
@@ -396,7 +408,7 @@ def many_elections(
                     still.append((pool, leader, others))
             pending = still
             time.sleep(0.05)
-        missing = len(pending)
+        missing = len(pending) + sum(1 for p in plan if not p[2])
         for pool, leader, others in pending:
             states = {
                 c.identity: {
@@ -417,6 +429,16 @@ def many_elections(
         for pool in pools:
             pool.stop()
     time.sleep(1.0)
+    # Leaders that stepped down on their own (renew deadline) while the processes were
+    # starting or running: overload evidence, from the sidecar's JSON logs.
+    deadline_stepdowns = 0
+    for pool in pools:
+        for c in pool.members:
+            try:
+                text = c.log_path.read_text(errors="replace")
+            except OSError:
+                continue
+            deadline_stepdowns += text.count("renew deadline passed")
     prefix = f"bench:{impl.key}:m"
     reqs = [r for r in audit.requests(offset) if r.user.startswith(prefix)]
     counts = count_in_window(reqs, start, end)
@@ -430,6 +452,7 @@ def many_elections(
         "handover_seconds": latencies,
         "no_successor": missing,
         "no_successor_detail": stuck,
+        "renew_deadline_stepdowns": deadline_stepdowns if impl.key == "sidecar" else None,
     }
 
 
