@@ -40,6 +40,9 @@ from typing import Any, Literal
 
 from .lease import MAX_LEASE_DURATION, LeaseRecord, claim
 
+#: A floor on the retry period: below it, an outage turns every candidate into a load generator.
+MIN_RETRY_PERIOD = 0.1
+
 
 @dataclass(frozen=True)
 class Timing:
@@ -73,8 +76,12 @@ class Timing:
     def problems(self) -> list[str]:
         """Each broken rule as a line naming the settings (empty when valid)."""
         out = []
-        if not self.retry_period > 0:
-            out.append(f"retry-period must be > 0 (got {self.retry_period:g}s)")
+        if not self.retry_period >= MIN_RETRY_PERIOD:
+            out.append(
+                f"retry-period must be at least {MIN_RETRY_PERIOD * 1000:g}ms (got "
+                f"{self.retry_period * 1000:g}ms): every candidate retries this often while the API "
+                "server is failing"
+            )
         if not self.renew_deadline > 1.2 * self.retry_period:
             out.append(
                 f"renew-deadline ({self.renew_deadline:g}s) must be > 1.2 × retry-period "

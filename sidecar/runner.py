@@ -21,6 +21,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import datetime as dt
+import math
 import os
 import random
 import signal
@@ -250,7 +251,8 @@ class Sidecar:
                     detail=str(err),
                 )
                 self.metrics.api_errors["404"] += 1
-                self.election.on_error(monotonic())
+                # Not transient: retry at the slowest backoff step from the start.
+                self.election.on_error(monotonic(), retry_after=math.inf)
             else:
                 self.election.on_not_found(monotonic())
             return

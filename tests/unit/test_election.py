@@ -76,6 +76,8 @@ def test_timing_rules() -> None:
     assert "renew-deadline" in Timing(15, 15, 2).problems()[0]
     assert "1.2" in Timing(15, 2, 2).problems()[0]
     assert "retry-period" in Timing(15, 10, 0).problems()[0]
+    assert "at least 100ms" in Timing(15, 10, 0.001).problems()[0]
+    assert Timing(3, 2, 0.1).problems() == []
     assert T.renew_interval == 5
 
 
