@@ -287,7 +287,7 @@ def _sweeper(
             "sweep: done",
             deleted=len(result.deleted),
             kept_live=result.kept_live,
-            kept_holder_exists=result.kept_holder_exists,
+            kept_holder_exists=result.kept_needed,
             kept_unreadable=result.kept_unreadable,
         )
 

@@ -19,11 +19,9 @@ from __future__ import annotations
 
 import datetime as dt
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from ..cleanup import SELECTOR, is_expired
-from ..kube.leases import ApiError, Conflict, NotFound
+from ..cleanup import DEFAULT_SKEW_MARGIN, SELECTOR, SweepResult, sweep_objects
 from ..lease import LeaseRecord
 from ..logs import Logger
 
@@ -36,80 +34,26 @@ class SweepApi(Protocol):
     async def delete_lease(self, namespace: str, name: str, resource_version: str) -> None: ...
 
 
-@dataclass
-class ClusterSweep:
-    deleted: list[tuple[str, str]] = field(default_factory=list)  # (namespace, lease)
-    kept_live: int = 0
-    kept_unreadable: int = 0
-    kept_holder_exists: int = 0
-    skipped_changed: int = 0
-    errors: int = 0
-
-
-def _namespace(obj: dict[str, Any]) -> str:
-    meta = obj.get("metadata")
-    return str(meta.get("namespace", "")) if isinstance(meta, dict) else ""
-
-
 async def sweep_cluster(
     api: SweepApi,
     log: Logger,
     *,
-    margin: float,
+    margin: float = DEFAULT_SKEW_MARGIN,
     now: Callable[[], dt.datetime] = lambda: dt.datetime.now(dt.UTC),
     on_delete: Callable[[str, LeaseRecord], None] | None = None,
-) -> ClusterSweep:
-    result = ClusterSweep()
-    for obj in await api.list_leases(SELECTOR):
-        record = LeaseRecord.from_object(obj)
-        namespace = _namespace(obj)
-        if not record.managed or not namespace or not record.name:
-            continue
-        if record.wall_expiry() is None:
-            result.kept_unreadable += 1
-            continue
-        if not is_expired(record, now(), margin):
-            result.kept_live += 1
-            continue
-        if record.holder:
-            try:
-                alive = await api.pod_exists(namespace, record.holder)
-            except ApiError as err:
-                result.errors += 1
-                log.warning(
-                    "sweep: cannot check the holder pod; keeping the lease",
-                    namespace=namespace,
-                    lease=record.name,
-                    holder=record.holder,
-                    error=str(err),
-                )
-                continue
-            if alive:
-                result.kept_holder_exists += 1
-                continue
-        try:
-            await api.delete_lease(namespace, record.name, record.resource_version)
-        except (NotFound, Conflict):
-            result.skipped_changed += 1
-            continue
-        except ApiError as err:
-            result.errors += 1
-            log.warning(
-                "sweep: could not delete an expired lease",
-                namespace=namespace,
-                lease=record.name,
-                error=str(err),
-            )
-            continue
-        result.deleted.append((namespace, record.name))
-        expiry = record.wall_expiry() or now()
-        log.info(
-            "sweep: deleted expired lease",
-            namespace=namespace,
-            lease=record.name,
-            holder=record.holder,
-            expired_seconds_ago=round((now() - expiry).total_seconds(), 1),
-        )
-        if on_delete is not None:
-            on_delete(namespace, record)
-    return result
+) -> SweepResult:
+    """SPEC §5's sweep over every namespace, keeping Leases whose holder pod still exists."""
+
+    async def holder_exists(namespace: str, record: LeaseRecord) -> bool:
+        # A released Lease (no holder) has no pod to wait for.
+        return bool(record.holder) and await api.pod_exists(namespace, record.holder or "")
+
+    return await sweep_objects(
+        await api.list_leases(SELECTOR),
+        api.delete_lease,
+        log,
+        margin=margin,
+        now=now,
+        still_needed=holder_exists,
+        on_delete=on_delete,
+    )
