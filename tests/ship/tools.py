@@ -34,6 +34,7 @@ from typing import Any
 import yaml
 
 from tests.cluster import ControlPlane, binaries, free_port
+from tests.sidecar.proc import wait_for as poll
 
 ROOT = Path(__file__).resolve().parents[2]
 CHART = ROOT / "charts" / "grelmicro-sidecar"
@@ -124,14 +125,7 @@ def kubectl_json(cluster: ControlPlane, *args: str) -> dict[str, Any]:
 
 
 def wait_for(predicate: Any, timeout: float, what: str, interval: float = 0.1) -> Any:
-    deadline = time.monotonic() + timeout
-    while True:
-        value = predicate()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
-        time.sleep(interval)
+    return poll(predicate, timeout, interval=interval, what=what)
 
 
 def service_account_kubeconfig(
