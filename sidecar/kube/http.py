@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import socket
 import ssl
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
@@ -63,6 +64,7 @@ class Connection:
             ) from None
         except (OSError, ssl.SSLError, TimeoutError) as err:
             raise Unreachable(f"cannot connect to {host}:{port}: {_describe(err)}") from None
+        _keepalive(writer)
         return cls(reader, writer)
 
     @property
@@ -231,6 +233,18 @@ class HttpClient:
         for conn in self._idle:
             conn.close()
         self._idle.clear()
+
+
+def _keepalive(writer: asyncio.StreamWriter) -> None:
+    """TCP keep-alive probes, so a half-open connection (a watch above all) dies in about a minute."""
+    sock = writer.get_extra_info("socket")
+    if sock is None:
+        return
+    with contextlib.suppress(OSError, AttributeError):
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1)
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_KEEPIDLE, 30)
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_KEEPINTVL, 10)
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_KEEPCNT, 3)
 
 
 def _describe(err: BaseException) -> str:
