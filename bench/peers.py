@@ -16,14 +16,14 @@ left behind.
 
 from __future__ import annotations
 
-import fcntl
-import os
+import hashlib
 import re
 import shutil
 import subprocess
 import sys
-import tempfile
 from pathlib import Path
+
+from tests.cluster.binaries import build_once, cache_base, cache_root, file_lock, go_build
 
 HERE = Path(__file__).resolve().parent
 CLIENTGO_DIR = HERE / "peers" / "clientgo"
@@ -31,11 +31,6 @@ PYPEER = HERE / "peers" / "pypeer.py"
 
 GRELMICRO_VERSION = "0.20.0"
 OFFICIAL_VERSION = "37.0.2"
-
-
-def cache_base() -> Path:
-    env = os.environ.get("GRELMICRO_SIDECAR_CACHE")
-    return Path(env) if env else Path.home() / ".cache" / "grelmicro-sidecar"
 
 
 def _log(msg: str) -> None:
@@ -50,60 +45,22 @@ def clientgo_version() -> str:
     return match.group(1)
 
 
-def _locked(name: str) -> int:
-    root = cache_base()
-    root.mkdir(parents=True, exist_ok=True)
-    fd = os.open(root / f".{name}.lock", os.O_CREAT | os.O_WRONLY)
-    fcntl.flock(fd, fcntl.LOCK_EX)
-    return fd
-
-
 def ensure_clientgo() -> Path:
-    """The client-go peer binary, built first if not cached."""
-    target = cache_base() / "bin" / f"bench-clientgo-{clientgo_version()}"
-    binary = target / "clientgo-peer"
-    source_stamp = target / "main.go.sha"
-    digest = _digest(CLIENTGO_DIR / "main.go")
-    if binary.exists() and source_stamp.exists() and source_stamp.read_text() == digest:
-        return binary
-    fd = _locked("bench-clientgo")
-    try:
-        if binary.exists() and source_stamp.exists() and source_stamp.read_text() == digest:
-            return binary
-        if shutil.which("go") is None:
-            raise RuntimeError(
-                "Go is not on PATH: install Go 1.26 or newer to build the client-go peer"
-            )
+    """The client-go peer binary, built first if not cached (keyed by version and source hash)."""
+    target = cache_root() / f"bench-clientgo-{clientgo_version()}"
+    digest = hashlib.sha256((CLIENTGO_DIR / "main.go").read_bytes()).hexdigest()
+
+    def ready(t: Path) -> bool:
+        stamp = t / "main.go.sha"
+        return (t / "clientgo-peer").exists() and stamp.exists() and stamp.read_text() == digest
+
+    def build(staging: Path) -> None:
         _log(f"building the client-go peer (client-go {clientgo_version()}) ...")
-        target.parent.mkdir(parents=True, exist_ok=True)
-        staging = Path(tempfile.mkdtemp(prefix=".bench-clientgo-", dir=target.parent))
-        try:
-            env = dict(os.environ, CGO_ENABLED="0", GOFLAGS="-mod=mod")
-            subprocess.run(
-                [
-                    "go",
-                    "build",
-                    "-trimpath",
-                    "-ldflags",
-                    "-s -w",
-                    "-o",
-                    str(staging / "clientgo-peer"),
-                    ".",
-                ],
-                cwd=CLIENTGO_DIR,
-                env=env,
-                check=True,
-            )
-            (staging / "main.go.sha").write_text(digest)
-            if target.exists():
-                shutil.rmtree(target)
-            staging.rename(target)
-        except BaseException:
-            shutil.rmtree(staging, ignore_errors=True)
-            raise
-    finally:
-        os.close(fd)
-    return binary
+        go_build(CLIENTGO_DIR, ".", staging / "clientgo-peer", [])
+        (staging / "main.go.sha").write_text(digest)
+
+    build_once(target, ready, build)
+    return target / "clientgo-peer"
 
 
 def peer_venv() -> Path:
@@ -117,28 +74,28 @@ def ensure_python_peers() -> Path:
     stamp = venv / ".installed"
     if stamp.exists():
         return python
-    fd = _locked("bench-venv")
-    try:
+    with file_lock(venv.name):
         if stamp.exists():
             return python
+        # A venv is not relocatable (its scripts name their own path), so it is
+        # built in place under the lock rather than staged and renamed.
         _log(f"creating {venv} (grelmicro {GRELMICRO_VERSION}, kubernetes {OFFICIAL_VERSION}) ...")
         if venv.exists():
             shutil.rmtree(venv)
-        subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
-        subprocess.run(
-            [
-                str(python), "-m", "pip", "install", "--quiet",
-                f"grelmicro[kubernetes]=={GRELMICRO_VERSION}",
-                f"kubernetes=={OFFICIAL_VERSION}",
-            ],
-            check=True,
-        )  # fmt: skip
-        stamp.write_text("ok\n")
-    except BaseException:
-        shutil.rmtree(venv, ignore_errors=True)
-        raise
-    finally:
-        os.close(fd)
+        try:
+            subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
+            subprocess.run(
+                [
+                    str(python), "-m", "pip", "install", "--quiet",
+                    f"grelmicro[kubernetes]=={GRELMICRO_VERSION}",
+                    f"kubernetes=={OFFICIAL_VERSION}",
+                ],
+                check=True,
+            )  # fmt: skip
+            stamp.write_text("ok\n")
+        except BaseException:
+            shutil.rmtree(venv, ignore_errors=True)
+            raise
     return python
 
 
@@ -154,7 +111,3 @@ def python_versions(python: Path) -> dict[str, str]:
     return {"grelmicro": out[0], "kubernetes": out[1], "lightkube": out[2]}
 
 
-def _digest(path: Path) -> str:
-    import hashlib
-
-    return hashlib.sha256(path.read_bytes()).hexdigest()

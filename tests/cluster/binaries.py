@@ -9,6 +9,7 @@ sessions on one machine never build twice or see a half-written directory.
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import os
 import re
@@ -17,6 +18,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -89,10 +91,14 @@ COMPONENTS = {
 }
 
 
-def cache_root() -> Path:
+def cache_base() -> Path:
+    """Where everything built or installed for tests and benchmarks is cached (outside the repo)."""
     env = os.environ.get("GRELMICRO_SIDECAR_CACHE")
-    base = Path(env) if env else Path.home() / ".cache" / "grelmicro-sidecar"
-    return base / "bin"
+    return Path(env) if env else Path.home() / ".cache" / "grelmicro-sidecar"
+
+
+def cache_root() -> Path:
+    return cache_base() / "bin"
 
 
 def component_dir(component: Component) -> Path:
@@ -103,61 +109,75 @@ def _log(msg: str) -> None:
     print(f"[tests.cluster] {msg}", file=sys.stderr, flush=True)
 
 
+@contextlib.contextmanager
+def file_lock(name: str) -> Iterator[None]:
+    """An exclusive lock shared by every process on this machine that builds ``name``."""
+    root = cache_base()
+    root.mkdir(parents=True, exist_ok=True)
+    with open(root / f".{name}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        yield
+
+
+def build_once(target: Path, ready: Callable[[Path], bool], build: Callable[[Path], None]) -> None:
+    """Make ``target`` with ``build(staging)`` unless ``ready(target)``.
+
+    Serialised by a file lock (parallel sessions never build twice) and
+    published by one rename (nobody sees a half-built directory; a failed
+    build leaves nothing behind).
+    """
+    if ready(target):
+        return
+    with file_lock(target.name):
+        if ready(target):
+            return
+        target.parent.mkdir(parents=True, exist_ok=True)
+        staging = Path(tempfile.mkdtemp(prefix=f".{target.name}-", dir=target.parent))
+        try:
+            build(staging)
+            if target.exists():
+                shutil.rmtree(target)
+            staging.rename(target)
+        except BaseException:
+            shutil.rmtree(staging, ignore_errors=True)
+            raise
+
+
+def go_build(directory: Path, package: str, output: Path, ldflags: list[str]) -> None:
+    """``go build`` as every binary here is built: CGO off, ``-trimpath``, modules from the proxy."""
+    if shutil.which("go") is None:
+        raise RuntimeError("Go is not on PATH: install Go 1.26 or newer (the Go module proxy supplies the rest)")
+    env = dict(os.environ, CGO_ENABLED="0", GOFLAGS="-mod=mod")
+    subprocess.run(
+        ["go", "build", "-trimpath", "-ldflags", " ".join(["-s", "-w", *ldflags]), "-o", str(output), package],
+        cwd=directory, env=env, check=True,
+    )
+
+
 def ensure(name: str) -> dict[str, Path]:
     """Return the binaries of one component, building them first if not cached."""
     component = COMPONENTS[name]
     target = component_dir(component)
-    paths = {b: target / b for b in component.binaries}
-    if all(p.exists() for p in paths.values()):
-        return paths
-    cache_root().mkdir(parents=True, exist_ok=True)
-    lock_path = cache_root() / f".{component.name}.lock"
-    with open(lock_path, "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        if all(p.exists() for p in paths.values()):
-            return paths
-        _build(component, target)
-    return paths
+    build_once(
+        target,
+        ready=lambda t: all((t / b).exists() for b in component.binaries),
+        build=lambda staging: _build(component, staging),
+    )
+    return {b: target / b for b in component.binaries}
 
 
-def _build(component: Component, target: Path) -> None:
-    if shutil.which("go") is None:
-        raise RuntimeError("Go is not on PATH: install Go 1.26 or newer to build the control plane")
+def _build(component: Component, staging: Path) -> None:
     version = component.version()
     major, minor = [*version.lstrip("v").split("."), "0"][:2]
     subs = {"version": version, "major": major, "minor": minor}
-    ldflags = ["-s", "-w"] + [f"-X={f.format(**subs)}" for f in component.ldflags]
-    staging = Path(tempfile.mkdtemp(prefix=f".{component.name}-", dir=cache_root()))
-    env = dict(os.environ, CGO_ENABLED="0", GOFLAGS="-mod=mod")
+    ldflags = [f"-X={f.format(**subs)}" for f in component.ldflags]
     started = time.monotonic()
     _log(f"building {component.name} {version} ({', '.join(component.binaries)}) ...")
-    try:
-        subprocess.run(["go", "mod", "download"], cwd=component.gomod_dir, env=env, check=True)
-        for binary, package in component.binaries.items():
-            t0 = time.monotonic()
-            subprocess.run(
-                [
-                    "go",
-                    "build",
-                    "-trimpath",
-                    "-ldflags",
-                    " ".join(ldflags),
-                    "-o",
-                    str(staging / binary),
-                    package,
-                ],
-                cwd=component.gomod_dir,
-                env=env,
-                check=True,
-            )
-            _log(f"  built {binary} in {time.monotonic() - t0:.1f}s")
-        if target.exists():
-            shutil.rmtree(target)
-        staging.rename(target)
-    except BaseException:
-        shutil.rmtree(staging, ignore_errors=True)
-        raise
-    _log(f"built {component.name} {version} in {time.monotonic() - started:.1f}s -> {target}")
+    for binary, package in component.binaries.items():
+        t0 = time.monotonic()
+        go_build(component.gomod_dir, package, staging / binary, ldflags)
+        _log(f"  built {binary} in {time.monotonic() - t0:.1f}s")
+    _log(f"built {component.name} {version} in {time.monotonic() - started:.1f}s")
 
 
 def ensure_all() -> dict[str, Path]:
