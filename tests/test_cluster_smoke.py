@@ -12,6 +12,7 @@ import pytest
 from kubernetes import client, watch
 from kubernetes.client.rest import ApiException
 
+from tests import accounts
 from tests.cluster import ControlPlane
 
 
@@ -48,56 +49,15 @@ def test_stale_resource_version_gets_409(api: Any, namespace: str) -> None:
     assert err.value.status == 409
 
 
-def _token_client(cluster: ControlPlane, api: Any, namespace: str, sa: str) -> client.ApiClient:
-    core = client.CoreV1Api(api)
-    core.create_namespaced_service_account(
-        namespace, client.V1ServiceAccount(metadata=client.V1ObjectMeta(name=sa))
-    )
-    tr = core.create_namespaced_service_account_token(
-        sa,
-        namespace,
-        client.AuthenticationV1TokenRequest(spec=client.V1TokenRequestSpec(audiences=[])),
-    )
-    cfg = client.Configuration()
-    cfg.host = cluster.server
-    cfg.ssl_ca_cert = str(cluster.ca_file)
-    cfg.api_key = {"authorization": f"Bearer {tr.status.token}"}
-    return client.ApiClient(cfg)
-
-
 def test_service_account_needs_a_role(cluster: ControlPlane, api: Any, namespace: str) -> None:
-    sa_api = _token_client(cluster, api, namespace, "elector")
+    accounts.service_account(api, namespace)
+    sa_api = accounts.token_client(cluster, accounts.token(api, namespace))
     coord = client.CoordinationV1Api(sa_api)
     with pytest.raises(ApiException) as err:
         coord.list_namespaced_lease(namespace)
     assert err.value.status == 403
 
-    rbac = client.RbacAuthorizationV1Api(api)
-    rbac.create_namespaced_role(
-        namespace,
-        client.V1Role(
-            metadata=client.V1ObjectMeta(name="leases"),
-            rules=[
-                client.V1PolicyRule(
-                    api_groups=["coordination.k8s.io"],
-                    resources=["leases"],
-                    verbs=["get", "list", "watch", "create", "update", "patch", "delete"],
-                )
-            ],
-        ),
-    )
-    rbac.create_namespaced_role_binding(
-        namespace,
-        client.V1RoleBinding(
-            metadata=client.V1ObjectMeta(name="leases"),
-            role_ref=client.V1RoleRef(
-                api_group="rbac.authorization.k8s.io", kind="Role", name="leases"
-            ),
-            subjects=[
-                client.RbacV1Subject(kind="ServiceAccount", name="elector", namespace=namespace)
-            ],
-        ),
-    )
+    accounts.grant_leases(api, namespace)
     deadline = time.monotonic() + 10
     while True:  # RBAC changes reach the authorizer's cache within moments
         try:

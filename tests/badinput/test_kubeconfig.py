@@ -25,9 +25,9 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import padding
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from kubernetes import client
 
 from sidecar.kube.config import ConfigError, from_kubeconfig
+from tests import accounts
 from tests.cluster import ControlPlane
 from tests.cluster.controlplane import SERVICE_ACCOUNT_ISSUER
 from tests.sidecar.proc import BIN, SidecarProcess, wait_for
@@ -171,18 +171,9 @@ def service_account_jwt(cluster: ControlPlane, namespace: str, name: str, uid: s
 
 def elector(api: Any, namespace: str) -> str:
     """A ServiceAccount allowed to do everything the sidecar needs on Leases; its uid."""
-    core, rbac = client.CoreV1Api(api), client.RbacAuthorizationV1Api(api)
-    sa = core.create_namespaced_service_account(namespace, client.V1ServiceAccount(
-        metadata=client.V1ObjectMeta(name="elector")))
-    rbac.create_namespaced_role(namespace, client.V1Role(
-        metadata=client.V1ObjectMeta(name="leases"),
-        rules=[client.V1PolicyRule(api_groups=["coordination.k8s.io"], resources=["leases"],
-                                   verbs=["get", "list", "watch", "create", "update", "patch", "delete"])]))
-    rbac.create_namespaced_role_binding(namespace, client.V1RoleBinding(
-        metadata=client.V1ObjectMeta(name="leases"),
-        role_ref=client.V1RoleRef(api_group="rbac.authorization.k8s.io", kind="Role", name="leases"),
-        subjects=[client.RbacV1Subject(kind="ServiceAccount", name="elector", namespace=namespace)]))
-    return str(sa.metadata.uid)
+    uid = accounts.service_account(api, namespace)
+    accounts.grant_leases(api, namespace)
+    return uid
 
 
 def token_kubeconfig(cluster: ControlPlane, path: Path, namespace: str, user: dict[str, Any]) -> Path:
@@ -190,19 +181,6 @@ def token_kubeconfig(cluster: ControlPlane, path: Path, namespace: str, user: di
     data["contexts"][0]["context"]["namespace"] = namespace
     path.write_text(json.dumps(data))
     return path
-
-
-def api_status(cluster: ControlPlane, namespace: str, token: str) -> int:
-    """What the API server answers a Lease list with this token (200 when it authenticates)."""
-    cfg = client.Configuration()
-    cfg.host, cfg.ssl_ca_cert = cluster.server, str(cluster.ca_file)
-    cfg.api_key = {"authorization": f"Bearer {token}"}
-    with client.ApiClient(cfg) as api_client:
-        try:
-            client.CoordinationV1Api(api_client).list_namespaced_lease(namespace)
-        except client.ApiException as err:
-            return int(err.status)
-    return 200
 
 
 def assert_refused_and_live(proc: SidecarProcess, seconds: float = 3.0) -> dict[str, Any]:
@@ -234,8 +212,8 @@ def test_expired_token_is_refused_and_a_rotated_token_file_recovers(
     expired = service_account_jwt(cluster, namespace, "elector", uid, expires_in=-60)
     fresh = service_account_jwt(cluster, namespace, "elector", uid, expires_in=3600)
     # The same token, only the expiry differs: that is what the API server refuses.
-    assert api_status(cluster, namespace, fresh) == 200
-    assert api_status(cluster, namespace, expired) == 401
+    assert accounts.lease_list_status(cluster, namespace, fresh) == 200
+    assert accounts.lease_list_status(cluster, namespace, expired) == 401
 
     token_file = tmp_path / "token"
     token_file.write_text(expired)

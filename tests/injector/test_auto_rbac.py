@@ -10,24 +10,12 @@ import pytest
 from kubernetes import client
 from kubernetes.client.rest import ApiException
 
+from tests import accounts
 from tests.cluster import ControlPlane
 
 from .conftest import Injector, Registration, Tls, annotated_pod, register, unregister
 
 MANAGED = {"app.kubernetes.io/managed-by": "grelmicro"}
-
-
-def _token_client(cluster: ControlPlane, api: Any, namespace: str, sa: str) -> client.ApiClient:
-    token = client.CoreV1Api(api).create_namespaced_service_account_token(
-        sa,
-        namespace,
-        client.AuthenticationV1TokenRequest(spec=client.V1TokenRequestSpec(audiences=[])),
-    )
-    cfg = client.Configuration()
-    cfg.host = cluster.server
-    cfg.ssl_ca_cert = str(cluster.ca_file)
-    cfg.api_key = {"authorization": f"Bearer {token.status.token}"}
-    return client.ApiClient(cfg)
 
 
 def _lease(name: str) -> dict[str, Any]:
@@ -39,7 +27,7 @@ def test_auto_rbac_grants_the_pods_service_account_the_lease_verbs(
 ) -> None:
     core, rbac = client.CoreV1Api(api), client.RbacAuthorizationV1Api(api)
     core.create_namespaced_service_account(namespace, {"metadata": {"name": "elector"}})
-    as_sa = client.CoordinationV1Api(_token_client(cluster, api, namespace, "elector"))
+    as_sa = client.CoordinationV1Api(accounts.token_client(cluster, accounts.token(api, namespace)))
     with pytest.raises(ApiException) as err:  # nothing granted yet
         as_sa.create_namespaced_lease(namespace, _lease("leader-before"))
     assert err.value.status == 403

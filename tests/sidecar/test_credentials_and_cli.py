@@ -13,61 +13,26 @@ from typing import Any
 
 import pytest
 from kubernetes import client
-from kubernetes.client.rest import ApiException
 
+from tests import accounts
 from tests.cluster import ControlPlane
 from tests.sidecar.proc import BIN, SidecarProcess, wait_for
-from tests.sidecar.test_sidecar_cluster import _grant_leases
 
 Spawn = Callable[..., SidecarProcess]
-
-
-def _bound_token(api: Any, namespace: str, secret: str) -> str:
-    core = client.CoreV1Api(api)
-    core.create_namespaced_secret(namespace, client.V1Secret(metadata=client.V1ObjectMeta(name=secret)))
-    uid = core.read_namespaced_secret(secret, namespace).metadata.uid
-    spec = client.V1TokenRequestSpec(
-        audiences=[],
-        bound_object_ref=client.V1BoundObjectReference(api_version="v1", kind="Secret", name=secret, uid=uid),
-    )
-    return str(core.create_namespaced_service_account_token(
-        "elector", namespace, client.AuthenticationV1TokenRequest(spec=spec)).status.token)
-
-
-def _token_works(cluster: ControlPlane, namespace: str, token: str) -> bool:
-    cfg = client.Configuration()
-    cfg.host = cluster.server
-    cfg.ssl_ca_cert = str(cluster.ca_file)
-    cfg.api_key = {"authorization": f"Bearer {token}"}
-    with client.ApiClient(cfg) as c:
-        try:
-            client.CoordinationV1Api(c).list_namespaced_lease(namespace)
-        except ApiException as err:
-            if err.status == 401:
-                return False
-            raise
-    return True
 
 
 def test_rotated_token_file_is_picked_up(
     spawn: Spawn, cluster: ControlPlane, api: Any, namespace: str, tmp_path: Path
 ) -> None:
     """Like the kubelet's projected token: the file is swapped, then the old token dies."""
-    client.CoreV1Api(api).create_namespaced_service_account(
-        namespace, client.V1ServiceAccount(metadata=client.V1ObjectMeta(name="elector")))
-    _grant_leases(api, namespace)
-    old = _bound_token(api, namespace, "bound-old")
-    new = _bound_token(api, namespace, "bound-new")
+    accounts.service_account(api, namespace)
+    accounts.grant_leases(api, namespace)
+    old = accounts.token(api, namespace, bound_to_secret="bound-old")
+    new = accounts.token(api, namespace, bound_to_secret="bound-new")
     token_file = tmp_path / "token"
     token_file.write_text(old)
-    kubeconfig = tmp_path / "kc"
-    kubeconfig.write_text(json.dumps({
-        "apiVersion": "v1", "kind": "Config", "current-context": "sa",
-        "clusters": [{"name": "c", "cluster": {"server": cluster.server,
-                                                "certificate-authority": str(cluster.ca_file)}}],
-        "users": [{"name": "sa", "user": {"tokenFile": str(token_file)}}],
-        "contexts": [{"name": "sa", "context": {"cluster": "c", "user": "sa"}}],
-    }))
+    kubeconfig = accounts.kubeconfig(tmp_path / "kc", cluster.server, cluster.ca_file,
+                                     {"tokenFile": str(token_file)})
     a = spawn("pod-a", kubeconfig=kubeconfig)
     wait_for(a.leads, 20, what="leadership with the first token")
 
@@ -75,7 +40,7 @@ def test_rotated_token_file_is_picked_up(
     staged.write_text(new)
     staged.replace(token_file)
     client.CoreV1Api(api).delete_namespaced_secret("bound-old", namespace)
-    wait_for(lambda: not _token_works(cluster, namespace, old), 10, what="the old token to be rejected")
+    wait_for(lambda: accounts.lease_list_status(cluster, namespace, old) == 401, 10, what="the old token to be rejected")
 
     renewals = len([r for r in a.logs() if r.get("msg") == "leading"])
     time.sleep(4)  # four renew intervals at 1s
@@ -118,14 +83,8 @@ def blackhole() -> Any:
 def test_second_signal_exits_at_once(
     spawn: Spawn, cluster: ControlPlane, tmp_path: Path, blackhole: int
 ) -> None:
-    kubeconfig = tmp_path / "kc"
-    kubeconfig.write_text(json.dumps({
-        "apiVersion": "v1", "kind": "Config", "current-context": "x",
-        "clusters": [{"name": "c", "cluster": {"server": f"https://127.0.0.1:{blackhole}",
-                                                "certificate-authority": str(cluster.ca_file)}}],
-        "users": [{"name": "u", "user": {"token": "t"}}],
-        "contexts": [{"name": "x", "context": {"cluster": "c", "user": "u"}}],
-    }))
+    kubeconfig = accounts.kubeconfig(tmp_path / "kc", f"https://127.0.0.1:{blackhole}", cluster.ca_file,
+                                     {"token": "t"})
     a = spawn("pod-a", kubeconfig=kubeconfig)
     wait_for(lambda: a.http("/healthz")[0] == 200, 10, what="the sidecar to serve")
     a.signal(signal.SIGTERM)

@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 from kubernetes import client
 
+from tests import accounts
 from tests.cluster import ControlPlane
 from tests.sidecar.proc import BIN, SidecarProcess, leaders, wait_for
 
@@ -195,41 +196,12 @@ def test_sweep_spares_a_lease_renewed_between_list_and_delete(
     assert coord.read_namespaced_lease("leader-racy", namespace).metadata.name == "leader-racy"
 
 
-def _service_account_kubeconfig(cluster: ControlPlane, api: Any, namespace: str, path: Path) -> Path:
-    core = client.CoreV1Api(api)
-    core.create_namespaced_service_account(namespace, client.V1ServiceAccount(
-        metadata=client.V1ObjectMeta(name="elector")))
-    token = core.create_namespaced_service_account_token(
-        "elector", namespace, client.AuthenticationV1TokenRequest(spec=client.V1TokenRequestSpec(audiences=[]))
-    ).status.token
-    path.write_text(json.dumps({
-        "apiVersion": "v1", "kind": "Config", "current-context": "sa",
-        "clusters": [{"name": "c", "cluster": {"server": cluster.server,
-                                                "certificate-authority": str(cluster.ca_file)}}],
-        "users": [{"name": "sa", "user": {"token": token}}],
-        "contexts": [{"name": "sa", "context": {"cluster": "c", "user": "sa", "namespace": namespace}}],
-    }))
-    return path
-
-
-def _grant_leases(api: Any, namespace: str) -> None:
-    rbac = client.RbacAuthorizationV1Api(api)
-    rbac.create_namespaced_role(namespace, client.V1Role(
-        metadata=client.V1ObjectMeta(name="leases"),
-        rules=[client.V1PolicyRule(api_groups=["coordination.k8s.io"], resources=["leases"],
-                                   verbs=["get", "list", "watch", "create", "update", "patch", "delete"])],
-    ))
-    rbac.create_namespaced_role_binding(namespace, client.V1RoleBinding(
-        metadata=client.V1ObjectMeta(name="leases"),
-        role_ref=client.V1RoleRef(api_group="rbac.authorization.k8s.io", kind="Role", name="leases"),
-        subjects=[client.RbacV1Subject(kind="ServiceAccount", name="elector", namespace=namespace)],
-    ))
-
-
 def test_forbidden_is_logged_once_with_the_fix_and_recovers_when_granted(
     spawn: Spawn, cluster: ControlPlane, api: Any, namespace: str, tmp_path: Path
 ) -> None:
-    kubeconfig = _service_account_kubeconfig(cluster, api, namespace, tmp_path / "sa.kubeconfig")
+    accounts.service_account(api, namespace)
+    kubeconfig = accounts.kubeconfig(tmp_path / "sa.kubeconfig", cluster.server, cluster.ca_file,
+                                     {"token": accounts.token(api, namespace)}, namespace)
     a = spawn("pod-a", kubeconfig=kubeconfig)
     wait_for(lambda: any("forbidden" in m for m in a.messages()), 10, what="a 403 log line")
     time.sleep(3)  # several retries happen meanwhile
@@ -240,7 +212,7 @@ def test_forbidden_is_logged_once_with_the_fix_and_recovers_when_granted(
     assert "Role" in line["msg"] and "get, list, watch, create, update, patch, delete" in line["msg"]
     assert "Traceback" not in a.raw_log()
     assert a.http("/leader")[0] == 503 and a.alive
-    _grant_leases(api, namespace)
+    accounts.grant_leases(api, namespace)
     wait_for(a.leads, 20, what="leadership once the Role exists")
 
 

@@ -1,0 +1,113 @@
+"""ServiceAccounts, tokens, the leases Role and kubeconfigs, as tests need them (test support).
+
+The sidecar in a pod authenticates as its ServiceAccount with a token; these
+helpers make the same thing happen against the embedded control plane, so the
+RBAC and token paths are exercised for real, not with the admin certificate.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from kubernetes import client
+
+from tests.cluster import ControlPlane
+
+LEASE_VERBS = ["get", "list", "watch", "create", "update", "patch", "delete"]
+
+
+def service_account(api: Any, namespace: str, name: str = "elector") -> str:
+    """Create a ServiceAccount; its uid."""
+    sa = client.CoreV1Api(api).create_namespaced_service_account(
+        namespace, client.V1ServiceAccount(metadata=client.V1ObjectMeta(name=name))
+    )
+    return str(sa.metadata.uid)
+
+
+def token(api: Any, namespace: str, sa: str = "elector", bound_to_secret: str | None = None) -> str:
+    """A TokenRequest token for ``sa``; bound to a Secret (dies with it) when one is named."""
+    core = client.CoreV1Api(api)
+    spec = client.V1TokenRequestSpec(audiences=[])
+    if bound_to_secret is not None:
+        core.create_namespaced_secret(
+            namespace, client.V1Secret(metadata=client.V1ObjectMeta(name=bound_to_secret))
+        )
+        uid = core.read_namespaced_secret(bound_to_secret, namespace).metadata.uid
+        spec.bound_object_ref = client.V1BoundObjectReference(
+            api_version="v1", kind="Secret", name=bound_to_secret, uid=uid
+        )
+    request = client.AuthenticationV1TokenRequest(spec=spec)
+    return str(core.create_namespaced_service_account_token(sa, namespace, request).status.token)
+
+
+def grant_leases(api: Any, namespace: str, sa: str = "elector") -> None:
+    """The Role the sidecar needs (SPEC §8) and its binding to ``sa``."""
+    rbac = client.RbacAuthorizationV1Api(api)
+    rbac.create_namespaced_role(
+        namespace,
+        client.V1Role(
+            metadata=client.V1ObjectMeta(name="leases"),
+            rules=[
+                client.V1PolicyRule(
+                    api_groups=["coordination.k8s.io"], resources=["leases"], verbs=LEASE_VERBS
+                )
+            ],
+        ),
+    )
+    rbac.create_namespaced_role_binding(
+        namespace,
+        client.V1RoleBinding(
+            metadata=client.V1ObjectMeta(name="leases"),
+            role_ref=client.V1RoleRef(api_group="rbac.authorization.k8s.io", kind="Role", name="leases"),
+            subjects=[client.RbacV1Subject(kind="ServiceAccount", name=sa, namespace=namespace)],
+        ),
+    )
+
+
+def token_client(cluster: ControlPlane, bearer: str) -> client.ApiClient:
+    """An official-client ApiClient that authenticates with ``bearer``."""
+    cfg = client.Configuration()
+    cfg.host = cluster.server
+    cfg.ssl_ca_cert = str(cluster.ca_file)
+    cfg.api_key = {"authorization": f"Bearer {bearer}"}
+    return client.ApiClient(cfg)
+
+
+def kubeconfig(
+    path: Path,
+    server: str,
+    ca_file: Path,
+    user: dict[str, Any],
+    namespace: str | None = None,
+) -> Path:
+    """A one-context kubeconfig (JSON, which is YAML too) with ``user``'s credentials."""
+    context: dict[str, Any] = {"cluster": "c", "user": "u"}
+    if namespace:
+        context["namespace"] = namespace
+    path.write_text(
+        json.dumps(
+            {
+                "apiVersion": "v1",
+                "kind": "Config",
+                "current-context": "x",
+                "clusters": [
+                    {"name": "c", "cluster": {"server": server, "certificate-authority": str(ca_file)}}
+                ],
+                "users": [{"name": "u", "user": user}],
+                "contexts": [{"name": "x", "context": context}],
+            }
+        )
+    )
+    return path
+
+
+def lease_list_status(cluster: ControlPlane, namespace: str, bearer: str) -> int:
+    """What the API server answers a Lease list made with ``bearer`` (200, 401, 403...)."""
+    with token_client(cluster, bearer) as api_client:
+        try:
+            client.CoordinationV1Api(api_client).list_namespaced_lease(namespace)
+        except client.ApiException as err:
+            return int(err.status)
+    return 200
