@@ -56,7 +56,6 @@ class InjectorSettings:
     auto_rbac: bool
     log_level: str
     kubeconfig: str | None
-    own_namespace: str | None = None
 
 
 class _Parser(argparse.ArgumentParser):
@@ -244,7 +243,6 @@ def injector_settings(
         auto_rbac=src.boolean("auto-rbac", False),
         log_level=level,
         kubeconfig=src.raw("kubeconfig") or None,
-        own_namespace=own,
     )
 
 

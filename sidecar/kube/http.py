@@ -71,11 +71,16 @@ class Connection:
     def reusable(self) -> bool:
         return self.conn.our_state is h11.IDLE and self.conn.their_state is h11.IDLE
 
+    def recycle(self) -> bool:
+        """Ready the connection for another request; False when it must be closed instead."""
+        if self.conn.our_state is h11.DONE and self.conn.their_state is h11.DONE:
+            self.conn.start_next_cycle()
+            return True
+        return False
+
     async def send(
         self, method: str, target: str, headers: list[tuple[str, str]], body: bytes | None
     ) -> None:
-        if self.conn.our_state is h11.DONE and self.conn.their_state is h11.DONE:
-            self.conn.start_next_cycle()
         hdrs = [*headers, ("Content-Length", str(len(body)))] if body is not None else headers
         data = self.conn.send(h11.Request(method=method, target=target, headers=hdrs))
         if body is not None:
@@ -157,23 +162,16 @@ class HttpClient:
                 await conn.send(method, target, self._headers(headers), body)
                 status, hdrs = await conn.head()
                 chunks = [c async for c in conn.body_chunks()]
-        except TimeoutError:
+        except BaseException as err:
             if conn is not None:
                 conn.close()
-            raise Unreachable(
-                f"{method} {target.split('?')[0]}: no answer within {timeout:.1f}s"
-            ) from None
-        except (OSError, ssl.SSLError, h11.ProtocolError) as err:
-            if conn is not None:
-                conn.close()
-            raise Unreachable(f"{method} {target.split('?')[0]}: {_describe(err)}") from None
-        except BaseException:
-            if conn is not None:
-                conn.close()
+            where = f"{method} {target.split('?')[0]}"
+            if isinstance(err, TimeoutError):
+                raise Unreachable(f"{where}: no answer within {timeout:.1f}s") from None
+            if isinstance(err, OSError | ssl.SSLError | h11.ProtocolError):
+                raise Unreachable(f"{where}: {_describe(err)}") from None
             raise
-        if conn.reusable or (conn.conn.our_state is h11.DONE and conn.conn.their_state is h11.DONE):
-            with contextlib.suppress(h11.ProtocolError):
-                conn.conn.start_next_cycle()
+        if conn.recycle():
             self._idle.append(conn)
         else:
             conn.close()

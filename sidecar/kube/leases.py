@@ -94,7 +94,6 @@ class LeaseStore:
         self.namespace = namespace
         self.request_timeout = request_timeout
         self.http = HttpClient(config.host, config.port, config.ssl_context if config.tls else None)
-        self.requests = 0
 
     def _path(self, name: str | None = None, **query: str) -> str:
         path = f"{self.config.base_path}{GROUP_PATH}/namespaces/{quote(self.namespace)}/leases"
@@ -122,7 +121,6 @@ class LeaseStore:
             headers = self._auth_headers(force_reload=attempt == 1)
             if data is not None:
                 headers.append(("Content-Type", "application/json"))
-            self.requests += 1
             try:
                 resp = await self.http.request(
                     method, path, headers, data, timeout=timeout or self.request_timeout
@@ -202,7 +200,6 @@ class LeaseStore:
             allowWatchBookmarks="true",
             timeoutSeconds=str(timeout_seconds),
         )
-        self.requests += 1
         try:
             async for status, line in self.http.stream_lines(
                 path,

@@ -1,0 +1,50 @@
+"""The lean API client against the real API server: keep-alive and error mapping."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import pytest
+
+from sidecar.kube.config import from_kubeconfig
+from sidecar.kube.leases import Conflict, LeaseStore, NotFound
+from tests.cluster import ControlPlane
+
+
+def test_requests_reuse_one_keep_alive_connection(cluster: ControlPlane, namespace: str) -> None:
+    async def go() -> list[Any]:
+        store = LeaseStore(from_kubeconfig(cluster.kubeconfig), namespace)
+        seen = []
+        try:
+            for _ in range(5):
+                await store.list()
+                assert len(store.http._idle) == 1
+                seen.append(store.http._idle[0])
+        finally:
+            store.close()
+        return seen
+
+    connections = asyncio.run(go())
+    assert all(c is connections[0] for c in connections), "a renew must not pay a TLS handshake"
+
+
+def test_statuses_map_to_the_store_exceptions(cluster: ControlPlane, namespace: str) -> None:
+    async def go() -> None:
+        store = LeaseStore(from_kubeconfig(cluster.kubeconfig), namespace)
+        try:
+            assert await store.get("leader-none") is None
+            with pytest.raises(NotFound):
+                await store.delete("leader-none", "1")
+            body = {"metadata": {"name": "leader-x", "labels": {}}, "spec": {"holderIdentity": "a"}}
+            created = await store.create(body)
+            with pytest.raises(Conflict):
+                await store.create(body)  # already exists
+            stale = {**created, "metadata": {**created["metadata"], "resourceVersion": "1"}}
+            with pytest.raises(Conflict):
+                await store.replace(stale)
+            await store.delete("leader-x", created["metadata"]["resourceVersion"])
+        finally:
+            store.close()
+
+    asyncio.run(go())
