@@ -36,6 +36,7 @@ from cryptography.hazmat.primitives.asymmetric import ec
 
 from tests.cluster import ControlPlane, free_port
 from tests.cluster.pki import CertificateAuthority
+from tests.sidecar.proc import read_state
 
 from . import peers
 
@@ -150,11 +151,7 @@ class Candidate:
         return self
 
     def state(self) -> dict[str, Any] | None:
-        try:
-            data = json.loads((self.state_dir / "state.json").read_text())
-        except (OSError, ValueError):
-            return None
-        return data if isinstance(data, dict) else None
+        return read_state(self.state_dir)
 
     def leading_since(self) -> float | None:
         """``updated_at`` of the state file while it says this candidate leads, else None."""

@@ -65,11 +65,7 @@ class SidecarProcess:
 
     # ---- what the application sees ------------------------------------------
     def state(self) -> dict[str, Any] | None:
-        try:
-            data = json.loads((self.state_dir / "state.json").read_text())
-        except (OSError, ValueError):
-            return None
-        return data if isinstance(data, dict) else None
+        return read_state(self.state_dir)
 
     def http(self, path: str, timeout: float = 2.0) -> tuple[int, Any]:
         url = f"http://127.0.0.1:{self.port}{path}"
@@ -135,6 +131,15 @@ class SidecarProcess:
 
     def cleanup_dir(self) -> None:
         shutil.rmtree(self.state_dir, ignore_errors=True)
+
+
+def read_state(state_dir: Path) -> dict[str, Any] | None:
+    """``state.json`` as a reader sees it; None while it is missing or not JSON."""
+    try:
+        data = json.loads((state_dir / "state.json").read_text())
+    except (OSError, ValueError):
+        return None
+    return data if isinstance(data, dict) else None
 
 
 def _parse(stamp: str) -> float:
