@@ -91,6 +91,32 @@ def machine() -> dict[str, Any]:
     }
 
 
+def source(root: Path = ROOT) -> dict[str, Any]:
+    """The commit measured and whether the tree had changes on top of it.
+
+    A result without its commit cannot be compared with a later one; a dirty
+    tree is recorded so a number is never credited to a commit that lacks it.
+    """
+
+    def git(*args: str) -> str:
+        done = subprocess.run(["git", "-C", str(root), *args], capture_output=True, text=True)
+        return done.stdout.strip() if done.returncode == 0 else ""
+
+    commit = git("rev-parse", "HEAD")
+    if not commit:
+        return {"commit": "unknown (not a git checkout)", "dirty": None}
+    changed = git(
+        "status",
+        "--porcelain",
+        "--untracked-files=no",
+        "--",
+        ".",
+        ":!bench/results",
+        ":!bench/RESULTS.md",
+    )
+    return {"commit": commit, "subject": git("log", "-1", "--format=%s"), "dirty": bool(changed)}
+
+
 def _impl_order(keys: list[str]) -> list[str]:
     return [k for k in ("sidecar", "clientgo", "grelmicro", "official") if k in keys]
 
@@ -187,6 +213,7 @@ def run(plan: Plan, only: set[str] | None) -> dict[str, Any]:
         "finished": _iso(finished),
         "duration_minutes": round((finished - started) / 60, 1),
         "machine": machine(),
+        "source": source(),
         "loadavg_start": LOAD_START,
         "loadavg_end": loadavg(),
         "versions": versions,
