@@ -3,6 +3,8 @@
 ``start`` returns once ``/readyz`` answers ok and leaves the control plane
 running detached, its pids, logs and data in ``<kubeconfig>.cluster/``;
 ``stop`` stops every process it started and removes that directory.
+``start --node`` also runs a real node (``node.py``) and returns when the Node
+is Ready and CoreDNS answers; ``stop`` then also puts the machine back.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ from pathlib import Path
 
 from . import binaries
 from .controlplane import ControlPlane, detached_workdir
+from .node import Node, NodeUnsupported
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -28,6 +31,11 @@ def main(argv: list[str] | None = None) -> int:
         p.add_argument(
             "--kubeconfig", required=True, type=Path, help="admin kubeconfig to write/read"
         )
+    sub.choices["start"].add_argument(
+        "--node",
+        action="store_true",
+        help="also run a node (kubelet, containerd, CNI, kube-proxy, scheduler, CoreDNS); needs root",
+    )
     sub.add_parser("paths", help="print the cached binaries' paths")
     args = parser.parse_args(argv)
 
@@ -44,11 +52,25 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     if args.command == "start":
         workdir = detached_workdir(args.kubeconfig)
-        if (workdir / "state.json").exists():
+        if (workdir / "state.json").exists() or (workdir / "node.json").exists():
             print(
                 f"a control plane is already recorded in {workdir}; run stop first", file=sys.stderr
             )
             return 2
+        if args.node:
+            node = Node(workdir, args.kubeconfig)
+            t0 = time.monotonic()
+            try:
+                node.start()
+            except NodeUnsupported as err:
+                print(f"cannot run a node here: {err}", file=sys.stderr)
+                return 2
+            except BaseException:
+                node.remove()  # start() already stopped what it had started
+                raise
+            print(f"node ready in {time.monotonic() - t0:.1f}s at {node.plane.server} ({node.timings})")
+            print(f"kubeconfig: {node.kubeconfig}  logs: {node.plane.logs}")
+            return 0
         plane = ControlPlane(workdir, args.kubeconfig, detached=True)
         binaries.ensure("kubernetes")
         binaries.ensure("etcd")
@@ -59,6 +81,14 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     # stop
     workdir = detached_workdir(args.kubeconfig)
+    if (workdir / "node.json").exists():
+        node = Node.attach(workdir, args.kubeconfig)
+        problems = node.stop()
+        node.remove()
+        for problem in problems:
+            print(f"left behind: {problem}", file=sys.stderr)
+        print("node and control plane stopped")
+        return 1 if problems else 0
     if not (workdir / "state.json").exists():
         print(f"no control plane recorded in {workdir}", file=sys.stderr)
         return 0

@@ -33,10 +33,13 @@ class Component:
     module: str  # the upstream module whose version keys the cache
     binaries: dict[str, str]  # binary name -> Go package path
     ldflags: tuple[str, ...]  # -X settings, "{version}" substituted
+    gomod: str = ""  # the directory under gomod/ when it is not ``name``
+    cgo: bool = False  # runc needs libseccomp through cgo
+    tags: tuple[str, ...] = ()
 
     @property
     def gomod_dir(self) -> Path:
-        return GOMOD / self.name
+        return GOMOD / (self.gomod or self.name)
 
     def version(self) -> str:
         text = (self.gomod_dir / "go.mod").read_text()
@@ -71,6 +74,55 @@ COMPONENTS = {
                 "kubectl": "k8s.io/kubernetes/cmd/kubectl",
             },
             _k8s_ldflags(),
+        ),
+        Component(
+            "kubernetes-node",
+            "k8s.io/kubernetes",
+            {
+                "kubelet": "k8s.io/kubernetes/cmd/kubelet",
+                "kube-proxy": "k8s.io/kubernetes/cmd/kube-proxy",
+                "kube-scheduler": "k8s.io/kubernetes/cmd/kube-scheduler",
+            },
+            _k8s_ldflags(),
+            gomod="kubernetes",
+        ),
+        Component(
+            "containerd",
+            "github.com/containerd/containerd/v2",
+            {
+                "containerd": "github.com/containerd/containerd/v2/cmd/containerd",
+                "containerd-shim-runc-v2": "github.com/containerd/containerd/v2/cmd/containerd-shim-runc-v2",
+                "ctr": "github.com/containerd/containerd/v2/cmd/ctr",
+            },
+            ("github.com/containerd/containerd/v2/version.Version={version}",),
+        ),
+        Component(
+            "runc",
+            "github.com/opencontainers/runc",
+            {"runc": "github.com/opencontainers/runc"},
+            ("main.version={version_bare}",),
+            cgo=True,
+            tags=("seccomp",),
+        ),
+        Component(
+            "cni",
+            "github.com/containernetworking/plugins",
+            {
+                p: f"github.com/containernetworking/plugins/plugins/{kind}/{p}"
+                for kind, p in (
+                    ("main", "bridge"),
+                    ("ipam", "host-local"),
+                    ("main", "loopback"),
+                    ("meta", "portmap"),
+                )
+            },
+            (),
+        ),
+        Component(
+            "coredns",
+            "github.com/coredns/coredns",
+            {"coredns": "github.com/coredns/coredns"},
+            (),
         ),
         Component(
             "etcd",
@@ -143,13 +195,22 @@ def build_once(target: Path, ready: Callable[[Path], bool], build: Callable[[Pat
             raise
 
 
-def go_build(directory: Path, package: str, output: Path, ldflags: list[str]) -> None:
-    """``go build`` as every binary here is built: CGO off, ``-trimpath``, modules from the proxy."""
+def go_build(
+    directory: Path,
+    package: str,
+    output: Path,
+    ldflags: list[str],
+    *,
+    cgo: bool = False,
+    tags: tuple[str, ...] = (),
+) -> None:
+    """``go build`` as every binary here is built: CGO off (unless asked), ``-trimpath``, modules from the proxy."""
     if shutil.which("go") is None:
         raise RuntimeError("Go is not on PATH: install Go 1.26 or newer (the Go module proxy supplies the rest)")
-    env = dict(os.environ, CGO_ENABLED="0", GOFLAGS="-mod=mod")
+    env = dict(os.environ, CGO_ENABLED="1" if cgo else "0", GOFLAGS="-mod=mod")
+    tag_args = ["-tags", ",".join(tags)] if tags else []
     subprocess.run(
-        ["go", "build", "-trimpath", "-ldflags", " ".join(["-s", "-w", *ldflags]), "-o", str(output), package],
+        ["go", "build", "-trimpath", *tag_args, "-ldflags", " ".join(["-s", "-w", *ldflags]), "-o", str(output), package],
         cwd=directory, env=env, check=True,
     )
 
@@ -169,20 +230,24 @@ def ensure(name: str) -> dict[str, Path]:
 def _build(component: Component, staging: Path) -> None:
     version = component.version()
     major, minor = [*version.lstrip("v").split("."), "0"][:2]
-    subs = {"version": version, "major": major, "minor": minor}
+    subs = {"version": version, "version_bare": version.lstrip("v"), "major": major, "minor": minor}
     ldflags = [f"-X={f.format(**subs)}" for f in component.ldflags]
     started = time.monotonic()
     _log(f"building {component.name} {version} ({', '.join(component.binaries)}) ...")
     for binary, package in component.binaries.items():
         t0 = time.monotonic()
-        go_build(component.gomod_dir, package, staging / binary, ldflags)
+        go_build(component.gomod_dir, package, staging / binary, ldflags, cgo=component.cgo, tags=component.tags)
         _log(f"  built {binary} in {time.monotonic() - t0:.1f}s")
     _log(f"built {component.name} {version} in {time.monotonic() - started:.1f}s")
 
 
-def ensure_all() -> dict[str, Path]:
-    """All binaries of all components, by binary name."""
+CONTROL_PLANE = ("kubernetes", "etcd", "helm")
+NODE = ("kubernetes-node", "containerd", "runc", "cni", "coredns")
+
+
+def ensure_all(names: tuple[str, ...] = CONTROL_PLANE) -> dict[str, Path]:
+    """All binaries of the named components (the control plane's by default), by binary name."""
     out: dict[str, Path] = {}
-    for name in COMPONENTS:
+    for name in names:
         out.update(ensure(name))
     return out

@@ -93,13 +93,29 @@ class State:
     apiserver_port: int
     kcm_port: int
     pids: dict[str, int] = field(default_factory=dict)
+    address: str = "127.0.0.1"
+    node_name: str | None = None
 
 
 class ControlPlane:
     """One control plane in ``workdir``; the admin kubeconfig is written to ``kubeconfig``."""
 
-    def __init__(self, workdir: Path, kubeconfig: Path | None = None, *, detached: bool = False):
+    def __init__(
+        self,
+        workdir: Path,
+        kubeconfig: Path | None = None,
+        *,
+        detached: bool = False,
+        address: str = "127.0.0.1",
+        node_name: str | None = None,
+    ):
+        """``address`` is where the API server binds and what it advertises; a control
+        plane for a node (``node_name`` set) binds to the node's bridge address, so pods
+        reach it through the ``kubernetes`` Service, and gets the Node authorizer and
+        NodeRestriction plus the certificates the kubelet and its peers use."""
         self.workdir = workdir.resolve()
+        self.address = address
+        self.node_name = node_name
         self.kubeconfig = (kubeconfig or self.workdir / "admin.kubeconfig").resolve()
         self.detached = detached
         self.bins: dict[str, Path] = {}
@@ -143,8 +159,10 @@ class ControlPlane:
             etcd_peer_port=free_port(),
             apiserver_port=free_port(),
             kcm_port=free_port(),
+            address=self.address,
+            node_name=self.node_name,
         )
-        self.state.server = f"https://127.0.0.1:{self.state.apiserver_port}"
+        self.state.server = f"https://{self.address}:{self.state.apiserver_port}"
         self._write_pki()
         try:
             self.start_etcd()
@@ -169,7 +187,7 @@ class ControlPlane:
                 "kubernetes.default.svc",
                 "kubernetes.default.svc.cluster.local",
             ),
-            ips=("127.0.0.1", "10.0.0.1"),
+            ips=tuple(dict.fromkeys(("127.0.0.1", "10.0.0.1", self.address))),
             server=True,
         )
         (self.pki / "apiserver.crt").write_bytes(cert)
@@ -188,8 +206,56 @@ class ControlPlane:
             _kubeconfig(self.server, ca.cert_pem, kcm_cert, kcm_key, "kcm")
         )
         (self.workdir / "audit-policy.yaml").write_text(AUDIT_POLICY)
+        if self.node_name:
+            self._write_node_pki(ca)
 
-    def _spawn(self, name: str, argv: list[str]) -> None:
+    def _write_node_pki(self, ca: CertificateAuthority) -> None:
+        """Kubeconfigs for the kubelet, kube-proxy and scheduler; the kubelet's serving
+        certificate; the API server's client certificate for talking to the kubelet."""
+        assert self.node_name
+        clients = {
+            "kubelet": (f"system:node:{self.node_name}", "system:nodes"),
+            "kube-proxy": ("system:kube-proxy", None),
+            "kube-scheduler": ("system:kube-scheduler", None),
+        }
+        for name, (cn, org) in clients.items():
+            cert, key = ca.issue(cn, org=org)
+            (self.workdir / f"{name}.kubeconfig").write_text(
+                _kubeconfig(self.server, ca.cert_pem, cert, key, name)
+            )
+        cert, key = ca.issue(
+            self.node_name, dns=(self.node_name, "localhost"), ips=(self.address, "127.0.0.1"), server=True
+        )
+        (self.pki / "kubelet.crt").write_bytes(cert)
+        (self.pki / "kubelet.key").write_bytes(key)
+        cert, key = ca.issue("kube-apiserver-kubelet-client", org="system:masters")
+        (self.pki / "apiserver-kubelet-client.crt").write_bytes(cert)
+        (self.pki / "apiserver-kubelet-client.key").write_bytes(key)
+
+    def _node_apiserver_flags(self) -> list[str]:
+        if not self.node_name:
+            return [
+                "--authorization-mode=RBAC",
+                "--enable-admission-plugins=MutatingAdmissionWebhook,ValidatingAdmissionWebhook",
+            ]
+        pki = self.pki
+        return [
+            "--authorization-mode=Node,RBAC",
+            "--enable-admission-plugins=NodeRestriction,MutatingAdmissionWebhook,ValidatingAdmissionWebhook",
+            f"--kubelet-client-certificate={pki / 'apiserver-kubelet-client.crt'}",
+            f"--kubelet-client-key={pki / 'apiserver-kubelet-client.key'}",
+            f"--kubelet-certificate-authority={pki / 'ca.crt'}",
+            "--kubelet-preferred-address-types=InternalIP",
+        ]
+
+    def _spawn(
+        self,
+        name: str,
+        argv: list[str],
+        *,
+        pass_fds: tuple[int, ...] = (),
+        env: dict[str, str] | None = None,
+    ) -> None:
         assert self.state is not None
         with open(self.logs / f"{name}.log", "ab") as log:
             proc = subprocess.Popen(
@@ -199,6 +265,8 @@ class ControlPlane:
                 stdin=subprocess.DEVNULL,
                 start_new_session=True,
                 cwd=self.workdir,
+                pass_fds=pass_fds,
+                env=env,
             )
         self.procs[name] = proc
         self.state.pids[name] = proc.pid
@@ -237,20 +305,19 @@ class ControlPlane:
             [
                 str(self.bins["kube-apiserver"]),
                 f"--etcd-servers=http://127.0.0.1:{self.state.etcd_port}",
-                "--bind-address=127.0.0.1",
-                "--advertise-address=127.0.0.1",
+                f"--bind-address={self.address}",
+                f"--advertise-address={self.address}",
                 f"--secure-port={self.state.apiserver_port}",
                 f"--cert-dir={self.workdir / 'apiserver-certs'}",
                 f"--tls-cert-file={pki / 'apiserver.crt'}",
                 f"--tls-private-key-file={pki / 'apiserver.key'}",
                 f"--client-ca-file={pki / 'ca.crt'}",
-                "--authorization-mode=RBAC",
+                *self._node_apiserver_flags(),
                 f"--service-account-issuer={SERVICE_ACCOUNT_ISSUER}",
                 f"--service-account-key-file={pki / 'sa.pub'}",
                 f"--service-account-signing-key-file={pki / 'sa.key'}",
                 "--service-cluster-ip-range=10.0.0.0/24",
                 "--allow-privileged=true",
-                "--enable-admission-plugins=MutatingAdmissionWebhook,ValidatingAdmissionWebhook",
                 f"--audit-policy-file={self.workdir / 'audit-policy.yaml'}",
                 f"--audit-log-path={self.audit_log}",
                 "--audit-log-format=json",
@@ -373,7 +440,9 @@ class ControlPlane:
         """The control plane that ``start --kubeconfig`` left running for this kubeconfig."""
         workdir = detached_workdir(kubeconfig)
         data = json.loads((workdir / "state.json").read_text())
-        plane = cls(workdir, kubeconfig)
+        plane = cls(
+            workdir, kubeconfig, address=data.get("address", "127.0.0.1"), node_name=data.get("node_name")
+        )
         plane.state = State(**data)
         return plane
 
