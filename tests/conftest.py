@@ -3,6 +3,10 @@
 - ``cluster``: the ``ControlPlane`` (admin kubeconfig at ``cluster.kubeconfig``).
 - ``api``: an official ``kubernetes.client.ApiClient`` acting as admin.
 - ``namespace``: a fresh namespace per test, deleted afterwards.
+- ``node``: a real node (kubelet, containerd, CNI, CoreDNS) with its own control
+  plane, started on first use; skipped with a one-line reason where this
+  machine cannot run one, except under ``CI=true`` where that fails the test.
+  Its teardown fails when stopping it left anything on the machine.
 
 When a test that used the control plane fails, the tails of the API server,
 etcd and controller-manager logs are printed in the terminal summary.
@@ -20,6 +24,8 @@ from typing import Any
 import pytest
 
 from tests.cluster import ControlPlane
+from tests.cluster.host import unsupported_reason
+from tests.cluster.node import Node
 
 _state: dict[str, Any] = {"failed": False, "logs": ""}
 
@@ -41,6 +47,30 @@ def cluster() -> Iterator[ControlPlane]:
         plane.stop()
         if not keep:
             plane.remove()
+
+
+@pytest.fixture(scope="session")
+def node() -> Iterator[Node]:
+    reason = unsupported_reason()
+    if reason:
+        if os.environ.get("CI") == "true":
+            pytest.fail(f"CI must run the node tests, but {reason}")
+        pytest.skip(reason)
+    workdir = Path(tempfile.mkdtemp(prefix="grelmicro-node-"))
+    started = Node(workdir)
+    started.start()
+    try:
+        yield started
+    finally:
+        if _state["failed"]:
+            _state["logs"] += "\n".join(
+                f"----- node {name} log (tail) -----\n{started.plane.log_tail(name, 40)}"
+                for name in ("kubelet", "containerd", "kube-proxy", "kube-scheduler")
+            )
+        left = started.stop()
+        if not left:
+            started.remove()
+        assert not left, f"stopping the node left this behind (see {workdir}): {left}"
 
 
 @pytest.fixture(scope="session")
@@ -68,7 +98,7 @@ def namespace(api: Any) -> Iterator[str]:
 def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]):  # type: ignore[no-untyped-def]
     outcome = yield
     report = outcome.get_result()
-    if report.failed and "cluster" in getattr(item, "fixturenames", ()):
+    if report.failed and {"cluster", "node"} & set(getattr(item, "fixturenames", ())):
         _state["failed"] = True
 
 
@@ -79,7 +109,10 @@ def pytest_terminal_summary(terminalreporter: Any) -> None:
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Tests that use the control plane are marked ``cluster`` automatically."""
+    """Tests that use the control plane are marked ``cluster``, those on the node ``node``."""
     for item in items:
-        if "cluster" in getattr(item, "fixturenames", ()):
+        names = getattr(item, "fixturenames", ())
+        if "cluster" in names:
             item.add_marker(pytest.mark.cluster)
+        if "node" in names:
+            item.add_marker(pytest.mark.node)
