@@ -8,7 +8,7 @@
 # writable path in its root filesystem: bytecode is compiled at build time and
 # the sidecar writes only to its state directory (an emptyDir).
 
-FROM python:3.12-slim-bookworm AS build
+FROM python:3.11-slim-bookworm AS build
 
 ENV PIP_NO_CACHE_DIR=1 \
     PIP_DISABLE_PIP_VERSION_CHECK=1 \
@@ -25,7 +25,7 @@ RUN python -m venv /opt/venv \
     && /opt/venv/bin/pip uninstall --yes pip setuptools \
     && /opt/venv/bin/python -m compileall -q -j 0 /opt/venv/lib
 
-FROM python:3.12-slim-bookworm
+FROM python:3.11-slim-bookworm
 
 LABEL org.opencontainers.image.title="grelmicro-sidecar" \
       org.opencontainers.image.description="Kubernetes leader-election sidecar and its injector" \

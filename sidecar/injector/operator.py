@@ -38,6 +38,7 @@ import contextlib
 import logging
 import os
 import random
+import socket
 import ssl
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
@@ -64,6 +65,17 @@ SWEEP_RBAC_FIX = (
     "grant the injector's ServiceAccount a ClusterRole with list and delete on "
     "leases.coordination.k8s.io and get on pods"
 )
+
+
+def own_identity() -> Any:
+    """The name kopf gives this operator: the pod's name (its hostname).
+
+    kopf's default derives it from ``getpass.getuser()``, which raises for a UID
+    with no passwd entry -- the chart runs the image as 65532, which has none --
+    and so crashed the injector at start in every pod. ``POD_ID`` (kopf's own
+    override) still wins when set.
+    """
+    return os.environ.get("POD_ID") or f"grelmicro-sidecar-injector@{socket.gethostname()}"
 
 
 class _JsonLogs(logging.Handler):
@@ -341,6 +353,7 @@ async def serve(settings: InjectorSettings, log: Logger) -> int:
             settings=kopf_settings,
             clusterwide=True,
             standalone=True,
+            identity=own_identity(),
         )
     finally:
         stop.set()

@@ -202,6 +202,11 @@ class Node:
             check=check,
         )
 
+    def load_images(self, archives: list[Any]) -> None:
+        """Import image archives (``ImageArchive``: name and path) into the node's containerd."""
+        for archive in archives:
+            self.ctr("images", "import", "--platform=linux/amd64", str(archive.path))
+
     def _start_kubelet(self) -> None:
         pki = self.plane.pki
         root = self.run / "kubelet"

@@ -56,14 +56,16 @@ def tls(tmp_path_factory: pytest.TempPathFactory) -> Tls:
 class Injector:
     """One ``grelmicro-sidecar injector`` process."""
 
-    def __init__(self, cluster: ControlPlane, tls: Tls, log: Path, *extra: str):
+    def __init__(
+        self, cluster: ControlPlane, tls: Tls, log: Path, *extra: str, kubeconfig: Path | None = None
+    ):
         self.port = free_port()
         self.health_port = free_port()
         self.log = log
         self.argv = [
             str(EXE),
             "injector",
-            f"--kubeconfig={cluster.kubeconfig}",
+            f"--kubeconfig={kubeconfig or cluster.kubeconfig}",
             "--host=127.0.0.1",
             f"--port={self.port}",
             f"--health-port={self.health_port}",
@@ -79,11 +81,26 @@ class Injector:
     def url(self) -> str:
         return f"https://127.0.0.1:{self.port}/inject"
 
-    def start(self, timeout: float = 60.0) -> Injector:
+    def start(self, timeout: float = 60.0, *, uid: int | None = None) -> Injector:
+        """Start and wait until healthy; ``uid`` runs it as that user (and group), as a pod would."""
         env = {k: v for k, v in os.environ.items() if not k.startswith("GRELMICRO_INJECTOR_")}
+        argv = self.argv
+        if uid is not None:
+            # setpriv switches user and group; CAP_DAC_READ_SEARCH (ambient) only lets the
+            # process read the test virtualenv, whose interpreter may sit in a root-only home.
+            argv = [
+                "setpriv",
+                f"--reuid={uid}",
+                f"--regid={uid}",
+                "--clear-groups",
+                "--inh-caps=+dac_read_search",
+                "--ambient-caps=+dac_read_search",
+                *argv,
+            ]
+            env = {k: v for k, v in env.items() if k not in ("USER", "LOGNAME", "LNAME", "USERNAME")}
         with open(self.log, "ab") as out:
             self.proc = subprocess.Popen(
-                self.argv, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env
+                argv, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env
             )
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:

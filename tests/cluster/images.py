@@ -1,0 +1,267 @@
+"""The product's image built from its own Dockerfile, without a registry, for pods on the node.
+
+No container registry is reachable, so the Dockerfile's ``FROM`` image is made
+here from Debian packages: ``mmdebstrap`` builds a bookworm root filesystem
+with Python 3.11 (what ``python:3.11-slim-bookworm`` holds, from the machine's
+own apt sources), ``buildah`` loads it under that name, and ``buildah bud``
+builds the Dockerfile exactly as ``docker build`` would. The examples' app
+image (``curlimages/curl``) gets a stand-in the same way: Debian's curl
+under that name.
+
+Every archive is cached under ``<cache>/images`` keyed by a hash of what went
+into it (the Dockerfile and the files it copies; the base's package list and
+apt sources), so an unchanged tree never rebuilds. buildah's storage lives
+in the cache too, never in ``/var/lib/containers``.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import hashlib
+import os
+import re
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from . import binaries
+from .nodeimages import ImageArchive
+
+ROOT = Path(__file__).resolve().parents[2]
+BASE_PACKAGES = ("python3", "python3-venv", "python-is-python3", "ca-certificates")
+CURL_PACKAGES = ("curl", "ca-certificates")
+CURL_IMAGE = "docker.io/curlimages/curl:8.11.1"
+HOST_PACKAGES = {"mmdebstrap": "/usr/bin/mmdebstrap", "buildah": "/usr/bin/buildah"}
+
+
+def _log(msg: str) -> None:
+    print(f"[tests.cluster.images] {msg}", file=sys.stderr, flush=True)
+
+
+def _images_dir() -> Path:
+    return binaries.cache_base() / "images"
+
+
+def _storage() -> list[str]:
+    base = binaries.cache_base() / "buildah"
+    return [f"--root={base / 'root'}", f"--runroot={base / 'runroot'}", "--storage-driver=vfs"]
+
+
+def buildah(*args: str, **kwargs: object) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        ["buildah", *_storage(), *args],
+        check=True,
+        capture_output=True,
+        text=True,
+        **kwargs,  # type: ignore[call-overload]
+    )
+
+
+def ensure_host_packages() -> None:
+    missing = [name for name, path in HOST_PACKAGES.items() if not Path(path).exists()]
+    if missing:
+        _log(f"installing {' '.join(missing)} with apt-get ...")
+        env = dict(os.environ, DEBIAN_FRONTEND="noninteractive")
+        subprocess.run(["apt-get", "update", "-qq"], check=True, env=env)
+        subprocess.run(
+            ["apt-get", "install", "-y", "-qq", "--no-install-recommends", *missing],
+            check=True,
+            env=env,
+        )
+
+
+def apt_sources() -> Path:
+    """The machine's own Debian sources (never a mirror written into the project)."""
+    for candidate in (
+        Path("/etc/apt/sources.list.d/debian.sources"),
+        Path("/etc/apt/sources.list"),
+    ):
+        if candidate.exists() and candidate.read_text().strip():
+            return candidate
+    found = sorted(Path("/etc/apt/sources.list.d").glob("*.sources")) + sorted(
+        Path("/etc/apt/sources.list.d").glob("*.list")
+    )
+    if not found:
+        raise RuntimeError(
+            "no apt sources on this machine: the image base is built from Debian packages"
+        )
+    return found[0]
+
+
+def dockerfile_from() -> str:
+    """The image name the Dockerfile builds from (its first ``FROM``)."""
+    match = re.search(r"^FROM\s+(\S+)", (ROOT / "Dockerfile").read_text(), re.M)
+    if not match:
+        raise RuntimeError("Dockerfile has no FROM line")
+    name = match.group(1)
+    return name if "/" in name else f"docker.io/library/{name}"
+
+
+def product_image_name() -> str:
+    chart = (ROOT / "charts" / "grelmicro-sidecar" / "Chart.yaml").read_text()
+    match = re.search(r'^appVersion:\s*"?([^"\s]+)"?', chart, re.M)
+    assert match, "Chart.yaml has no appVersion"
+    return f"docker.io/library/grelmicro-sidecar:{match.group(1)}"
+
+
+def _context_files() -> list[Path]:
+    """The files ``docker build .`` sends, per .dockerignore (the project's patterns only)."""
+    patterns = [
+        line.strip()
+        for line in (ROOT / ".dockerignore").read_text().splitlines()
+        if line.strip() and not line.startswith("#")
+    ]
+    files = []
+    for path in sorted(ROOT.rglob("*")):
+        if not path.is_file() or ".git" in path.parts or ".venv" in path.parts:
+            continue
+        rel = path.relative_to(ROOT).as_posix()
+        included = True
+        for pattern in patterns:
+            negate = pattern.startswith("!")
+            pat = pattern.lstrip("!").rstrip("/")
+            hit = (
+                fnmatch.fnmatch(rel, pat)
+                or rel.startswith(pat + "/")
+                or fnmatch.fnmatch(rel, pat.replace("**/", "*/"))
+            )
+            if pat.startswith("**/"):
+                hit = hit or fnmatch.fnmatch(Path(rel).name, pat[3:])
+            if hit:
+                included = negate
+        if included:
+            files.append(path)
+    return files
+
+
+def _hash(*parts: bytes) -> str:
+    digest = hashlib.sha256()
+    for part in parts:
+        digest.update(hashlib.sha256(part).digest())
+    return digest.hexdigest()[:16]
+
+
+def _debian_image(
+    name: str, packages: tuple[str, ...], env: dict[str, str], cmd: str
+) -> ImageArchive:
+    """A Debian bookworm root filesystem with ``packages``, loaded into buildah as ``name``."""
+    key = _hash(name.encode(), " ".join(packages).encode(), apt_sources().read_bytes())
+    archive = _images_dir() / f"debian-{key}.tar"
+
+    def build(staging: Path) -> None:
+        t0 = time.monotonic()
+        rootfs = staging / "rootfs.tar"
+        subprocess.run(
+            [
+                "mmdebstrap",
+                "--quiet",
+                "--variant=minbase",
+                f"--include={','.join(packages)}",
+                "--dpkgopt=path-exclude=/usr/share/doc/*",
+                "--dpkgopt=path-exclude=/usr/share/man/*",
+                "--dpkgopt=path-exclude=/usr/share/locale/*",
+                "bookworm",
+                str(rootfs),
+                str(apt_sources()),
+            ],
+            check=True,
+            capture_output=True,
+        )
+        container = buildah("from", "scratch").stdout.strip()
+        try:
+            buildah("add", container, str(rootfs), "/")
+            for k, v in env.items():
+                buildah("config", "--env", f"{k}={v}", container)
+            buildah("config", "--cmd", cmd, container)
+            buildah("commit", "--quiet", container, name)
+        finally:
+            buildah("rm", container)
+        buildah("push", name, f"docker-archive:{staging / archive.name}:{name}")
+        rootfs.unlink()
+        _log(f"built {name} from Debian packages in {time.monotonic() - t0:.1f}s")
+
+    directory = archive.with_suffix(".d")
+    binaries.build_once(directory, ready=lambda d: (d / archive.name).exists(), build=build)
+    _load(name, directory / archive.name)
+    return ImageArchive(name, directory / archive.name)
+
+
+def _load(name: str, archive: Path) -> None:
+    """Make ``name`` known to buildah (a fresh cache may have the archive but not the storage)."""
+    if (
+        subprocess.run(["buildah", *_storage(), "inspect", name], capture_output=True).returncode
+        != 0
+    ):
+        buildah("pull", "--quiet", f"docker-archive:{archive}")
+
+
+def python_base() -> ImageArchive:
+    """What the Dockerfile's FROM names, from Debian's Python 3.11."""
+    env = {
+        "PATH": "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
+        "LANG": "C.UTF-8",
+    }
+    return _debian_image(dockerfile_from(), BASE_PACKAGES, env, "python3")
+
+
+def curl_standin() -> ImageArchive:
+    """The examples' app image, ``curlimages/curl``, stood in for by Debian's curl."""
+    env = {"PATH": "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"}
+    return _debian_image(CURL_IMAGE, CURL_PACKAGES, env, "curl")
+
+
+def product() -> ImageArchive:
+    """The Dockerfile built as ``docker build`` would, cached by the hash of its inputs."""
+    base = python_base()
+    files = _context_files()
+    key = _hash(
+        base.path.name.encode(),
+        *(f.relative_to(ROOT).as_posix().encode() + b"\0" + f.read_bytes() for f in files),
+        (ROOT / "Dockerfile").read_bytes(),
+    )
+    name = product_image_name()
+    archive = _images_dir() / f"grelmicro-sidecar-{key}.tar"
+
+    def build(staging: Path) -> None:
+        t0 = time.monotonic()
+        context = staging / "context"
+        for f in files:
+            target = context / f.relative_to(ROOT)
+            target.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(f, target)
+        shutil.copy2(ROOT / "Dockerfile", context / "Dockerfile")
+        mounts = []
+        # pip inside the build trusts what the machine's own pip trusts.
+        for path in ("/etc/ssl/certs/ca-certificates.crt", "/etc/pip.conf"):
+            if Path(path).exists():
+                mounts += ["--volume", f"{path}:{path}:ro"]
+        buildah(
+            "bud",
+            "--quiet",
+            "--isolation=chroot",
+            "--pull-never",
+            "--layers=false",
+            *mounts,
+            "--tag",
+            name,
+            str(context),
+        )
+        buildah("push", name, f"docker-archive:{staging / archive.name}:{name}")
+        _log(f"built {name} from the Dockerfile in {time.monotonic() - t0:.1f}s")
+
+    directory = archive.with_suffix(".d")
+    binaries.build_once(directory, ready=lambda d: (d / archive.name).exists(), build=build)
+    return ImageArchive(name, directory / archive.name)
+
+
+def product_images() -> list[ImageArchive]:
+    """What a node needs to run the chart and the examples: the product image and the app stand-in."""
+    ensure_host_packages()
+    return [product(), curl_standin()]
+
+
+def image_size(archive: ImageArchive) -> int:
+    """The image's size in bytes: its docker-archive holds each layer uncompressed, once."""
+    return archive.path.stat().st_size
