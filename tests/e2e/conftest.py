@@ -1,0 +1,135 @@
+"""The end-to-end suite: the product in running pods, on any cluster a kubeconfig reaches.
+
+By default it starts this machine's node (``tests/cluster/node.py``), builds
+the image from the Dockerfile and loads it there. With ``E2E_KUBECONFIG`` set
+it runs against that cluster instead (``hack/kind-e2e.sh`` does this with
+kind), which must already have the image ``grelmicro-sidecar:<appVersion>``.
+
+Fixtures: ``e2e`` (kubectl and helm for the cluster), ``release`` (the chart
+installed once per session with the built image, uninstalled at the end) and
+``workload_namespace`` (a fresh namespace enforcing Pod Security
+``restricted``, with ``manifests/rbac.yaml`` applied as a user would).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.cluster import binaries
+
+ROOT = Path(__file__).resolve().parents[2]
+CHART = ROOT / "charts" / "grelmicro-sidecar"
+RELEASE = "e2e"
+RELEASE_NAMESPACE = "grelmicro-system"
+
+
+@dataclass
+class Cluster:
+    kubeconfig: Path
+
+    def kubectl(
+        self, *args: str, check: bool = True, input: str | None = None, timeout: float = 120
+    ) -> subprocess.CompletedProcess[str]:
+        kubectl = binaries.ensure("kubernetes")["kubectl"]
+        done = subprocess.run(
+            [str(kubectl), f"--kubeconfig={self.kubeconfig}", *args],
+            capture_output=True,
+            text=True,
+            input=input,
+            timeout=timeout,
+        )
+        if check and done.returncode != 0:
+            raise AssertionError(
+                f"kubectl {' '.join(args)} failed ({done.returncode}):\n{done.stdout}\n{done.stderr}"
+            )
+        return done
+
+    def json(self, *args: str) -> Any:
+        return json.loads(self.kubectl(*args, "-o", "json").stdout)
+
+    def helm(
+        self, *args: str, check: bool = True, timeout: float = 300
+    ) -> subprocess.CompletedProcess[str]:
+        helm = binaries.ensure("helm")["helm"]
+        done = subprocess.run(
+            [str(helm), f"--kubeconfig={self.kubeconfig}", *args],
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+        )
+        if check and done.returncode != 0:
+            raise AssertionError(
+                f"helm {' '.join(args)} failed ({done.returncode}):\n{done.stdout}\n{done.stderr}"
+            )
+        return done
+
+
+def wait_for(check: Callable[[], Any], timeout: float, what: str, interval: float = 0.2) -> Any:
+    deadline = time.monotonic() + timeout
+    last: Any = None
+    while time.monotonic() < deadline:
+        last = check()
+        if last:
+            return last
+        time.sleep(interval)
+    raise AssertionError(f"timed out after {timeout}s waiting for {what} (last: {last!r})")
+
+
+@pytest.fixture(scope="session")
+def e2e(request: pytest.FixtureRequest) -> Cluster:
+    external = os.environ.get("E2E_KUBECONFIG")
+    if external:
+        return Cluster(Path(external))
+    from tests.cluster import images
+
+    node = request.getfixturevalue("node")
+    node.load_images(images.product_images())
+    return Cluster(node.kubeconfig)
+
+
+@pytest.fixture(scope="session")
+def release(e2e: Cluster) -> Iterator[str]:
+    """The chart installed with its defaults (the image it names is the one built here)."""
+    e2e.helm(
+        "install",
+        RELEASE,
+        str(CHART),
+        f"--namespace={RELEASE_NAMESPACE}",
+        "--create-namespace",
+        "--wait",
+        "--timeout=180s",
+    )
+    try:
+        yield RELEASE
+    finally:
+        e2e.helm(
+            "uninstall",
+            RELEASE,
+            f"--namespace={RELEASE_NAMESPACE}",
+            "--wait",
+            "--timeout=120s",
+            check=False,
+        )
+        e2e.kubectl("delete", "namespace", RELEASE_NAMESPACE, "--wait=false", check=False)
+
+
+@pytest.fixture
+def workload_namespace(e2e: Cluster, release: str) -> Iterator[str]:
+    name = f"w-{uuid.uuid4().hex[:8]}"
+    e2e.kubectl("create", "namespace", name)
+    e2e.kubectl("label", "namespace", name, "pod-security.kubernetes.io/enforce=restricted")
+    e2e.kubectl("apply", "-n", name, "-f", str(ROOT / "manifests" / "rbac.yaml"))
+    try:
+        yield name
+    finally:
+        e2e.kubectl("delete", "namespace", name, "--wait=false", check=False)

@@ -1,0 +1,53 @@
+"""The chart, installed as a user installs it, running on a real node with the image built here.
+
+Replaces the stand-in kubelet the control-plane-only tests used for ``helm
+test``: the injector's two replicas run as pods behind their Service with the
+chart's own TLS, and ``helm test --logs`` runs the chart's test pod for real.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from tests.e2e.conftest import RELEASE_NAMESPACE, Cluster
+
+
+def _ready(pod: dict[str, Any]) -> bool:
+    return any(
+        c["type"] == "Ready" and c["status"] == "True" for c in pod["status"].get("conditions", [])
+    )
+
+
+def test_injector_replicas_ready_behind_the_service_and_helm_test_passes(
+    e2e: Cluster, release: str
+) -> None:
+    pods = e2e.json(
+        "get", "pods", "-n", RELEASE_NAMESPACE, "-l", "app.kubernetes.io/component=injector"
+    )["items"]
+    assert len(pods) == 2 and all(_ready(p) for p in pods), [p["status"] for p in pods]
+    for pod in pods:
+        container = pod["spec"]["containers"][0]
+        assert pod["spec"]["securityContext"]["runAsUser"] == 65532
+        assert container["securityContext"]["readOnlyRootFilesystem"] is True
+        restarts = pod["status"]["containerStatuses"][0]["restartCount"]
+        assert restarts == 0, f"{pod['metadata']['name']} restarted {restarts} times"
+    endpoints = e2e.json(
+        "get",
+        "endpointslices",
+        "-n",
+        RELEASE_NAMESPACE,
+        "-l",
+        f"kubernetes.io/service-name={release}-grelmicro-sidecar",
+    )
+    addresses = [
+        a for s in endpoints["items"] for e in s.get("endpoints") or [] for a in e["addresses"]
+    ]
+    assert sorted(addresses) == sorted(p["status"]["podIP"] for p in pods)
+
+    # --logs reads the test pod's output after it finished (helm v3.22 failed here before).
+    test = e2e.helm(
+        "test", release, f"--namespace={RELEASE_NAMESPACE}", "--logs", "--timeout=120s", check=False
+    )
+    assert test.returncode == 0, test.stdout + test.stderr
+    assert "the injector works" in test.stdout
+    assert "Phase:          Succeeded" in test.stdout

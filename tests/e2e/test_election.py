@@ -1,0 +1,182 @@
+"""One leader among a workload's pods, seen from inside the app containers, and handed over
+when the leader pod is deleted; on a real node (or any cluster with the image).
+
+The workload is what a user writes: a Deployment whose pod template carries the
+injection annotation, in a namespace enforcing Pod Security ``restricted``,
+with ``manifests/rbac.yaml`` applied.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+from datetime import datetime
+from typing import Any
+
+from tests.e2e.conftest import ROOT, Cluster, wait_for
+
+APP_IMAGE = "curlimages/curl:8.11.1"  # the examples' app image (a Debian stand-in on our node)
+LEASE_SECONDS = 15
+
+
+def deployment(
+    name: str, replicas: int = 3, annotations: dict[str, str] | None = None
+) -> dict[str, Any]:
+    labels = {"app.kubernetes.io/name": name}
+    return {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": {"name": name, "labels": labels},
+        "spec": {
+            "replicas": replicas,
+            "selector": {"matchLabels": labels},
+            "template": {
+                "metadata": {
+                    "labels": labels,
+                    "annotations": {
+                        "leader-election.grelmicro.io/inject": "true",
+                        **(annotations or {}),
+                    },
+                },
+                "spec": {
+                    "terminationGracePeriodSeconds": 30,
+                    "securityContext": {
+                        "runAsNonRoot": True,
+                        "runAsUser": 65532,
+                        "runAsGroup": 65532,
+                        "seccompProfile": {"type": "RuntimeDefault"},
+                    },
+                    "containers": [
+                        {
+                            "name": "app",
+                            "image": APP_IMAGE,
+                            "imagePullPolicy": "IfNotPresent",
+                            "command": [
+                                "sh",
+                                "-c",
+                                "trap 'exit 0' TERM; while true; do sleep 1; done",
+                            ],
+                            "securityContext": {
+                                "allowPrivilegeEscalation": False,
+                                "readOnlyRootFilesystem": True,
+                                "capabilities": {"drop": ["ALL"]},
+                            },
+                        }
+                    ],
+                },
+            },
+        },
+    }
+
+
+def pods(e2e: Cluster, namespace: str, name: str) -> list[dict[str, Any]]:
+    items = e2e.json("get", "pods", "-n", namespace, "-l", f"app.kubernetes.io/name={name}")[
+        "items"
+    ]
+    return [p for p in items if not p["metadata"].get("deletionTimestamp")]
+
+
+def view_from_app(e2e: Cluster, namespace: str, pod: str) -> tuple[dict[str, Any], str]:
+    """The state file and the /leader status code, read inside the app container."""
+    script = 'cat "$LEADER_ELECTION_STATE_FILE"; echo; curl -s -o /dev/null -w "%{http_code}" "$LEADER_ELECTION_URL"'
+    out = e2e.kubectl("exec", "-n", namespace, pod, "-c", "app", "--", "sh", "-c", script).stdout
+    state, code = out.rsplit("\n", 1)
+    return json.loads(state), code.strip()
+
+
+def lease(e2e: Cluster, namespace: str) -> dict[str, Any]:
+    items = e2e.json(
+        "get", "leases", "-n", namespace, "-l", "app.kubernetes.io/managed-by=grelmicro"
+    )["items"]
+    assert len(items) == 1, [i["metadata"]["name"] for i in items]
+    return items[0]
+
+
+def leaders(e2e: Cluster, namespace: str, name: str) -> list[str]:
+    out = []
+    for pod in pods(e2e, namespace, name):
+        state, code = view_from_app(e2e, namespace, pod["metadata"]["name"])
+        assert (code == "200") == bool(state["is_leader"]), (pod["metadata"]["name"], state, code)
+        if code == "200":
+            out.append(pod["metadata"]["name"])
+    return out
+
+
+def _deploy(e2e: Cluster, namespace: str, name: str, **kwargs: Any) -> None:
+    e2e.kubectl("apply", "-n", namespace, "-f", "-", input=json.dumps(deployment(name, **kwargs)))
+    e2e.kubectl("rollout", "status", "-n", namespace, f"deployment/{name}", "--timeout=180s")
+
+
+def test_annotated_deployment_elects_exactly_one_leader_seen_from_the_apps(
+    e2e: Cluster, workload_namespace: str
+) -> None:
+    ns = workload_namespace
+    started = time.monotonic()
+    _deploy(e2e, ns, "worker")
+    for pod in pods(e2e, ns, "worker"):
+        names = [c["name"] for c in pod["spec"].get("initContainers", [])]
+        assert names == ["grelmicro-sidecar"], names
+    leader = wait_for(lambda: leaders(e2e, ns, "worker"), 60, "a leader")
+    elected = time.monotonic() - started
+    assert len(leader) == 1, leader
+    assert lease(e2e, ns)["spec"]["holderIdentity"] == leader[0]
+    print(
+        f"\n[e2e] 3 pods created -> rolled out and one leader seen from the apps in {elected:.1f}s",
+        file=sys.stderr,
+    )
+
+    table = e2e.kubectl(
+        "get", "leases", "-n", ns, "-l", "app.kubernetes.io/managed-by=grelmicro"
+    ).stdout
+    assert leader[0] in table
+    status = subprocess.run(
+        [
+            str(ROOT / ".venv" / "bin" / "grelmicro-sidecar"),
+            "status",
+            f"--kubeconfig={e2e.kubeconfig}",
+            "-n",
+            ns,
+        ],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    assert leader[0] in status.stdout, status.stdout
+
+
+def _rfc3339(value: str) -> float:
+    return datetime.fromisoformat(value.replace("Z", "+00:00")).timestamp()
+
+
+def test_deleting_the_leader_pod_releases_and_a_successor_leads(
+    e2e: Cluster, workload_namespace: str
+) -> None:
+    ns = workload_namespace
+    _deploy(e2e, ns, "worker")
+    old = wait_for(lambda: leaders(e2e, ns, "worker"), 60, "a leader")[0]
+    before = lease(e2e, ns)["spec"]
+    deleted_at = time.time()
+    e2e.kubectl("delete", "pod", "-n", ns, old, "--wait=false")
+
+    def successor() -> dict[str, Any] | None:
+        spec = lease(e2e, ns)["spec"]
+        holder = spec.get("holderIdentity")
+        return spec if holder and holder != old else None
+
+    after = wait_for(successor, 60, "a successor in the Lease", interval=0.05)
+    acquired = _rfc3339(after["acquireTime"])
+    # Released, not expired: the successor took over well before the lease would have run out.
+    assert acquired - deleted_at < LEASE_SECONDS, (before, after)
+    assert after["leaseTransitions"] > before.get("leaseTransitions", 0)
+    new_state, code = view_from_app(e2e, ns, after["holderIdentity"])
+    assert code == "200" and new_state["is_leader"], new_state
+    assert new_state["fencing_token"] > 0
+    print(
+        f"\n[e2e] delete leader pod -> successor acquired {acquired - deleted_at:.2f}s later",
+        file=sys.stderr,
+    )
+    wait_for(
+        lambda: len(leaders(e2e, ns, "worker")) == 1, 30, "exactly one leader after the handover"
+    )
