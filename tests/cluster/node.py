@@ -420,11 +420,9 @@ class Node:
         found: list[Path] = []
         for hierarchy in CGROUP_ROOT.iterdir():
             top = hierarchy / "kubepods"
-            if top.is_dir():
-                found += sorted(
-                    (p for p in top.rglob("*") if p.is_dir()), key=lambda p: -len(p.parts)
-                )
-                found.append(top)
+            # Bottom-up, and tolerant of cgroups the kubelet or runc remove meanwhile.
+            for directory, _, _ in os.walk(top, topdown=False, onerror=lambda _: None):
+                found.append(Path(directory))
         return found
 
     def _kill_pods(self) -> None:
