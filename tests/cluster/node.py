@@ -29,6 +29,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -329,37 +330,61 @@ class Node:
 
     # ---- stop --------------------------------------------------------------
     def stop(self) -> list[str]:
-        """Stop everything and put the machine back; return what could not be cleaned."""
+        """Stop everything and put the machine back; return what could not be cleaned.
+
+        Every step runs even when an earlier one failed (a failure is reported,
+        never allowed to leave the rest of the machine dirty).
+        """
         problems: list[str] = []
         plane = self.plane
-        if plane.state is not None:
-            for name in ("kube-scheduler", "kubelet"):
-                plane.stop_process(name)
-        self._kill_pods()
-        if plane.state is not None:
-            plane.stop_process("containerd")
-        self._kill_strays()
-        self._unmount_all()
-        problems += self._remove_cgroups()
-        if "kube-proxy" in self.bins and plane.state is not None:
-            plane.stop_process("kube-proxy")
-            subprocess.run(
-                [str(self.bins["kube-proxy"]), "--cleanup", "--proxy-mode=nftables"],
-                capture_output=True,
-            )
         record = json.loads(self._record.read_text()) if self._record.exists() else None
-        if record is not None:
-            network.Tables(record["tables"]).remove_new()
-        network.delete_bridge()
         snapshot = self.workdir / "kernel.json"
-        if snapshot.exists():
-            left = kernel.Snapshot.load(snapshot).restore()
-            problems += [f"sysctl {k} is {now}, was {old}" for k, (old, now) in left.items()]
-        plane.stop()
-        if record is not None:
-            for path in GLOBAL_PATHS:
-                if path not in record["global_paths"] and os.path.lexists(path):
-                    shutil.rmtree(path, ignore_errors=True)
+
+        def stop_process(*names: str) -> None:
+            if plane.state is not None:
+                for name in names:
+                    plane.stop_process(name)
+
+        def kube_proxy_cleanup() -> None:
+            stop_process("kube-proxy")
+            if "kube-proxy" in self.bins:
+                cleanup = [str(self.bins["kube-proxy"]), "--cleanup", "--proxy-mode=nftables"]
+                subprocess.run(cleanup, capture_output=True)
+
+        def remove_tables() -> None:
+            if record is not None:
+                network.Tables(record["tables"]).remove_new()
+
+        def restore_kernel() -> None:
+            if snapshot.exists():
+                left = kernel.Snapshot.load(snapshot).restore()
+                problems.extend(f"sysctl {k} is {now}, was {old}" for k, (old, now) in left.items())
+
+        def remove_global_paths() -> None:
+            if record is not None:
+                for path in GLOBAL_PATHS:
+                    if path not in record["global_paths"] and os.path.lexists(path):
+                        shutil.rmtree(path, ignore_errors=True)
+
+        steps: list[tuple[str, Callable[[], object]]] = [
+            ("stop kubelet and scheduler", lambda: stop_process("kube-scheduler", "kubelet")),
+            ("kill pod processes", self._kill_pods),
+            ("stop containerd", lambda: stop_process("containerd")),
+            ("kill stray shims", self._kill_strays),
+            ("unmount", self._unmount_all),
+            ("remove cgroups", lambda: problems.extend(self._remove_cgroups())),
+            ("kube-proxy cleanup", kube_proxy_cleanup),
+            ("remove nftables tables", remove_tables),
+            ("delete the bridge", network.delete_bridge),
+            ("restore kernel settings", restore_kernel),
+            ("stop the control plane", plane.stop),
+            ("remove created paths", remove_global_paths),
+        ]
+        for what, step in steps:
+            try:
+                step()
+            except Exception as err:  # reported; the next steps still run
+                problems.append(f"{what} failed: {err!r}")
         problems += self.leftovers()
         if self._lock_fd is not None:
             os.close(self._lock_fd)
