@@ -1,5 +1,9 @@
 """``make demo``: leader election you can watch, on a real control plane, in about a minute.
 
+Where this machine can run a node (root, Linux with cgroups) ``make demo`` runs
+``tests/demo_pods.py`` instead: the same story on real pods, with the chart.
+``DEMO_MODE=process`` or ``DEMO_MODE=pods`` chooses explicitly. The process demo:
+
 1. Start the embedded control plane (``tests/cluster``: etcd, kube-apiserver,
    kube-controller-manager on loopback; no Docker, no kubelet).
 2. Start three sidecars, ``pod-a``, ``pod-b`` and ``pod-c``, as real
@@ -273,6 +277,17 @@ class Demo:
 
 
 def main() -> int:
+    """The pod demo where this machine can run a node (``DEMO_MODE=pods``), else the process demo."""
+    from tests.cluster.host import unsupported_reason
+
+    mode = os.environ.get("DEMO_MODE", "auto")
+    reason = unsupported_reason()
+    if mode == "pods" or (mode == "auto" and reason is None):
+        from tests import demo_pods
+
+        return demo_pods.main()
+    if mode == "auto":
+        say(f"{DIM}No real node here ({reason}): the demo runs the sidecars as processes.{RESET}")
     for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
         signal.signal(sig, _interrupt)
     demo: Demo | None = None

@@ -102,14 +102,12 @@ APPLETS = ("sh", "cat", "date", "echo", "grep", "httpd", "ip", "nc", "nslookup",
 def busybox() -> ImageArchive:
     """A shell, ``httpd``, ``wget`` and ``sleep`` in one static binary (Debian's busybox-static),
     for test pods that only need to run a command, serve a probe or share a file."""
-    version = subprocess.run(
-        ["apt-cache", "policy", "busybox-static"], capture_output=True, text=True, check=True
-    ).stdout
-    candidate = next(
-        (line.split(":", 1)[1].strip() for line in version.splitlines() if "Candidate:" in line), ""
-    )
-    if not candidate or candidate == "(none)":
-        raise RuntimeError("apt knows no busybox-static package: run apt-get update")
+    candidate = _apt_candidate("busybox-static")
+    if not candidate:  # a fresh machine has no package lists yet
+        subprocess.run(["apt-get", "update", "-qq"], check=True)
+        candidate = _apt_candidate("busybox-static")
+    if not candidate:
+        raise RuntimeError("apt offers no busybox-static package: check the machine's apt sources")
     safe = candidate.replace(":", "_").replace("+", "_")
     target = _images_dir() / f"busybox-{safe}.tar"
 
@@ -131,6 +129,15 @@ def busybox() -> ImageArchive:
         )
 
     return ImageArchive(BUSYBOX_IMAGE, _cached(target, build))
+
+
+def _apt_candidate(package: str) -> str:
+    policy = subprocess.run(["apt-cache", "policy", package], capture_output=True, text=True).stdout
+    for line in policy.splitlines():
+        if "Candidate:" in line:
+            version = line.split(":", 1)[1].strip()
+            return "" if version == "(none)" else version
+    return ""
 
 
 def _cached(target: Path, build: Callable[[Path], None]) -> Path:

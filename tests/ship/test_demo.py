@@ -51,7 +51,7 @@ def _start() -> tuple[subprocess.Popen[str], list[str]]:
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,
-        env={**os.environ, "DEMO_PACE": "0.3"},
+        env={**os.environ, "DEMO_PACE": "0.3", "DEMO_MODE": "process"},
         start_new_session=True,
     )
     lines: list[str] = []
