@@ -7,9 +7,7 @@
   TLS Secret, a token of the chart's ServiceAccount), listening where the
   chart's ``webhook.url`` points. The control plane has no kubelet, so this is
   how the chart's webhook gets a live backend.
-- ``run_helm_test``: ``helm test`` with a stand-in for the kubelet: it runs the
-  test pod's command locally, as the pod's ServiceAccount, and reports the
-  outcome as the pod's phase.
+- ``helm test`` runs for real, in a pod on the node: ``tests/e2e/test_chart.py``.
 
 Test support only.
 """
@@ -140,16 +138,6 @@ def service_account_kubeconfig(
         ctx["context"]["namespace"] = namespace
     path.write_text(json.dumps(config))
     path.chmod(0o600)
-    return path
-
-
-def service_account_dir(cluster: ControlPlane, namespace: str, account: str, path: Path) -> Path:
-    """What the kubelet mounts at /var/run/secrets/kubernetes.io/serviceaccount."""
-    path.mkdir(parents=True, exist_ok=True)
-    token = cluster.kubectl("create", "token", account, "-n", namespace, "--duration=1h").stdout.strip()
-    (path / "token").write_text(token)
-    (path / "ca.crt").write_bytes(cluster.ca_file.read_bytes())
-    (path / "namespace").write_text(namespace)
     return path
 
 
@@ -291,74 +279,3 @@ def annotated_pod(name: str, annotations: dict[str, str] | None = None, inject: 
 def sidecar_of(pod: dict[str, Any]) -> dict[str, Any] | None:
     inits = pod["spec"].get("initContainers") or []
     return next((c for c in inits if c["name"] == "grelmicro-sidecar"), None)
-
-
-def run_helm_test(
-    cluster: ControlPlane, release: str, namespace: str, workdir: Path, timeout: float = 120
-) -> tuple[subprocess.CompletedProcess[str], subprocess.CompletedProcess[str]]:
-    """``helm test``, with this function as the kubelet of its test pod.
-
-    Returns (helm test's result, the test command's result). The test command
-    is the pod's own: its script from the pod's ConfigMap, its env, its
-    ServiceAccount's token and the cluster CA as the kubelet would mount them;
-    its exit code becomes the pod's phase, which is what ``helm test`` waits for.
-    """
-    env = dict(os.environ)
-    for var, sub in (("HELM_CACHE_HOME", "cache"), ("HELM_CONFIG_HOME", "config"), ("HELM_DATA_HOME", "data")):
-        env[var] = str(_HELM_HOME / sub)
-    helm_proc = subprocess.Popen(
-        [str(helm_binary()), "test", release, f"--namespace={namespace}", f"--timeout={int(timeout)}s",
-         f"--kubeconfig={cluster.kubeconfig}"],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
-    )
-    try:
-        def test_pod() -> dict[str, Any] | None:
-            found = cluster.kubectl(
-                "get", "pods", "-n", namespace, "-l", "app.kubernetes.io/component=test", "-o", "json",
-                check=False,
-            )
-            items = json.loads(found.stdout).get("items", []) if found.returncode == 0 else []
-            return items[0] if items else None
-
-        pod = wait_for(test_pod, 60, "the helm test pod")
-        spec = pod["spec"]
-        container = spec["containers"][0]
-        config_map = next(v["configMap"]["name"] for v in spec["volumes"] if "configMap" in v)
-        mount = next(m["mountPath"] for m in container["volumeMounts"] if m["name"] == "scripts")
-        data = kubectl_json(cluster, "get", "configmap", config_map, "-n", namespace)["data"]
-        scripts = workdir / "scripts"
-        scripts.mkdir(parents=True, exist_ok=True)
-        for name, text in data.items():
-            (scripts / name).write_text(text)
-        account = service_account_dir(cluster, namespace, spec["serviceAccountName"], workdir / "sa")
-        command = [
-            sys.executable if part == "python" else part.replace(mount, str(scripts))
-            for part in container["command"] + container.get("args", [])
-        ]
-        pod_env = {e["name"]: e["value"] for e in container.get("env", []) if "value" in e}
-        server = cluster.server.removeprefix("https://")
-        host, port = server.rsplit(":", 1)
-        result = subprocess.run(
-            command,
-            capture_output=True,
-            text=True,
-            timeout=timeout,
-            env={
-                **os.environ,
-                **pod_env,
-                "SERVICE_ACCOUNT_DIR": str(account),
-                "KUBERNETES_SERVICE_HOST": host,
-                "KUBERNETES_SERVICE_PORT": port,
-            },
-        )
-        phase = "Succeeded" if result.returncode == 0 else "Failed"
-        cluster.kubectl(
-            "patch", "pod", pod["metadata"]["name"], "-n", namespace, "--subresource=status",
-            "--type=merge", "-p", json.dumps({"status": {"phase": phase}}),
-        )
-        out, err = helm_proc.communicate(timeout=timeout)
-        return subprocess.CompletedProcess(helm_proc.args, helm_proc.returncode, out, err), result
-    finally:
-        if helm_proc.poll() is None:
-            helm_proc.kill()
-            helm_proc.wait(10)
