@@ -3,10 +3,10 @@
 #
 #   1. create a kind cluster (one control plane, two workers);
 #   2. build the image from ./Dockerfile and load it into the cluster;
-#   3. install the chart (the injector) and run its `helm test`;
-#   4. deploy manifests/examples into namespace "demo" (with manifests/rbac.yaml);
-#   5. show `kubectl get leases -l app.kubernetes.io/managed-by=grelmicro`;
-#   6. delete the leader pod and show the handover to another pod.
+#   3. run the end-to-end suite (tests/e2e) against it, the same suite that runs
+#      on the project's own node in CI: the chart and `helm test --logs`, an
+#      annotated Deployment in a restricted namespace, the leader read from inside
+#      the app containers, a handover on `kubectl delete pod`, manifests/examples.
 #
 # Needs: docker (with a running daemon), kind, kubectl, helm. Pulls
 # curlimages/curl for the examples' app containers.
@@ -20,10 +20,7 @@ set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 CLUSTER="${KIND_CLUSTER:-grelmicro-sidecar}"
 CONTEXT="kind-${CLUSTER}"
-RELEASE=grelmicro-sidecar
 SYSTEM_NS=grelmicro-system
-DEMO_NS=demo
-SELECTOR=app.kubernetes.io/managed-by=grelmicro
 VERSION="$(sed -n 's/^appVersion: *"\{0,1\}\([^"]*\)"\{0,1\} *$/\1/p' "$ROOT/charts/grelmicro-sidecar/Chart.yaml")"
 IMAGE="grelmicro-sidecar:${VERSION}"
 
@@ -38,15 +35,6 @@ need() {
 
 step() {
     printf '\n==> %s\n' "$*"
-}
-
-now_ms() { # bash 5 has EPOCHREALTIME; older ones (macOS) get whole seconds
-    if [ -n "${EPOCHREALTIME:-}" ]; then
-        local t="${EPOCHREALTIME/[.,]/}"
-        echo $((10#$t / 1000))
-    else
-        echo $(($(date +%s) * 1000))
-    fi
 }
 
 # ---- refuse early, before touching anything ------------------------------------
@@ -73,7 +61,7 @@ cleanup() {
         step "deleting kind cluster $CLUSTER (KEEP_CLUSTER=1 keeps it)"
         kind delete cluster --name "$CLUSTER" || true
     elif [ "$created" -eq 1 ]; then
-        echo "kept: kubectl --context $CONTEXT get leases -n $DEMO_NS; delete with: kind delete cluster --name $CLUSTER"
+        echo "kept: kubectl --context $CONTEXT get leases -A; delete with: kind delete cluster --name $CLUSTER"
     fi
     exit "$status"
 }
@@ -105,72 +93,15 @@ step "building $IMAGE and loading it into the cluster"
 docker build -t "$IMAGE" "$ROOT"
 kind load docker-image "$IMAGE" --name "$CLUSTER"
 
-# ---- 3. injector ----------------------------------------------------------------
-step "installing the chart (the injector) into $SYSTEM_NS"
-helm upgrade --install "$RELEASE" "$ROOT/charts/grelmicro-sidecar" \
-    --kube-context "$CONTEXT" --namespace "$SYSTEM_NS" --create-namespace \
-    --wait --timeout 5m
-k get pods -n "$SYSTEM_NS" -o wide
-step "helm test: the injector answers and injects"
-helm test "$RELEASE" --kube-context "$CONTEXT" --namespace "$SYSTEM_NS" --logs --timeout 3m
-
-# ---- 4. examples ----------------------------------------------------------------
-step "deploying manifests/examples into namespace $DEMO_NS"
-k create namespace "$DEMO_NS" --dry-run=client -o yaml | k apply -f -
-k apply -n "$DEMO_NS" -f "$ROOT/manifests/rbac.yaml"
-k apply -n "$DEMO_NS" -k "$ROOT/manifests/examples"
-k rollout status -n "$DEMO_NS" deployment/worker --timeout 5m
-k rollout status -n "$DEMO_NS" deployment/manual --timeout 5m
-# deployment/api gates readiness on leadership: one Ready pod is its steady state,
-# and `rollout status` would never finish (README, "Readiness gating").
-
-holder() {
-    k get lease "leader-$1" -n "$DEMO_NS" -o jsonpath='{.spec.holderIdentity}' 2>/dev/null || true
-}
-
-wait_for_holder() { # election, a holder to move away from (or ""), timeout seconds
-    local deadline=$((SECONDS + $3)) now
-    while [ "$SECONDS" -lt "$deadline" ]; do
-        now="$(holder "$1")"
-        if [ -n "$now" ] && [ "$now" != "$2" ]; then
-            echo "$now"
-            return 0
-        fi
-        sleep 0.2
-    done
-    return 1
-}
-
-step "waiting for the elections"
-for election in worker manual api; do
-    wait_for_holder "$election" "" 120 >/dev/null || die "no leader for election $election after 120s"
-done
-
-# ---- 5. who leads ---------------------------------------------------------------
-step "kubectl get leases -n $DEMO_NS -l $SELECTOR"
-k get leases -n "$DEMO_NS" -l "$SELECTOR"
-k get pods -n "$DEMO_NS" -o wide
-step "the leader-only Service answers from the leader of election api"
-deadline=$((SECONDS + 60))
-until [ -n "$(k get endpointslices -n "$DEMO_NS" -l kubernetes.io/service-name=api-leader \
-    -o jsonpath='{.items[*].endpoints[?(@.conditions.ready==true)].addresses[0]}')" ]; do
-    [ "$SECONDS" -lt "$deadline" ] || die "the api-leader Service has no ready endpoint after 60s"
-    sleep 1
-done
-k run probe -n "$DEMO_NS" --rm -i --restart=Never --image=curlimages/curl:8.11.1 \
-    -- curl -s --max-time 5 http://api-leader:8080/state.json
-
-# ---- 6. handover ----------------------------------------------------------------
-leader="$(holder worker)"
-step "deleting the leader pod $leader"
-started="$(now_ms)"
-k delete pod "$leader" -n "$DEMO_NS" --wait=false
-next="$(wait_for_holder worker "$leader" 60)" || die "nobody took over from $leader within 60s"
-elapsed_ms=$(($(now_ms) - started))
-echo "handover: $leader -> $next in ${elapsed_ms} ms (the sidecar released the Lease on SIGTERM)"
-k get leases -n "$DEMO_NS" -l "$SELECTOR"
-sleep 6
-step "the new leader's app container (leader-only-work.sh)"
-k logs -n "$DEMO_NS" "$next" -c app --tail=3
+# ---- 3. the end-to-end suite ------------------------------------------------------
+# The same suite that runs on the project's own node (tests/e2e): it installs the
+# chart, runs `helm test --logs`, deploys annotated workloads and the examples,
+# reads the leader from inside the app containers and hands over on delete.
+step "running the end-to-end suite (tests/e2e) against kind cluster $CLUSTER"
+kubeconfig="$(mktemp)"
+kind get kubeconfig --name "$CLUSTER" >"$kubeconfig"
+make -C "$ROOT" setup
+E2E_KUBECONFIG="$kubeconfig" "$ROOT/.venv/bin/python" -m pytest -p no:cacheprovider "$ROOT/tests/e2e" -v
+rm -f "$kubeconfig"
 
 step "done"

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import time
 import uuid
@@ -40,7 +41,7 @@ class Cluster:
     def kubectl(
         self, *args: str, check: bool = True, input: str | None = None, timeout: float = 120
     ) -> subprocess.CompletedProcess[str]:
-        kubectl = binaries.ensure("kubernetes")["kubectl"]
+        kubectl = tool("kubectl", "kubernetes")
         done = subprocess.run(
             [str(kubectl), f"--kubeconfig={self.kubeconfig}", *args],
             capture_output=True,
@@ -60,7 +61,7 @@ class Cluster:
     def helm(
         self, *args: str, check: bool = True, timeout: float = 300
     ) -> subprocess.CompletedProcess[str]:
-        helm = binaries.ensure("helm")["helm"]
+        helm = tool("helm", "helm")
         done = subprocess.run(
             [str(helm), f"--kubeconfig={self.kubeconfig}", *args],
             capture_output=True,
@@ -72,6 +73,13 @@ class Cluster:
                 f"helm {' '.join(args)} failed ({done.returncode}):\n{done.stdout}\n{done.stderr}"
             )
         return done
+
+
+def tool(name: str, component: str) -> Path:
+    """On someone else's cluster (``E2E_KUBECONFIG``) the user's own kubectl/helm when on
+    PATH; otherwise the ones built here."""
+    found = shutil.which(name) if os.environ.get("E2E_KUBECONFIG") else None
+    return Path(found) if found else binaries.ensure(component)[name]
 
 
 def wait_for(check: Callable[[], Any], timeout: float, what: str, interval: float = 0.2) -> Any:

@@ -13,9 +13,10 @@ import subprocess
 import sys
 import time
 from datetime import datetime
+from pathlib import Path
 from typing import Any
 
-from tests.e2e.conftest import ROOT, Cluster, wait_for
+from tests.e2e.conftest import Cluster, wait_for
 
 APP_IMAGE = "curlimages/curl:8.11.1"  # the examples' app image (a Debian stand-in on our node)
 LEASE_SECONDS = 15
@@ -133,7 +134,7 @@ def test_annotated_deployment_elects_exactly_one_leader_seen_from_the_apps(
     assert leader[0] in table
     status = subprocess.run(
         [
-            str(ROOT / ".venv" / "bin" / "grelmicro-sidecar"),
+            str(Path(sys.executable).with_name("grelmicro-sidecar")),
             "status",
             f"--kubeconfig={e2e.kubeconfig}",
             "-n",
