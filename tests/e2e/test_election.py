@@ -95,10 +95,21 @@ def lease(e2e: Cluster, namespace: str) -> dict[str, Any]:
     return items[0]
 
 
+def _app_running(pod: dict[str, Any]) -> bool:
+    statuses = pod.get("status", {}).get("containerStatuses") or []
+    return any(c["name"] == "app" and "running" in (c.get("state") or {}) for c in statuses)
+
+
 def leaders(e2e: Cluster, namespace: str, name: str) -> list[str]:
+    """The pods whose app sees itself leading (pods still starting or stopping are skipped)."""
     out = []
     for pod in pods(e2e, namespace, name):
-        state, code = view_from_app(e2e, namespace, pod["metadata"]["name"])
+        if not _app_running(pod):
+            continue
+        try:
+            state, code = view_from_app(e2e, namespace, pod["metadata"]["name"])
+        except AssertionError:  # the pod went away between the list and the exec
+            continue
         assert (code == "200") == bool(state["is_leader"]), (pod["metadata"]["name"], state, code)
         if code == "200":
             out.append(pod["metadata"]["name"])
