@@ -14,7 +14,7 @@ import sys
 import time
 from pathlib import Path
 
-from . import binaries
+from . import binaries, host, images, nodeimages
 from .controlplane import ControlPlane, detached_workdir
 from .node import Node, NodeUnsupported
 
@@ -24,7 +24,7 @@ def main(argv: list[str] | None = None) -> int:
     sub = parser.add_subparsers(dest="command", required=True)
     sub.add_parser(
         "build",
-        help="build (or reuse) etcd, kube-apiserver, kube-controller-manager, kubectl, helm",
+        help="build (or reuse) the control plane's binaries, and where a node can run, the node's and the images",
     )
     for name in ("start", "stop"):
         p = sub.add_parser(name)
@@ -42,9 +42,23 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "build":
         t0 = time.monotonic()
         paths = binaries.ensure_all()
-        print(f"binaries ready in {time.monotonic() - t0:.1f}s:")
+        print(f"control-plane binaries ready in {time.monotonic() - t0:.1f}s:")
         for name, path in paths.items():
             print(f"  {name}: {path}")
+        reason = host.unsupported_reason()
+        if reason:
+            print(f"no node on this machine ({reason}): node binaries and images not built")
+            return 0
+        t0 = time.monotonic()
+        host.ensure_packages()
+        binaries.ensure_all(binaries.NODE)
+        archives = nodeimages.node_images()
+        print(f"node binaries and images ready in {time.monotonic() - t0:.1f}s")
+        t0 = time.monotonic()
+        archives += images.product_images()
+        print(f"product image and app stand-in ready in {time.monotonic() - t0:.1f}s:")
+        for archive in archives:
+            print(f"  {archive.name}: {archive.path}")
         return 0
     if args.command == "paths":
         for name, path in binaries.ensure_all().items():
