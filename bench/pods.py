@@ -36,7 +36,9 @@ from tests.cluster.node import Node
 from tests.e2e.conftest import CHART, ROOT, Cluster, tool, wait_for
 from tests.e2e.test_election import deployment, leaders
 
-RESULTS = Path(__file__).resolve().parent / "results" / "pods.json"
+HERE = Path(__file__).resolve().parent
+RESULTS = HERE / "results" / "pods.json"
+REPORT = HERE / "PODS.md"
 NS = "bench"
 
 
@@ -214,12 +216,36 @@ def markdown(res: dict[str, Any]) -> str:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.pods")
     parser.add_argument("--rounds", type=int, default=10, help="leader pod deletions (default 10)")
-    parser.add_argument("--rollouts", type=int, default=5, help="rollout restarts (default 5)")
+    parser.add_argument("--rollouts", type=int, default=10, help="rollout restarts (default 10)")
+    parser.add_argument(
+        "--report-only", action="store_true", help="rewrite PODS.md from results/pods.json"
+    )
     args = parser.parse_args(argv)
-    res = run(args.rounds, args.rollouts)
+    from bench.__main__ import machine, source
+
+    if args.report_only:
+        res = json.loads(RESULTS.read_text())
+    else:
+        res = run(args.rounds, args.rollouts)
+        res["rounds"], res["rollouts"] = args.rounds, args.rollouts
+    res.setdefault("machine", machine())
+    res.setdefault("source", source())
+    res.setdefault("rounds", res["delete_pod_to_successor_s"]["n"])
+    res.setdefault("rollouts", res["rollout_restart_leaderless_s"]["n"])
     RESULTS.parent.mkdir(parents=True, exist_ok=True)
     RESULTS.write_text(json.dumps(res, indent=1) + "\n")
-    print(markdown(res))
+    m, src = res["machine"], res["source"]
+    dirty = " with uncommitted changes" if src.get("dirty") else ""
+    text = (
+        "# Real pods on this machine's node\n\n"
+        f"`python -m bench.pods --rounds {res['rounds']} --rollouts {res['rollouts']}`, {res['started']}, "
+        f"commit `{str(src.get('commit'))[:12]}`{dirty}; {m['cpu']}, {m['cores']} cores, Linux {m['kernel']}.\n"
+        "Leaderless times come from a watch on the Lease (holder cleared -> next holder); "
+        '"delete -> successor" includes the app container\'s own shutdown, which runs before the '
+        "sidecar gets SIGTERM (native sidecar order).\n\n" + markdown(res)
+    )
+    REPORT.write_text(text)
+    print(text)
     return 1 if res["left_behind"] else 0
 
 
