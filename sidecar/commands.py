@@ -180,6 +180,14 @@ def cleanup(args: argparse.Namespace) -> int:
             f"deleted {len(result.deleted)} expired lease(s); kept {result.kept_live} live, "
             f"{result.kept_unreadable} unreadable; {result.skipped_changed} changed under us"
         )
+        if result.errors:
+            # The sweep went on past each failure (logged above); the job is not done.
+            return _fail(
+                f"could not delete {result.errors} expired lease(s) in {namespace} "
+                "(the warnings above say why); if forbidden, allow delete on "
+                "leases.coordination.k8s.io for this account",
+                1,
+            )
         return 0
 
     try:

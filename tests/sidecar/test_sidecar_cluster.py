@@ -164,6 +164,44 @@ def test_cleanup_deletes_only_expired_managed_leases(cluster: ControlPlane, api:
     assert names == {"leader-live", "leader-unmanaged", "leader-no-times"}
 
 
+def test_cleanup_exits_1_and_says_so_when_a_delete_is_refused(
+    cluster: ControlPlane, api: Any, namespace: str, tmp_path: Path
+) -> None:
+    """A sweep that could not delete an expired Lease did not do its job: exit 1, say why."""
+    coord = client.CoordinationV1Api(api)
+    rbac = client.RbacAuthorizationV1Api(api)
+    accounts.service_account(api, namespace, "reader")
+    rbac.create_namespaced_role(namespace, client.V1Role(
+        metadata=client.V1ObjectMeta(name="read-leases"),
+        rules=[client.V1PolicyRule(api_groups=["coordination.k8s.io"], resources=["leases"],
+                                   verbs=["get", "list", "watch"])],
+    ))
+    rbac.create_namespaced_role_binding(namespace, client.V1RoleBinding(
+        metadata=client.V1ObjectMeta(name="read-leases"),
+        role_ref=client.V1RoleRef(api_group="rbac.authorization.k8s.io", kind="Role", name="read-leases"),
+        subjects=[client.RbacV1Subject(kind="ServiceAccount", name="reader", namespace=namespace)],
+    ))
+    config = accounts.kubeconfig(
+        tmp_path / "reader.kubeconfig", cluster.server, cluster.ca_file,
+        {"token": accounts.token(api, namespace, "reader")}, namespace,
+    )
+    old = dt.datetime.now(dt.UTC) - dt.timedelta(minutes=10)
+    coord.create_namespaced_lease(namespace, client.V1Lease(
+        metadata=client.V1ObjectMeta(name="leader-stale", labels={"app.kubernetes.io/managed-by": "grelmicro"}),
+        spec=client.V1LeaseSpec(holder_identity="x", lease_duration_seconds=15, renew_time=old),
+    ))
+    out = subprocess.run(
+        [str(BIN), "cleanup", f"--kubeconfig={config}"], capture_output=True, text=True, timeout=30
+    )
+    assert out.returncode == 1, (out.stdout, out.stderr)
+    # One JSON warning per failed delete (the log), then one plain line that says what to do.
+    last = out.stderr.strip().splitlines()[-1]
+    assert last.startswith("grelmicro-sidecar: could not delete 1 expired lease(s)"), out.stderr
+    assert "allow delete on leases.coordination.k8s.io" in last
+    assert "Traceback" not in out.stderr
+    assert coord.read_namespaced_lease("leader-stale", namespace).metadata.name == "leader-stale"
+
+
 def test_sweep_spares_a_lease_renewed_between_list_and_delete(
     cluster: ControlPlane, api: Any, namespace: str
 ) -> None:
