@@ -13,10 +13,10 @@ import subprocess
 import sys
 import time
 from datetime import datetime
-from pathlib import Path
 from typing import Any
 
 from tests.e2e.conftest import Cluster, wait_for
+from tests.sidecar.proc import BIN
 
 APP_IMAGE = "curlimages/curl:8.11.1"  # the examples' app image (a Debian stand-in on our node)
 LEASE_SECONDS = 15
@@ -145,7 +145,7 @@ def test_annotated_deployment_elects_exactly_one_leader_seen_from_the_apps(
     assert leader[0] in table
     status = subprocess.run(
         [
-            str(Path(sys.executable).with_name("grelmicro-sidecar")),
+            str(BIN),
             "status",
             f"--kubeconfig={e2e.kubeconfig}",
             "-n",

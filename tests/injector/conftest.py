@@ -29,9 +29,9 @@ from kubernetes.client.rest import ApiException
 from sidecar.injector.webhookconfig import NAMESPACE_LABEL, ca_bundle_of, webhook_configuration
 from tests.cluster import ControlPlane, free_port
 from tests.cluster.pki import CertificateAuthority
+from tests.sidecar.proc import BIN
 
-REPO = Path(__file__).resolve().parents[2]
-EXE = REPO / ".venv" / "bin" / "grelmicro-sidecar"
+EXE = BIN  # the console script of the virtualenv running the tests
 IMAGE = "registry.example/grelmicro-sidecar:test"
 INJECT = "leader-election.grelmicro.io/inject"
 

@@ -23,7 +23,17 @@ from typing import Any
 
 from tests.cluster import free_port
 
-BIN = Path(sys.executable).with_name("grelmicro-sidecar")
+
+def _console_script() -> Path:
+    """``grelmicro-sidecar`` of the virtualenv running the tests (next to its Python), else on PATH."""
+    beside = Path(sys.executable).with_name("grelmicro-sidecar")
+    found = beside if beside.exists() else shutil.which("grelmicro-sidecar")
+    if found is None:
+        raise RuntimeError("grelmicro-sidecar is not installed here: pip install -e '.[test]' first")
+    return Path(found)
+
+
+BIN = _console_script()
 FAST = ("--lease-duration=3s", "--renew-deadline=2s", "--retry-period=500ms")
 
 
