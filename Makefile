@@ -24,7 +24,7 @@ binaries: $(STAMP)
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check sidecar tests bench
-	$(VENV)/bin/ruff format --check sidecar
+	$(VENV)/bin/ruff format --check sidecar tests bench
 
 typecheck: $(STAMP)
 	$(VENV)/bin/mypy

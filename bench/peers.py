@@ -109,5 +109,3 @@ def python_versions(python: Path) -> dict[str, str]:
         capture_output=True, text=True, check=True,
     ).stdout.split()  # fmt: skip
     return {"grelmicro": out[0], "kubernetes": out[1], "lightkube": out[2]}
-
-

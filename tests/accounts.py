@@ -60,7 +60,9 @@ def grant_leases(api: Any, namespace: str, sa: str = "elector") -> None:
         namespace,
         client.V1RoleBinding(
             metadata=client.V1ObjectMeta(name="leases"),
-            role_ref=client.V1RoleRef(api_group="rbac.authorization.k8s.io", kind="Role", name="leases"),
+            role_ref=client.V1RoleRef(
+                api_group="rbac.authorization.k8s.io", kind="Role", name="leases"
+            ),
             subjects=[client.RbacV1Subject(kind="ServiceAccount", name=sa, namespace=namespace)],
         ),
     )
@@ -93,7 +95,10 @@ def kubeconfig(
                 "kind": "Config",
                 "current-context": "x",
                 "clusters": [
-                    {"name": "c", "cluster": {"server": server, "certificate-authority": str(ca_file)}}
+                    {
+                        "name": "c",
+                        "cluster": {"server": server, "certificate-authority": str(ca_file)},
+                    }
                 ],
                 "users": [{"name": "u", "user": user}],
                 "contexts": [{"name": "x", "context": context}],

@@ -80,7 +80,8 @@ class Sidecar:
 
     def start(self) -> None:
         args = [
-            str(SIDECAR), "run",
+            str(SIDECAR),
+            "run",
             f"--election={ELECTION}",
             f"--namespace={NAMESPACE}",
             f"--identity={self.name}",
@@ -121,7 +122,9 @@ class Sidecar:
         code = 0
         with contextlib.suppress(OSError):
             try:
-                with urllib.request.urlopen(f"http://127.0.0.1:{self.port}/leader", timeout=1) as resp:
+                with urllib.request.urlopen(
+                    f"http://127.0.0.1:{self.port}/leader", timeout=1
+                ) as resp:
                     code = resp.status
             except urllib.error.HTTPError as err:
                 code = err.code
@@ -204,9 +207,13 @@ class Demo:
         say(f"   ready in {self.plane.startup_seconds:.1f}s at {self.plane.server}")
         self.plane.kubectl("create", "namespace", NAMESPACE)
 
-        title(f"2. Start three sidecars in one election (Lease leader-{ELECTION}, namespace {NAMESPACE})")
-        say("   grelmicro-sidecar run --election=demo --identity=<pod> "
-            + " ".join(f"--{k}={v}" for k, v in TIMING.items()))
+        title(
+            f"2. Start three sidecars in one election (Lease leader-{ELECTION}, namespace {NAMESPACE})"
+        )
+        say(
+            "   grelmicro-sidecar run --election=demo --identity=<pod> "
+            + " ".join(f"--{k}={v}" for k, v in TIMING.items())
+        )
         for name in PODS:
             sidecar = Sidecar(name, self.workdir, self.plane.kubeconfig)
             sidecar.start()
@@ -227,7 +234,9 @@ class Demo:
         self.freeze_view()
 
         title(f"4. kill -9 {first}: a crash, it cannot release the Lease")
-        say(f"   The others take over only once the Lease has expired ({LEASE_SECONDS}s after its last renewal).")
+        say(
+            f"   The others take over only once the Lease has expired ({LEASE_SECONDS}s after its last renewal)."
+        )
         killed_at = time.monotonic()
         self.sidecars[first].signal(signal.SIGKILL)
         if not self.watch(lambda: self.leader() not in (None, first), 60):
@@ -235,16 +244,18 @@ class Demo:
         second = self.leader()
         took = time.monotonic() - killed_at
         self.freeze_view()
-        say(f"   {BOLD}{second} took over {took:.1f}s after the crash{RESET} "
-            f"(the Lease expired {LEASE_SECONDS}s after {first}'s last renewal)")
+        say(
+            f"   {BOLD}{second} took over {took:.1f}s after the crash{RESET} "
+            f"(the Lease expired {LEASE_SECONDS}s after {first}'s last renewal)"
+        )
         say(f"   {first} comes back, as a follower:")
         self.sidecars[first].start()
-        self.watch(lambda: (self.sidecars[first].view().get("holder") == second), 20)
+        self.watch(lambda: self.sidecars[first].view().get("holder") == second, 20)
         self.pause(2)
         self.freeze_view()
 
         title(f"5. SIGTERM {second}: a graceful stop, like kubectl delete pod")
-        say("   It says \"not leader\" first, then releases the Lease; a follower sees it at once.")
+        say('   It says "not leader" first, then releases the Lease; a follower sees it at once.')
         assert second is not None
         stopped_at = time.monotonic()
         self.sidecars[second].signal(signal.SIGTERM)
@@ -253,7 +264,9 @@ class Demo:
         third = self.leader()
         took = time.monotonic() - stopped_at
         self.freeze_view()
-        say(f"   {BOLD}{third} took over {took:.1f}s after the SIGTERM{RESET} (no waiting for expiry)")
+        say(
+            f"   {BOLD}{third} took over {took:.1f}s after the SIGTERM{RESET} (no waiting for expiry)"
+        )
         self.pause(2)
         self.freeze_view()
 
@@ -261,8 +274,15 @@ class Demo:
         say(self.plane.kubectl("get", "leases", "-n", NAMESPACE, "-l", SELECTOR).stdout.rstrip())
         title(f"   grelmicro-sidecar status --namespace {NAMESPACE}")
         status = subprocess.run(
-            [str(SIDECAR), "status", f"--namespace={NAMESPACE}", f"--kubeconfig={self.plane.kubeconfig}"],
-            capture_output=True, text=True, timeout=30,
+            [
+                str(SIDECAR),
+                "status",
+                f"--namespace={NAMESPACE}",
+                f"--kubeconfig={self.plane.kubeconfig}",
+            ],
+            capture_output=True,
+            text=True,
+            timeout=30,
         )
         say(status.stdout.rstrip() or status.stderr.rstrip())
 

@@ -30,18 +30,48 @@ from sidecar.settings import SettingsError, run_settings
 SPEC = SidecarSpec(image="img:1")
 
 durations = st.one_of(
-    st.sampled_from(["15s", "10s", "2s", "1m", "1m30s", "1500ms", "15500ms", "0.5s", "2.5s", "1ms", "24h",
-                     "86400s", "86401s", "25h", "0s", "-1s", "1h", "3s", "1.2s", "999ms"]),
-    st.builds(lambda n, u: f"{n}{u}", st.integers(0, 100000), st.sampled_from(["ms", "s", "m", "h"])),
+    st.sampled_from(
+        [
+            "15s",
+            "10s",
+            "2s",
+            "1m",
+            "1m30s",
+            "1500ms",
+            "15500ms",
+            "0.5s",
+            "2.5s",
+            "1ms",
+            "24h",
+            "86400s",
+            "86401s",
+            "25h",
+            "0s",
+            "-1s",
+            "1h",
+            "3s",
+            "1.2s",
+            "999ms",
+        ]
+    ),
+    st.builds(
+        lambda n, u: f"{n}{u}", st.integers(0, 100000), st.sampled_from(["ms", "s", "m", "h"])
+    ),
 )
 values = {
     PREFIX + "lease-duration": durations,
     PREFIX + "renew-deadline": durations,
     PREFIX + "retry-period": durations,
-    PREFIX + "port": st.one_of(st.integers(-5, 70000).map(str), st.sampled_from(["http", "", "4040 ", "0x10"])),
-    PREFIX + "state-dir": st.one_of(st.sampled_from(["/var/run/x", "/", "/a/../b", "/run/a.b/c_d", "rel", "/x/"]),
-                                    st.text(max_size=20)),
-    PREFIX + "name": st.one_of(st.sampled_from(["main", "My App", "---", "ÉLU", "a" * 300]), st.text(max_size=30)),
+    PREFIX + "port": st.one_of(
+        st.integers(-5, 70000).map(str), st.sampled_from(["http", "", "4040 ", "0x10"])
+    ),
+    PREFIX + "state-dir": st.one_of(
+        st.sampled_from(["/var/run/x", "/", "/a/../b", "/run/a.b/c_d", "rel", "/x/"]),
+        st.text(max_size=20),
+    ),
+    PREFIX + "name": st.one_of(
+        st.sampled_from(["main", "My App", "---", "ÉLU", "a" * 300]), st.text(max_size=30)
+    ),
     PREFIX + "gate-readiness": st.sampled_from(["true", "false", "True", "yes", ""]),
 }
 random_notes = st.fixed_dictionaries({}, optional=values)
@@ -58,7 +88,9 @@ def plausible_notes(draw: st.DrawFn) -> dict[str, str]:
         PREFIX + "renew-deadline": f"{renew}ms",
         PREFIX + "retry-period": draw(st.sampled_from([f"{retry}ms", f"{retry / 1000:g}s"])),
         PREFIX + "port": str(draw(st.integers(1, 65535))),
-        PREFIX + "state-dir": draw(st.sampled_from(["/var/run/x", "/run/a.b/c_d", "/var/run/leader-election"])),
+        PREFIX + "state-dir": draw(
+            st.sampled_from(["/var/run/x", "/run/a.b/c_d", "/var/run/leader-election"])
+        ),
         PREFIX + "name": draw(st.sampled_from(["main", "My App", "ÉLU", "x.y_z"])),
         PREFIX + "gate-readiness": draw(st.sampled_from(["true", "false"])),
     }
@@ -80,7 +112,10 @@ def sidecar_settings(container: dict[str, Any], monkeypatch: pytest.MonkeyPatch)
 @settings(max_examples=500, deadline=None, suppress_health_check=list(HealthCheck))
 @given(notes)
 def test_what_the_injector_accepts_the_sidecar_accepts(annotations: dict[str, str]) -> None:
-    pod = {"metadata": {"name": "p", "annotations": annotations}, "spec": {"containers": [{"name": "app"}]}}
+    pod = {
+        "metadata": {"name": "p", "annotations": annotations},
+        "spec": {"containers": [{"name": "app"}]},
+    }
     decision = _decide(pod, SPEC)
     if decision.outcome == "denied":
         return  # tests/injector/test_fuzz.py judges denials
@@ -91,10 +126,14 @@ def test_what_the_injector_accepts_the_sidecar_accepts(annotations: dict[str, st
         try:
             got = sidecar_settings(container, mp)
         except SettingsError as err:
-            raise AssertionError(f"admitted, but the sidecar refuses its args: {err}\n{annotations}") from None
-    for setting, actual in [("lease-duration", got.timing.lease_duration),
-                            ("renew-deadline", got.timing.renew_deadline),
-                            ("retry-period", got.timing.retry_period)]:
+            raise AssertionError(
+                f"admitted, but the sidecar refuses its args: {err}\n{annotations}"
+            ) from None
+    for setting, actual in [
+        ("lease-duration", got.timing.lease_duration),
+        ("renew-deadline", got.timing.renew_deadline),
+        ("retry-period", got.timing.retry_period),
+    ]:
         asked = annotations.get(PREFIX + setting)
         if asked is not None:
             assert actual == pytest.approx(parse_duration(asked)), (setting, asked, actual)

@@ -50,18 +50,33 @@ CASES = [
     ("kubeconfig", "/", "cannot read kubeconfig /"),
 ]
 #: Where a bad value names its source: parsing errors do, cross-setting rules name the settings.
-NAMES_SOURCE = ("is not a duration", "must be greater than 0", "port number", "must be one of",
-                "must not be empty", "at most 253", "no letters", "too long")
+NAMES_SOURCE = (
+    "is not a duration",
+    "must be greater than 0",
+    "port number",
+    "must be one of",
+    "must not be empty",
+    "at most 253",
+    "no letters",
+    "too long",
+)
 
 
 def env_of(flag: str) -> str:
     return "GRELMICRO_SIDECAR_" + flag.upper().replace("-", "_")
 
 
-def run(args: list[str], env: dict[str, str] | None = None, timeout: float = 20) -> subprocess.CompletedProcess[str]:
+def run(
+    args: list[str], env: dict[str, str] | None = None, timeout: float = 20
+) -> subprocess.CompletedProcess[str]:
     base = {k: v for k, v in os.environ.items() if not k.startswith("GRELMICRO_SIDECAR_")}
-    return subprocess.run([str(BIN), "run", *args], env={**base, **(env or {})},
-                          capture_output=True, text=True, timeout=timeout)
+    return subprocess.run(
+        [str(BIN), "run", *args],
+        env={**base, **(env or {})},
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
 
 
 def one_line(out: subprocess.CompletedProcess[str], code: int = 2) -> str:
@@ -74,13 +89,19 @@ def one_line(out: subprocess.CompletedProcess[str], code: int = 2) -> str:
 
 def _base_args(flag: str) -> list[str]:
     # Everything else valid and local, so only the value under test can be wrong.
-    args = ["--port=0", "--state-dir=/tmp/grelmicro-badinput-never-used", "--kubeconfig=/nonexistent/kc"]
+    args = [
+        "--port=0",
+        "--state-dir=/tmp/grelmicro-badinput-never-used",
+        "--kubeconfig=/nonexistent/kc",
+    ]
     if flag != "election":
         args.insert(0, "--election=main")
     return [a for a in args if not a.startswith(f"--{flag}=")]
 
 
-@pytest.mark.parametrize(("flag", "value", "expected"), CASES, ids=[f"{f}={v[:12]}" for f, v, _ in CASES])
+@pytest.mark.parametrize(
+    ("flag", "value", "expected"), CASES, ids=[f"{f}={v[:12]}" for f, v, _ in CASES]
+)
 def test_bad_flag(flag: str, value: str, expected: str) -> None:
     line = one_line(run([*_base_args(flag), f"--{flag}={value}"]))
     assert expected in line
@@ -88,7 +109,9 @@ def test_bad_flag(flag: str, value: str, expected: str) -> None:
         assert f"--{flag}" in line, line
 
 
-@pytest.mark.parametrize(("flag", "value", "expected"), CASES, ids=[f"{f}={v[:12]}" for f, v, _ in CASES])
+@pytest.mark.parametrize(
+    ("flag", "value", "expected"), CASES, ids=[f"{f}={v[:12]}" for f, v, _ in CASES]
+)
 def test_bad_env(flag: str, value: str, expected: str) -> None:
     line = one_line(run(_base_args(flag), env={env_of(flag): value}))
     assert expected in line
@@ -101,7 +124,9 @@ def test_flag_wins_over_a_bad_env() -> None:
     assert "port" not in out.stderr and "cannot read kubeconfig" in one_line(out)
 
 
-@pytest.mark.parametrize("flag", ["election", "namespace", "identity", "state-dir", "kubeconfig", "log-level"])
+@pytest.mark.parametrize(
+    "flag", ["election", "namespace", "identity", "state-dir", "kubeconfig", "log-level"]
+)
 def test_empty_env_counts_as_unset(flag: str) -> None:
     out = run(_base_args(flag), env={env_of(flag): ""})
     line = one_line(out)
@@ -111,12 +136,15 @@ def test_empty_env_counts_as_unset(flag: str) -> None:
         assert "cannot read kubeconfig" in line or "no cluster credentials" in line, line
 
 
-@pytest.mark.parametrize(("flag", "expected"), [
-    ("port", "must be a port number"),
-    ("lease-duration", "is not a duration"),
-    ("renew-deadline", "is not a duration"),
-    ("retry-period", "is not a duration"),
-])
+@pytest.mark.parametrize(
+    ("flag", "expected"),
+    [
+        ("port", "must be a port number"),
+        ("lease-duration", "is not a duration"),
+        ("renew-deadline", "is not a duration"),
+        ("retry-period", "is not a duration"),
+    ],
+)
 def test_empty_number_is_refused_not_defaulted(flag: str, expected: str) -> None:
     # Unlike the names and paths above, an empty port or duration is an error (named clearly).
     line = one_line(run(_base_args(flag), env={env_of(flag): ""}))
@@ -125,10 +153,13 @@ def test_empty_number_is_refused_not_defaulted(flag: str, expected: str) -> None
     assert expected in line and f"--{flag}" in line, line
 
 
-@pytest.mark.parametrize("timing", [
-    ["--lease-duration=1000000h", "--renew-deadline=999999h", "--retry-period=1h"],
-    ["--lease-duration=48h", "--renew-deadline=47h", "--retry-period=1h"],
-])
+@pytest.mark.parametrize(
+    "timing",
+    [
+        ["--lease-duration=1000000h", "--renew-deadline=999999h", "--retry-period=1h"],
+        ["--lease-duration=48h", "--renew-deadline=47h", "--retry-period=1h"],
+    ],
+)
 def test_durations_beyond_a_day_exit_2(timing: list[str]) -> None:
     # The kubeconfig is missing: a valid timing goes on to fail on it (still exit 2, another line).
     line = one_line(run([*_base_args("lease-duration"), *timing]))
@@ -140,8 +171,15 @@ def test_port_in_use_exits_1_with_the_fix(cluster: ControlPlane, tmp_path: Path)
         s.bind(("", 0))
         s.listen()
         port = s.getsockname()[1]
-        out = run(["--election=main", f"--kubeconfig={cluster.kubeconfig}", f"--state-dir={tmp_path}",
-                   f"--port={port}", "--namespace=default"])
+        out = run(
+            [
+                "--election=main",
+                f"--kubeconfig={cluster.kubeconfig}",
+                f"--state-dir={tmp_path}",
+                f"--port={port}",
+                "--namespace=default",
+            ]
+        )
     # A runtime failure (exit 1): the JSON log line, then the same message as a plain last line.
     assert out.returncode == 1 and "Traceback" not in out.stderr, out.stderr
     line = out.stderr.strip().splitlines()[-1]
@@ -150,57 +188,97 @@ def test_port_in_use_exits_1_with_the_fix(cluster: ControlPlane, tmp_path: Path)
 
 
 @pytest.mark.parametrize("namespace", ["Bad_NS", "a" * 64, "-x"])
-def test_invalid_namespace_name_exits_2(namespace: str, cluster: ControlPlane, tmp_path: Path) -> None:
+def test_invalid_namespace_name_exits_2(
+    namespace: str, cluster: ControlPlane, tmp_path: Path
+) -> None:
     proc = subprocess.Popen(
-        [str(BIN), "run", "--election=main", f"--kubeconfig={cluster.kubeconfig}",
-         f"--state-dir={tmp_path}", "--port=0", f"--namespace={namespace}", "--log-level=debug"],
-        stderr=subprocess.PIPE, text=True)
+        [
+            str(BIN),
+            "run",
+            "--election=main",
+            f"--kubeconfig={cluster.kubeconfig}",
+            f"--state-dir={tmp_path}",
+            "--port=0",
+            f"--namespace={namespace}",
+            "--log-level=debug",
+        ],
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     try:
         _, err = proc.communicate(timeout=8)
     except subprocess.TimeoutExpired:
         proc.kill()
         _, err = proc.communicate()
         print(err)
-        raise AssertionError(f"still running after 8 s with --namespace={namespace!r}:\n{err}") from None
+        raise AssertionError(
+            f"still running after 8 s with --namespace={namespace!r}:\n{err}"
+        ) from None
     assert proc.returncode == 2, err
     lines = err.strip().splitlines()
     assert len(lines) == 1 and "--namespace" in lines[0], err
 
 
-def test_namespace_that_does_not_exist_is_logged_and_backed_off(cluster: ControlPlane, tmp_path: Path) -> None:
+def test_namespace_that_does_not_exist_is_logged_and_backed_off(
+    cluster: ControlPlane, tmp_path: Path
+) -> None:
     import json
     import time
     import uuid
 
     missing = f"missing-{uuid.uuid4().hex[:8]}"
     proc = subprocess.Popen(
-        [str(BIN), "run", "--election=main", f"--kubeconfig={cluster.kubeconfig}", f"--state-dir={tmp_path}",
-         "--port=0", f"--namespace={missing}", "--lease-duration=3s", "--renew-deadline=2s",
-         "--retry-period=500ms"], stderr=subprocess.PIPE, text=True)
+        [
+            str(BIN),
+            "run",
+            "--election=main",
+            f"--kubeconfig={cluster.kubeconfig}",
+            f"--state-dir={tmp_path}",
+            "--port=0",
+            f"--namespace={missing}",
+            "--lease-duration=3s",
+            "--renew-deadline=2s",
+            "--retry-period=500ms",
+        ],
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     time.sleep(5)
     proc.terminate()
     _, err = proc.communicate(timeout=20)
     time.sleep(0.5)  # the audit log is written asynchronously
-    requests = [e for line in cluster.audit_log.read_text().splitlines()
-                if missing in (e := json.loads(line)).get("requestURI", "")
-                and e.get("stage") == "ResponseComplete" and e.get("verb") != "watch"
-                # the API server's own namespace lookups (admission) are not the sidecar's
-                and e.get("userAgent", "").startswith("grelmicro-sidecar/")]
+    requests = [
+        e
+        for line in cluster.audit_log.read_text().splitlines()
+        if missing in (e := json.loads(line)).get("requestURI", "")
+        and e.get("stage") == "ResponseComplete"
+        and e.get("verb") != "watch"
+        # the API server's own namespace lookups (admission) are not the sidecar's
+        and e.get("userAgent", "").startswith("grelmicro-sidecar/")
+    ]
     verbs = {v: sum(1 for e in requests if e["verb"] == v) for v in {e["verb"] for e in requests}}
     # Retrying every retry period (500 ms), with backoff, is at most ~10 requests in 5 s.
     assert len(requests) <= 15, f"{len(requests)} requests in 5 s: {verbs}"
     assert missing in err and "not found" in err, err
 
 
-@pytest.mark.parametrize(("args", "expected"), [
-    (["cleanup", "--margin=soon"], "--margin='soon' is not a duration"),
-    (["cleanup", "--margin=-5s"], "--margin='-5s' is not a duration"),
-    (["cleanup", "--log-level=loud"], "--log-level='loud' must be one of"),
-    (["status", "--log-level=loud"], "--log-level='loud' must be one of"),
-    (["status", "-o", "xml"], "invalid choice: 'xml'"),
-])
+@pytest.mark.parametrize(
+    ("args", "expected"),
+    [
+        (["cleanup", "--margin=soon"], "--margin='soon' is not a duration"),
+        (["cleanup", "--margin=-5s"], "--margin='-5s' is not a duration"),
+        (["cleanup", "--log-level=loud"], "--log-level='loud' must be one of"),
+        (["status", "--log-level=loud"], "--log-level='loud' must be one of"),
+        (["status", "-o", "xml"], "invalid choice: 'xml'"),
+    ],
+)
 def test_bad_flags_of_status_and_cleanup(args: list[str], expected: str) -> None:
     base = {k: v for k, v in os.environ.items() if not k.startswith("GRELMICRO_SIDECAR_")}
-    out = subprocess.run([str(BIN), *args, "--kubeconfig=/nonexistent/kc"], env=base,
-                         capture_output=True, text=True, timeout=20)
+    out = subprocess.run(
+        [str(BIN), *args, "--kubeconfig=/nonexistent/kc"],
+        env=base,
+        capture_output=True,
+        text=True,
+        timeout=20,
+    )
     assert expected in one_line(out)

@@ -35,12 +35,20 @@ from tests.sidecar.proc import BIN, SidecarProcess, wait_for
 Spawn = Callable[..., SidecarProcess]
 
 
-def doc(server: str = "https://127.0.0.1:1", cluster: dict[str, Any] | None = None,
-        user: dict[str, Any] | None = None, **top: Any) -> dict[str, Any]:
+def doc(
+    server: str = "https://127.0.0.1:1",
+    cluster: dict[str, Any] | None = None,
+    user: dict[str, Any] | None = None,
+    **top: Any,
+) -> dict[str, Any]:
     out: dict[str, Any] = {
-        "apiVersion": "v1", "kind": "Config", "current-context": "c",
+        "apiVersion": "v1",
+        "kind": "Config",
+        "current-context": "c",
         "contexts": [{"name": "c", "context": {"cluster": "k", "user": "u"}}],
-        "clusters": [{"name": "k", "cluster": cluster if cluster is not None else {"server": server}}],
+        "clusters": [
+            {"name": "k", "cluster": cluster if cluster is not None else {"server": server}}
+        ],
         "users": [{"name": "u", "user": user if user is not None else {"token": "abc"}}],
     }
     out.update(top)
@@ -48,9 +56,25 @@ def doc(server: str = "https://127.0.0.1:1", cluster: dict[str, Any] | None = No
 
 
 def exit_line(path: Path, code: int = 2) -> str:
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("GRELMICRO_SIDECAR_", "KUBERNETES_"))}
-    out = subprocess.run([str(BIN), "run", "--election=main", "--port=0", "--state-dir=/tmp/never",
-                          f"--kubeconfig={path}"], capture_output=True, text=True, timeout=20, env=env)
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if not k.startswith(("GRELMICRO_SIDECAR_", "KUBERNETES_"))
+    }
+    out = subprocess.run(
+        [
+            str(BIN),
+            "run",
+            "--election=main",
+            "--port=0",
+            "--state-dir=/tmp/never",
+            f"--kubeconfig={path}",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=20,
+        env=env,
+    )
     assert "Traceback" not in out.stderr, out.stderr
     assert out.returncode == code, (out.returncode, out.stderr)
     lines = out.stderr.strip().splitlines()
@@ -65,12 +89,26 @@ UNUSABLE: dict[str, tuple[Any, str]] = {
     "scalar": ("42", "is not a kubeconfig"),
     "no-server": (doc(cluster={}), "has no https server URL"),
     "ftp-server": (doc(server="ftp://127.0.0.1"), "has no https server URL"),
-    "skip-tls": (doc(cluster={"server": "https://x", "insecure-skip-tls-verify": True}), "insecure-skip-tls-verify"),
-    "ca-not-base64": (doc(cluster={"server": "https://x", "certificate-authority-data": "%%%"}), "not base64"),
-    "ca-garbage": (doc(cluster={"server": "https://x", "certificate-authority-data": B64_GARBAGE}), "CA certificate"),
-    "ca-missing-file": (doc(cluster={"server": "https://x", "certificate-authority": "/nonexistent/ca.crt"}), "CA certificate"),
-    "client-cert-garbage": (doc(user={"client-certificate-data": B64_GARBAGE, "client-key-data": B64_GARBAGE}),
-                            "client certificate/key"),
+    "skip-tls": (
+        doc(cluster={"server": "https://x", "insecure-skip-tls-verify": True}),
+        "insecure-skip-tls-verify",
+    ),
+    "ca-not-base64": (
+        doc(cluster={"server": "https://x", "certificate-authority-data": "%%%"}),
+        "not base64",
+    ),
+    "ca-garbage": (
+        doc(cluster={"server": "https://x", "certificate-authority-data": B64_GARBAGE}),
+        "CA certificate",
+    ),
+    "ca-missing-file": (
+        doc(cluster={"server": "https://x", "certificate-authority": "/nonexistent/ca.crt"}),
+        "CA certificate",
+    ),
+    "client-cert-garbage": (
+        doc(user={"client-certificate-data": B64_GARBAGE, "client-key-data": B64_GARBAGE}),
+        "client certificate/key",
+    ),
     "exec-plugin": (doc(user={"exec": {"command": "aws"}}), "exec/auth-provider"),
     "unknown-context": (doc(**{"current-context": "nope"}), "no context named 'nope'"),
     "no-current-context": (doc(**{"current-context": ""}), "has no current-context"),
@@ -80,7 +118,9 @@ UNUSABLE: dict[str, tuple[Any, str]] = {
 _MARKS: dict[str, Any] = {}
 
 
-@pytest.mark.parametrize("name", [pytest.param(n, marks=_MARKS.get(n, ())) for n in sorted(UNUSABLE)])
+@pytest.mark.parametrize(
+    "name", [pytest.param(n, marks=_MARKS.get(n, ())) for n in sorted(UNUSABLE)]
+)
 def test_unusable_kubeconfig_exits_2_naming_the_file(name: str, tmp_path: Path) -> None:
     content, expected = UNUSABLE[name]
     path = tmp_path / f"{name}.kubeconfig"
@@ -119,10 +159,26 @@ _json = st.recursive(
     lambda c: st.lists(c, max_size=3) | st.dictionaries(st.text(max_size=5), c, max_size=3),
     max_leaves=5,
 )
-_FIELDS = ["current-context", "contexts", "clusters", "users", "ctx.cluster", "ctx.user", "ctx.namespace",
-           "cluster.server", "cluster.certificate-authority", "cluster.certificate-authority-data",
-           "cluster.insecure-skip-tls-verify", "user.token", "user.tokenFile", "user.client-certificate",
-           "user.client-key", "user.client-certificate-data", "user.client-key-data", "user.exec"]
+_FIELDS = [
+    "current-context",
+    "contexts",
+    "clusters",
+    "users",
+    "ctx.cluster",
+    "ctx.user",
+    "ctx.namespace",
+    "cluster.server",
+    "cluster.certificate-authority",
+    "cluster.certificate-authority-data",
+    "cluster.insecure-skip-tls-verify",
+    "user.token",
+    "user.tokenFile",
+    "user.client-certificate",
+    "user.client-key",
+    "user.client-certificate-data",
+    "user.client-key-data",
+    "user.exec",
+]
 
 
 @settings(max_examples=300, deadline=None, suppress_health_check=list(HealthCheck))
@@ -134,8 +190,11 @@ def test_fuzzed_kubeconfig_only_ever_raises_config_error(changes: dict[str, Any]
         if not field:
             data[key] = value
         else:
-            where = {"ctx": data["contexts"][0]["context"], "cluster": data["clusters"][0]["cluster"],
-                     "user": data["users"][0]["user"]}[section]
+            where = {
+                "ctx": data["contexts"][0]["context"],
+                "cluster": data["clusters"][0]["cluster"],
+                "user": data["users"][0]["user"],
+            }[section]
             where[field] = value
     with tempfile.NamedTemporaryFile("w", suffix=".kubeconfig", delete=False) as fh:
         json.dump(data, fh)
@@ -154,13 +213,18 @@ def _b64url(data: bytes) -> str:
     return base64.urlsafe_b64encode(data).rstrip(b"=").decode()
 
 
-def service_account_jwt(cluster: ControlPlane, namespace: str, name: str, uid: str, expires_in: float) -> str:
+def service_account_jwt(
+    cluster: ControlPlane, namespace: str, name: str, uid: str, expires_in: float
+) -> str:
     """A ServiceAccount token signed with the cluster's own key, expiring when we say."""
     now = int(time.time())
     claims = {
-        "iss": SERVICE_ACCOUNT_ISSUER, "aud": [SERVICE_ACCOUNT_ISSUER],
+        "iss": SERVICE_ACCOUNT_ISSUER,
+        "aud": [SERVICE_ACCOUNT_ISSUER],
         "sub": f"system:serviceaccount:{namespace}:{name}",
-        "iat": now - 3600, "nbf": now - 3600, "exp": int(now + expires_in),
+        "iat": now - 3600,
+        "nbf": now - 3600,
+        "exp": int(now + expires_in),
         "kubernetes.io": {"namespace": namespace, "serviceaccount": {"name": name, "uid": uid}},
     }
     signing = f"{_b64url(json.dumps({'alg': 'RS256', 'typ': 'JWT'}).encode())}.{_b64url(json.dumps(claims).encode())}"
@@ -176,15 +240,21 @@ def elector(api: Any, namespace: str) -> str:
     return uid
 
 
-def token_kubeconfig(cluster: ControlPlane, path: Path, namespace: str, user: dict[str, Any]) -> Path:
-    data = doc(cluster={"server": cluster.server, "certificate-authority": str(cluster.ca_file)}, user=user)
+def token_kubeconfig(
+    cluster: ControlPlane, path: Path, namespace: str, user: dict[str, Any]
+) -> Path:
+    data = doc(
+        cluster={"server": cluster.server, "certificate-authority": str(cluster.ca_file)}, user=user
+    )
     data["contexts"][0]["context"]["namespace"] = namespace
     path.write_text(json.dumps(data))
     return path
 
 
 def assert_refused_and_live(proc: SidecarProcess, seconds: float = 3.0) -> dict[str, Any]:
-    wait_for(lambda: any("401" in str(r.get("msg")) for r in proc.logs()), 10, what="the 401 log line")
+    wait_for(
+        lambda: any("401" in str(r.get("msg")) for r in proc.logs()), 10, what="the 401 log line"
+    )
     deadline = time.monotonic() + seconds
     while time.monotonic() < deadline:  # retries happen meanwhile; none of them leads
         assert not proc.leads() and proc.http("/leader")[0] == 503
@@ -217,7 +287,9 @@ def test_expired_token_is_refused_and_a_rotated_token_file_recovers(
 
     token_file = tmp_path / "token"
     token_file.write_text(expired)
-    kc = token_kubeconfig(cluster, tmp_path / "sa.kubeconfig", namespace, {"tokenFile": str(token_file)})
+    kc = token_kubeconfig(
+        cluster, tmp_path / "sa.kubeconfig", namespace, {"tokenFile": str(token_file)}
+    )
     a = spawn("pod-a", kubeconfig=kc)
     assert_refused_and_live(a)
 
@@ -235,12 +307,18 @@ def test_wrong_ca_is_a_clear_tls_error_and_no_leadership(
     if not other_ca.exists():
         pytest.skip("no system CA bundle to stand for a wrong CA")
     data = json.loads(Path(cluster.kubeconfig).read_text())
-    data["clusters"][0]["cluster"] = {"server": cluster.server, "certificate-authority": str(other_ca)}
+    data["clusters"][0]["cluster"] = {
+        "server": cluster.server,
+        "certificate-authority": str(other_ca),
+    }
     kc = tmp_path / "wrong-ca.kubeconfig"
     kc.write_text(json.dumps(data))
     a = spawn("pod-a", kubeconfig=kc)
-    wait_for(lambda: any("TLS verification" in str(r.get("error", "")) for r in a.logs()), 10,
-             what="a TLS verification log line")
+    wait_for(
+        lambda: any("TLS verification" in str(r.get("error", "")) for r in a.logs()),
+        10,
+        what="a TLS verification log line",
+    )
     time.sleep(1.5)
     assert not a.leads() and a.http("/leader")[0] == 503 and a.http("/healthz")[0] == 200
     assert "Traceback" not in a.raw_log()

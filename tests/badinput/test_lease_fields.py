@@ -36,8 +36,12 @@ LEASE = 3.0  # tests.sidecar.proc.FAST
 
 def create_raw(cluster: ControlPlane, namespace: str, body: dict[str, Any]) -> tuple[bool, str]:
     """Create a Lease from raw JSON (explicit nulls and wrong types included); (ok, kubectl's answer)."""
-    obj = {"apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
-           "metadata": {"name": "leader-main", "namespace": namespace}, **body}
+    obj = {
+        "apiVersion": "coordination.k8s.io/v1",
+        "kind": "Lease",
+        "metadata": {"name": "leader-main", "namespace": namespace},
+        **body,
+    }
     out = cluster.kubectl("create", "-f", "-", "-o", "json", input=json.dumps(obj), check=False)
     return out.returncode == 0, out.stdout + out.stderr
 
@@ -54,27 +58,47 @@ def problems_logged(proc: SidecarProcess) -> list[str]:
 
 REFUSED = {
     # case: (spec fields, the field our reader names, what the API server's refusal says)
-    "negative-duration": ({"leaseDurationSeconds": -5}, "leaseDurationSeconds", "leaseDurationSeconds"),
+    "negative-duration": (
+        {"leaseDurationSeconds": -5},
+        "leaseDurationSeconds",
+        "leaseDurationSeconds",
+    ),
     "zero-duration": ({"leaseDurationSeconds": 0}, "leaseDurationSeconds", "leaseDurationSeconds"),
-    "string-duration": ({"leaseDurationSeconds": "15"}, "leaseDurationSeconds", "leaseDurationSeconds"),
-    "over-int32-duration": ({"leaseDurationSeconds": 2**31}, "leaseDurationSeconds", "leaseDurationSeconds"),
+    "string-duration": (
+        {"leaseDurationSeconds": "15"},
+        "leaseDurationSeconds",
+        "leaseDurationSeconds",
+    ),
+    "over-int32-duration": (
+        {"leaseDurationSeconds": 2**31},
+        "leaseDurationSeconds",
+        "leaseDurationSeconds",
+    ),
     "negative-transitions": ({"leaseTransitions": -1}, "leaseTransitions", "leaseTransitions"),
     "unparsable-renewTime": ({"renewTime": "yesterday"}, "renewTime", 'parsing time "yesterday"'),
-    "unparsable-acquireTime": ({"acquireTime": "2024-13-45T99:00:00.000000Z"}, "acquireTime", "month out of range"),
+    "unparsable-acquireTime": (
+        {"acquireTime": "2024-13-45T99:00:00.000000Z"},
+        "acquireTime",
+        "month out of range",
+    ),
     "holder-not-a-string": ({"holderIdentity": 42}, "holderIdentity", "holderIdentity"),
 }
 
 
 @pytest.mark.parametrize("case", sorted(REFUSED))
-def test_api_server_refuses_and_our_reader_tolerates(case: str, cluster: ControlPlane, namespace: str) -> None:
+def test_api_server_refuses_and_our_reader_tolerates(
+    case: str, cluster: ControlPlane, namespace: str
+) -> None:
     spec, field, refusal = REFUSED[case]
     ok, answer = create_raw(cluster, namespace, {"spec": {"holderIdentity": "ghost", **spec}})
     assert not ok and refusal in answer, answer
 
     # The same value, read in-process: no exception, the field is named, and
     # the value is replaced by its conservative meaning.
-    obj = {"metadata": {"name": "leader-main", "resourceVersion": "7"},
-           "spec": {"holderIdentity": "ghost", "leaseDurationSeconds": 15, **spec}}
+    obj = {
+        "metadata": {"name": "leader-main", "resourceVersion": "7"},
+        "spec": {"holderIdentity": "ghost", "leaseDurationSeconds": 15, **spec},
+    }
     record = LeaseRecord.from_object(obj)
     assert any(field in p for p in record.problems), record.problems
     assert record.lease_duration is None or 1 <= record.lease_duration <= 86400
@@ -82,7 +106,9 @@ def test_api_server_refuses_and_our_reader_tolerates(case: str, cluster: Control
 
     # And the election waits a full lease duration on its own clock before taking it.
     now = [100.0]
-    election = Election("me", "leader-main", "ns", Timing(3, 2, 0.5), wall=lambda: dt.datetime.now(dt.UTC))
+    election = Election(
+        "me", "leader-main", "ns", Timing(3, 2, 0.5), wall=lambda: dt.datetime.now(dt.UTC)
+    )
     election.on_read(obj, now[0])
     holder_is_foreign = record.holder is not None
     action = election.next_action(now[0])
@@ -96,9 +122,21 @@ def test_api_server_refuses_and_our_reader_tolerates(case: str, cluster: Control
 
 
 def test_time_parser_refuses_what_is_not_rfc3339() -> None:
-    for bad in ["yesterday", "", "2024-13-45T99:00:00Z", "2024-01-01T00:00:00", "1700000000", None, 5, [], {}]:
+    for bad in [
+        "yesterday",
+        "",
+        "2024-13-45T99:00:00Z",
+        "2024-01-01T00:00:00",
+        "1700000000",
+        None,
+        5,
+        [],
+        {},
+    ]:
         assert parse_time(bad) is None, bad
-    assert parse_time("2024-01-01T00:00:00.123456Z") == dt.datetime(2024, 1, 1, 0, 0, 0, 123456, tzinfo=dt.UTC)
+    assert parse_time("2024-01-01T00:00:00.123456Z") == dt.datetime(
+        2024, 1, 1, 0, 0, 0, 123456, tzinfo=dt.UTC
+    )
     assert parse_time("2024-01-01T02:00:00+02:00") == dt.datetime(2024, 1, 1, tzinfo=dt.UTC)
 
 
@@ -108,14 +146,25 @@ def test_time_parser_refuses_what_is_not_rfc3339() -> None:
 def test_lease_without_spec_is_free_and_keeps_foreign_metadata(
     spawn: Spawn, cluster: ControlPlane, api: Any, namespace: str
 ) -> None:
-    ok, answer = create_raw(cluster, namespace, {"metadata": {
-        "name": "leader-main", "namespace": namespace,
-        "labels": {"team": "blue"}, "annotations": {"note": "hand-made"}}})
+    ok, answer = create_raw(
+        cluster,
+        namespace,
+        {
+            "metadata": {
+                "name": "leader-main",
+                "namespace": namespace,
+                "labels": {"team": "blue"},
+                "annotations": {"note": "hand-made"},
+            }
+        },
+    )
     assert ok, answer
     a = spawn("pod-a")
     started = time.monotonic()
     wait_for(a.leads, 10, what="leadership of a Lease without spec")
-    assert time.monotonic() - started < 2.5, "no holder means free: no need to wait a lease duration"
+    assert time.monotonic() - started < 2.5, (
+        "no holder means free: no need to wait a lease duration"
+    )
     got = lease(api, namespace)
     assert got.spec.holder_identity == "pod-a" and got.spec.lease_transitions == 1
     assert got.metadata.labels == {"team": "blue", "app.kubernetes.io/managed-by": "grelmicro"}
@@ -126,8 +175,16 @@ def test_lease_without_spec_is_free_and_keeps_foreign_metadata(
 def test_explicit_nulls_are_dropped_by_the_api_server_and_the_lease_is_free(
     spawn: Spawn, cluster: ControlPlane, api: Any, namespace: str
 ) -> None:
-    nulls = {k: None for k in ("holderIdentity", "leaseDurationSeconds", "acquireTime", "renewTime",
-                               "leaseTransitions")}
+    nulls = {
+        k: None
+        for k in (
+            "holderIdentity",
+            "leaseDurationSeconds",
+            "acquireTime",
+            "renewTime",
+            "leaseTransitions",
+        )
+    }
     ok, answer = create_raw(cluster, namespace, {"spec": nulls})
     assert ok, answer
     assert json.loads(answer[: answer.rindex("}") + 1])["spec"] == {}
@@ -139,21 +196,30 @@ def test_explicit_nulls_are_dropped_by_the_api_server_and_the_lease_is_free(
 def test_held_lease_with_null_duration_is_waited_out_with_our_own_duration(
     spawn: Spawn, cluster: ControlPlane, namespace: str
 ) -> None:
-    ok, answer = create_raw(cluster, namespace, {"spec": {"holderIdentity": "ghost", "leaseDurationSeconds": None}})
+    ok, answer = create_raw(
+        cluster, namespace, {"spec": {"holderIdentity": "ghost", "leaseDurationSeconds": None}}
+    )
     assert ok, answer
     a = spawn("pod-a")
     wait_for(lambda: a.http("/status")[0] == 200, 10)
     started = time.monotonic()
     wait_for(a.leads, 15, what="takeover of a held Lease without a duration")
-    assert time.monotonic() - started >= LEASE - 0.6, "a held Lease is waited out, our own duration standing in"
+    assert time.monotonic() - started >= LEASE - 0.6, (
+        "a held Lease is waited out, our own duration standing in"
+    )
 
 
-@pytest.mark.parametrize("renew_time", ["3000-01-01T00:00:00.000000Z", "2000-01-01T00:00:00.000000Z"])
+@pytest.mark.parametrize(
+    "renew_time", ["3000-01-01T00:00:00.000000Z", "2000-01-01T00:00:00.000000Z"]
+)
 def test_wall_clock_renew_time_is_not_trusted_for_takeover(
     renew_time: str, spawn: Spawn, cluster: ControlPlane, namespace: str
 ) -> None:
-    ok, answer = create_raw(cluster, namespace, {"spec": {
-        "holderIdentity": "ghost", "leaseDurationSeconds": 3, "renewTime": renew_time}})
+    ok, answer = create_raw(
+        cluster,
+        namespace,
+        {"spec": {"holderIdentity": "ghost", "leaseDurationSeconds": 3, "renewTime": renew_time}},
+    )
     assert ok, answer
     a = spawn("pod-a")
     wait_for(lambda: a.http("/status")[0] == 200, 10)
@@ -165,14 +231,21 @@ def test_wall_clock_renew_time_is_not_trusted_for_takeover(
     assert LEASE - 0.6 <= took <= LEASE + 4, took
 
 
-def test_non_ascii_holder_and_identity(spawn: Spawn, cluster: ControlPlane, api: Any, namespace: str) -> None:
+def test_non_ascii_holder_and_identity(
+    spawn: Spawn, cluster: ControlPlane, api: Any, namespace: str
+) -> None:
     foreign = "pöd-ø-日本-🚀"
-    ok, answer = create_raw(cluster, namespace, {"spec": {"holderIdentity": foreign, "leaseDurationSeconds": 3}})
+    ok, answer = create_raw(
+        cluster, namespace, {"spec": {"holderIdentity": foreign, "leaseDurationSeconds": 3}}
+    )
     assert ok, answer
     me = "pöd-été-東京"
     a = spawn(me)
-    seen = wait_for(lambda: (s := a.state()) and s.get("holder") == foreign and s, 10,
-                    what="the foreign holder in state.json")
+    seen = wait_for(
+        lambda: (s := a.state()) and s.get("holder") == foreign and s,
+        10,
+        what="the foreign holder in state.json",
+    )
     assert seen["is_leader"] is False
     raw = (a.state_dir / "state.json").read_bytes()
     raw.decode("utf-8")  # valid UTF-8 whatever the escaping
@@ -213,7 +286,9 @@ def test_hand_edit_naming_a_live_follower_never_yields_two_claims(
                     continue
                 if data != last.get(p.identity):
                     last[p.identity] = data
-                    versions.append(FileVersion.from_state(p.identity, time.time(), json.loads(data)))
+                    versions.append(
+                        FileVersion.from_state(p.identity, time.time(), json.loads(data))
+                    )
             time.sleep(0.003)
 
     sample(0.5)
@@ -228,4 +303,6 @@ def test_hand_edit_naming_a_live_follower_never_yields_two_claims(
     sample(1.0)
     clashes = overlaps(claims_of(versions))
     assert not clashes, "\n".join(c.detail for c in clashes)
-    wait_for(lambda: leaders(procs) == [new.identity], 3 * LEASE, what="the named holder to lead alone")
+    wait_for(
+        lambda: leaders(procs) == [new.identity], 3 * LEASE, what="the named holder to lead alone"
+    )

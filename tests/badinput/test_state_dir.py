@@ -27,8 +27,9 @@ Spawn = Callable[..., SidecarProcess]
 @contextlib.contextmanager
 def tmpfs(path: Path, options: str) -> Iterator[Path]:
     path.mkdir(parents=True, exist_ok=True)
-    out = subprocess.run(["mount", "-t", "tmpfs", "-o", options, "tmpfs", str(path)],
-                         capture_output=True, text=True)
+    out = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", options, "tmpfs", str(path)], capture_output=True, text=True
+    )
     if out.returncode != 0:
         pytest.skip(f"cannot mount a tmpfs here ({out.stderr.strip()}); needs root")
     try:
@@ -52,8 +53,19 @@ def fill(directory: Path, name: str = "filler") -> Path:
 
 def run_once(cluster: ControlPlane, state_dir: Path) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [str(BIN), "run", "--election=main", f"--kubeconfig={cluster.kubeconfig}", "--namespace=default",
-         f"--state-dir={state_dir}", "--port=0"], capture_output=True, text=True, timeout=30)
+        [
+            str(BIN),
+            "run",
+            "--election=main",
+            f"--kubeconfig={cluster.kubeconfig}",
+            "--namespace=default",
+            f"--state-dir={state_dir}",
+            "--port=0",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
 
 
 def last_line(out: subprocess.CompletedProcess[str]) -> str:
@@ -62,7 +74,9 @@ def last_line(out: subprocess.CompletedProcess[str]) -> str:
     return out.stderr.strip().splitlines()[-1]
 
 
-def test_read_only_state_dir_exits_1_naming_it_and_the_fix(cluster: ControlPlane, tmp_path: Path) -> None:
+def test_read_only_state_dir_exits_1_naming_it_and_the_fix(
+    cluster: ControlPlane, tmp_path: Path
+) -> None:
     with tmpfs(tmp_path / "ro", "ro,size=64k") as ro:
         line = last_line(run_once(cluster, ro))
         assert str(ro) in line and "not writable" in line and "emptyDir" in line, line
@@ -70,7 +84,9 @@ def test_read_only_state_dir_exits_1_naming_it_and_the_fix(cluster: ControlPlane
         assert str(ro / "sub") in line and "cannot be created" in line and "Read-only" in line, line
 
 
-def test_full_state_dir_at_start_exits_1_naming_the_file(cluster: ControlPlane, tmp_path: Path) -> None:
+def test_full_state_dir_at_start_exits_1_naming_the_file(
+    cluster: ControlPlane, tmp_path: Path
+) -> None:
     with tmpfs(tmp_path / "full", "size=16k") as full:
         fill(full)
         line = last_line(run_once(cluster, full))
@@ -87,8 +103,11 @@ def test_state_dir_filling_up_while_leading(spawn: Spawn, tmp_path: Path) -> Non
         filler = fill(a.state_dir)
         full_at = time.time()
         # The error is logged once, with what readers must do, and the sidecar keeps going.
-        wait_for(lambda: any("cannot write" in str(r.get("msg")) for r in a.logs()), 5,
-                 what="the state-file error in the log")
+        wait_for(
+            lambda: any("cannot write" in str(r.get("msg")) for r in a.logs()),
+            5,
+            what="the state-file error in the log",
+        )
         stale = a.state()
         assert stale is not None and stale["is_leader"] is True
         vouched = parse_ts(stale["valid_until"])
@@ -98,11 +117,15 @@ def test_state_dir_filling_up_while_leading(spawn: Spawn, tmp_path: Path) -> Non
         assert a.state() == stale and not a.leads()
         # ... while the sidecar, alive and still leading, says so over HTTP.
         assert a.alive and a.http("/healthz")[0] == 200
-        wait_for(lambda: a.http("/leader")[0] == 200, 3, what="/leader 200 (HTTP does not need the disk)")
+        wait_for(
+            lambda: a.http("/leader")[0] == 200, 3, what="/leader 200 (HTTP does not need the disk)"
+        )
         errors = [r for r in a.logs() if "cannot write" in str(r.get("msg"))]
         assert len(errors) == 1, errors
         assert "No space left on device" in errors[0]["msg"] and "valid_until" in errors[0]["msg"]
-        assert [p.name for p in a.state_dir.iterdir() if p.name.startswith(".")] == [], "no temp file left"
+        assert [p.name for p in a.state_dir.iterdir() if p.name.startswith(".")] == [], (
+            "no temp file left"
+        )
 
         filler.unlink()  # space again: the next renew rewrites the file
         wait_for(a.leads, 5, what="the state file to be rewritten once there is space")

@@ -30,7 +30,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--renew", type=float, default=2.0, help="renew deadline, seconds")
     parser.add_argument("--retry", type=float, default=0.5, help="retry period, seconds")
     parser.add_argument("--report", type=Path, default=None)
-    parser.add_argument("--keep", action="store_true", help="keep the work directory (logs, state files)")
+    parser.add_argument(
+        "--keep", action="store_true", help="keep the work directory (logs, state files)"
+    )
     args = parser.parse_args(argv)
 
     workdir = Path(tempfile.mkdtemp(prefix="grelmicro-chaos-"))
@@ -40,10 +42,20 @@ def main(argv: list[str] | None = None) -> int:
     namespace = "chaos"
     plane.kubectl("create", "namespace", namespace)
     timings = Timings(args.lease, args.renew, args.retry)
-    run = ChaosRun(plane, namespace, workdir, sidecars=args.sidecars, timings=timings, seed=args.seed,
-                   log=lambda line: print(f"{time.strftime('%H:%M:%S')} {line}", flush=True))
-    print(f"seed {run.seed}; {args.sidecars} sidecars; lease {args.lease:g}s / renew {args.renew:g}s / "
-          f"retry {args.retry:g}s; {args.minutes:g} minutes", flush=True)
+    run = ChaosRun(
+        plane,
+        namespace,
+        workdir,
+        sidecars=args.sidecars,
+        timings=timings,
+        seed=args.seed,
+        log=lambda line: print(f"{time.strftime('%H:%M:%S')} {line}", flush=True),
+    )
+    print(
+        f"seed {run.seed}; {args.sidecars} sidecars; lease {args.lease:g}s / renew {args.renew:g}s / "
+        f"retry {args.retry:g}s; {args.minutes:g} minutes",
+        flush=True,
+    )
     try:
         run.start()
         run.run(args.minutes * 60, every_kind_first=True, menu=KINDS)
@@ -55,9 +67,13 @@ def main(argv: list[str] | None = None) -> int:
     plane.stop()
     bound = timings.lease + 4 * timings.retry + 3.0
     worst = outcome.report.max_recovery
-    failed = bool(outcome.report.violations or outcome.crashes or outcome.log_problems
-                  or (worst is not None and worst.recovery > bound)
-                  or any(t.fd_growth > 3 or t.rss_growth_kb > 4096 for t in outcome.report.trends))
+    failed = bool(
+        outcome.report.violations
+        or outcome.crashes
+        or outcome.log_problems
+        or (worst is not None and worst.recovery > bound)
+        or any(t.fd_growth > 3 or t.rss_growth_kb > 4096 for t in outcome.report.trends)
+    )
     text = f"seed {run.seed}\n{outcome.summary()}\nrecovery bound {bound:g}s\nresult: {'FAIL' if failed else 'ok'}"
     print(text)
     report = args.report or workdir / "chaos-report.txt"

@@ -230,8 +230,10 @@ class Report:
                 f"RSS {t.rss_start_kb / 1024:.1f} -> {t.rss_end_kb / 1024:.1f} MiB"
             )
         for v in self.violations:
-            lines.append(f"VIOLATION {v.kind} {v.who} {fmt(v.start)}..{fmt(v.end)} "
-                         f"({v.width * 1000:.0f} ms): {v.detail}\n{v.timeline}")
+            lines.append(
+                f"VIOLATION {v.kind} {v.who} {fmt(v.start)}..{fmt(v.end)} "
+                f"({v.width * 1000:.0f} ms): {v.detail}\n{v.timeline}"
+            )
         return "\n".join(lines)
 
 
@@ -307,8 +309,10 @@ def fencing(claims: list[Claim]) -> list[Violation]:
     previous: Claim | None = None
     for c in sorted(claims, key=lambda c: c.start):
         token = c.version.fencing_token
-        if previous is not None and c.who != previous.who and (
-            token is None or (highest is not None and token <= highest)
+        if (
+            previous is not None
+            and c.who != previous.who
+            and (token is None or (highest is not None and token <= highest))
         ):
             out.append(
                 Violation(
@@ -326,7 +330,9 @@ def fencing(claims: list[Claim]) -> list[Violation]:
     return out
 
 
-def gaps_of(claims: list[Claim], faults: list[Fault], start: float, end: float, lease: float) -> list[Gap]:
+def gaps_of(
+    claims: list[Claim], faults: list[Fault], start: float, end: float, lease: float
+) -> list[Gap]:
     """Leaderless intervals within [first claim, end); each with the faults that may explain it.
 
     A fault explains a gap when it was active during the gap or cleared less
@@ -350,7 +356,9 @@ def gaps_of(claims: list[Claim], faults: list[Fault], start: float, end: float, 
     return out
 
 
-def trends_of(resources: Iterable[Resource], warmup: float = 10.0, min_seconds: float = 45.0) -> list[Trend]:
+def trends_of(
+    resources: Iterable[Resource], warmup: float = 10.0, min_seconds: float = 45.0
+) -> list[Trend]:
     """Per process, after warm-up: fds as the *most* open in the first 40 % of its life
     against the most in the last 20 % (an API outage closes connections and only
     lowers the count, so the upper envelope is what a leak raises); RSS as the
@@ -395,21 +403,38 @@ def timeline(
     rows: list[tuple[float, str]] = []
     for v in versions:
         if abs(v.updated_at - t) <= window:
-            rows.append((v.updated_at, f"{v.who:>8} file   is_leader={v.is_leader!s:5} "
-                         f"valid_until={fmt(v.valid_until) if v.valid_until else '-':12} "
-                         f"holder={v.holder} token={v.fencing_token} (seen {fmt(v.seen)})"))
+            rows.append(
+                (
+                    v.updated_at,
+                    f"{v.who:>8} file   is_leader={v.is_leader!s:5} "
+                    f"valid_until={fmt(v.valid_until) if v.valid_until else '-':12} "
+                    f"holder={v.holder} token={v.fencing_token} (seen {fmt(v.seen)})",
+                )
+            )
     for p in probes:
         if abs(p.sent - t) <= window and p.status != 503:
-            rows.append((p.updated_at or p.sent, f"{p.who:>8} probe  status={p.status} "
-                         f"valid_until={fmt(p.valid_until) if p.valid_until else '-'}"))
+            rows.append(
+                (
+                    p.updated_at or p.sent,
+                    f"{p.who:>8} probe  status={p.status} "
+                    f"valid_until={fmt(p.valid_until) if p.valid_until else '-'}",
+                )
+            )
     for f in faults:
         if f.start - window <= t <= f.end + window:
-            rows.append((f.start, f"{'chaos':>8} fault  {f.kind} on {f.target} until {fmt(f.end)} {f.detail}"))
+            rows.append(
+                (
+                    f.start,
+                    f"{'chaos':>8} fault  {f.kind} on {f.target} until {fmt(f.end)} {f.detail}",
+                )
+            )
     for ts, who, msg in logs:
         if abs(ts - t) <= window:
             rows.append((ts, f"{who:>8} log    {msg}"))
     rows.sort(key=lambda r: r[0])
-    return "\n".join(f"  {fmt(ts)} {'>>' if abs(ts - t) < 0.0005 else '  '} {text}" for ts, text in rows)
+    return "\n".join(
+        f"  {fmt(ts)} {'>>' if abs(ts - t) < 0.0005 else '  '} {text}" for ts, text in rows
+    )
 
 
 def check(
@@ -434,7 +459,9 @@ def check(
     if torn_reads:
         violations.append(Violation("torn", start, start, (), f"{torn_reads} unparsable reads"))
     first = claims[0].start if claims else start
-    gaps = gaps_of(claims, faults, first, gaps_until if gaps_until is not None else end, lease_duration)
+    gaps = gaps_of(
+        claims, faults, first, gaps_until if gaps_until is not None else end, lease_duration
+    )
 
     acquisitions = 0
     handovers = 0

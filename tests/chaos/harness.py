@@ -42,8 +42,18 @@ from .checker import Fault, Report, check, parse_ts
 from .proxy import FaultProxy, proxy_loop
 from .recorder import Recorder, Target
 
-KINDS = ("sigkill", "sigterm", "sigstop", "sigstop-short", "apiserver", "etcd", "partition", "delay",
-         "drop", "reset")
+KINDS = (
+    "sigkill",
+    "sigterm",
+    "sigstop",
+    "sigstop-short",
+    "apiserver",
+    "etcd",
+    "partition",
+    "delay",
+    "drop",
+    "reset",
+)
 PROCESS_KINDS = ("sigkill", "sigterm", "sigstop", "sigstop-short")
 #: Kinds that take seconds, not tens of seconds (a kube-apiserver restart takes 10-25 s here).
 CHEAP_KINDS = tuple(k for k in KINDS if k not in ("apiserver", "etcd"))
@@ -90,7 +100,9 @@ class Outcome:
             f"recorder max pause {self.recorder_lag * 1000:.0f} ms",
             self.report.summary(),
             f"crashes: {len(self.crashes)}"
-            + "".join(f"\n  {c.who} pid {c.pid} rc={c.returncode}: {c.detail}" for c in self.crashes),
+            + "".join(
+                f"\n  {c.who} pid {c.pid} rc={c.returncode}: {c.detail}" for c in self.crashes
+            ),
             f"log problems: {len(self.log_problems)}"
             + "".join(f"\n  {p}" for p in self.log_problems[:20]),
             "graceful shutdown took: "
@@ -166,7 +178,9 @@ class ChaosRun:
                 raise AssertionError("no leader 30 s after start")
             time.sleep(0.05)
 
-    def run(self, seconds: float, every_kind_first: bool = True, menu: tuple[str, ...] = KINDS) -> None:
+    def run(
+        self, seconds: float, every_kind_first: bool = True, menu: tuple[str, ...] = KINDS
+    ) -> None:
         """Inject faults until ``seconds`` have passed (the last fault may overrun a little).
 
         ``every_kind_first`` plays each kind once (random order) before
@@ -254,7 +268,9 @@ class ChaosRun:
         detail = ""
         if kind in PROCESS_KINDS:
             candidates = [w for w in self.procs if w != self.witness]
-            target = leader if leader in candidates and rng.random() < 0.6 else rng.choice(candidates)
+            target = (
+                leader if leader in candidates and rng.random() < 0.6 else rng.choice(candidates)
+            )
         elif kind == "partition":
             target = leader or self._wait_leader() or rng.choice(list(self.procs))
         elif kind in ("apiserver", "etcd"):
@@ -344,7 +360,9 @@ class ChaosRun:
             self.proxies[target].set("pass")
         else:  # pragma: no cover
             raise ValueError(kind)
-        fault = Fault(kind, target, start, time.time(), (detail + (" [leader]" if was_leader else "")).strip())
+        fault = Fault(
+            kind, target, start, time.time(), (detail + (" [leader]" if was_leader else "")).strip()
+        )
         self.faults.append(fault)
         self.say(f"fault {kind:9} on {target:7} {fault.end - fault.start:5.1f}s {fault.detail}")
         return fault
@@ -387,10 +405,19 @@ class ChaosRun:
                     problems.append(f"{who}: error: {line[:300]}")
                 if msg == "stepped down":
                     events.append((ts, who, f"stepped down: {rec.get('reason')}"))
-                elif msg in ("leading", "holder changed", "starting", "shutting down",
-                             "released lease", "published not-leader", "stopped"):
+                elif msg in (
+                    "leading",
+                    "holder changed",
+                    "starting",
+                    "shutting down",
+                    "released lease",
+                    "published not-leader",
+                    "stopped",
+                ):
                     extra = rec.get("fencing_token", rec.get("holder", ""))
                     events.append((ts, who, f"{msg} {extra if extra is not None else ''}".strip()))
                 elif rec.get("level") in ("warning", "error"):
-                    events.append((ts, who, f"{rec.get('level')}: {msg} {rec.get('error', '')}"[:160]))
+                    events.append(
+                        (ts, who, f"{rec.get('level')}: {msg} {rec.get('error', '')}"[:160])
+                    )
         return events, problems

@@ -38,7 +38,9 @@ class _Loop:
 
     def __init__(self) -> None:
         self.loop = asyncio.new_event_loop()
-        self.thread = threading.Thread(target=self.loop.run_forever, name="fault-proxy", daemon=True)
+        self.thread = threading.Thread(
+            target=self.loop.run_forever, name="fault-proxy", daemon=True
+        )
         self.thread.start()
 
     def call(self, coro, timeout: float = 10.0):  # type: ignore[no-untyped-def]
@@ -74,7 +76,9 @@ class FaultProxy:
         self._server = await asyncio.start_server(self._accept, "127.0.0.1", 0)
         self.port = int(self._server.sockets[0].getsockname()[1])
 
-    def set(self, mode: Mode, *, delay: float | None = None, drop_rate: float | None = None) -> None:
+    def set(
+        self, mode: Mode, *, delay: float | None = None, drop_rate: float | None = None
+    ) -> None:
         async def apply() -> None:
             assert self._flow is not None
             self.mode = mode
@@ -117,7 +121,9 @@ class FaultProxy:
                 asyncio.open_connection(*self.upstream), 5
             )
         except (OSError, TimeoutError):
-            _close(writer, reset=True)  # upstream down: the client sees a reset, as from a dead host
+            _close(
+                writer, reset=True
+            )  # upstream down: the client sees a reset, as from a dead host
             return
         pipe = _Pipe(self, writer, up_writer)
         self._open.add(pipe)
@@ -131,7 +137,9 @@ class FaultProxy:
 
 
 class _Pipe:
-    def __init__(self, proxy: FaultProxy, client: asyncio.StreamWriter, upstream: asyncio.StreamWriter):
+    def __init__(
+        self, proxy: FaultProxy, client: asyncio.StreamWriter, upstream: asyncio.StreamWriter
+    ):
         self.proxy = proxy
         self.client = client
         self.upstream = upstream

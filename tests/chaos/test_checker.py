@@ -17,8 +17,14 @@ from tests.chaos.checker import (
 T = 1_000_000.0  # an arbitrary wall-clock origin
 
 
-def v(who: str, at: float, leader: bool, valid: float | None = None, seen: float | None = None,
-      token: int = 1) -> FileVersion:
+def v(
+    who: str,
+    at: float,
+    leader: bool,
+    valid: float | None = None,
+    seen: float | None = None,
+    token: int = 1,
+) -> FileVersion:
     return FileVersion(
         who=who,
         seen=T + (seen if seen is not None else at + 0.01),
@@ -29,7 +35,11 @@ def v(who: str, at: float, leader: bool, valid: float | None = None, seen: float
     )
 
 
-def run(versions: list[FileVersion], probes: list[Probe] | None = None, faults: list[Fault] | None = None):  # type: ignore[no-untyped-def]
+def run(
+    versions: list[FileVersion],
+    probes: list[Probe] | None = None,
+    faults: list[Fault] | None = None,
+):  # type: ignore[no-untyped-def]
     return check(
         versions=versions,
         probes=probes or [],
@@ -43,12 +53,19 @@ def run(versions: list[FileVersion], probes: list[Probe] | None = None, faults: 
 
 
 def test_a_claim_lasts_until_valid_until_or_the_next_version() -> None:
-    claims = claims_of([
-        v("a", 0, True, 2), v("a", 1, True, 3), v("a", 1.5, False),  # renewed, then stepped down
-        v("b", 10, True, 12),  # last version: runs to valid_until (dead or paused)
-    ])
+    claims = claims_of(
+        [
+            v("a", 0, True, 2),
+            v("a", 1, True, 3),
+            v("a", 1.5, False),  # renewed, then stepped down
+            v("b", 10, True, 12),  # last version: runs to valid_until (dead or paused)
+        ]
+    )
     assert [(c.who, c.start - T, c.end - T) for c in claims] == [
-        ("a", 0, 1), ("a", 1, 1.5), ("b", 10, 12)]
+        ("a", 0, 1),
+        ("a", 1, 1.5),
+        ("b", 10, 12),
+    ]
 
 
 def test_two_claims_at_once_are_a_violation_with_a_timeline() -> None:
@@ -68,7 +85,13 @@ def test_a_paused_leaders_stale_file_claims_until_valid_until() -> None:
 
 def test_a_graceful_handover_is_judged_by_the_writers_clocks_not_the_samplers() -> None:
     # a writes "not leader" at 1.000 (seen late at 1.200); b leads from 1.050 (seen at 1.060).
-    report = run([v("a", 0, True, 2), v("a", 1.0, False, seen=1.2), v("b", 1.05, True, 3, seen=1.06, token=2)])
+    report = run(
+        [
+            v("a", 0, True, 2),
+            v("a", 1.0, False, seen=1.2),
+            v("b", 1.05, True, 3, seen=1.06, token=2),
+        ]
+    )
     assert report.violations == []
     assert report.handovers == 1 and report.acquisitions == 2
 
@@ -83,7 +106,10 @@ def test_a_probe_that_says_leader_inside_anothers_claim_is_a_violation() -> None
 
 
 def test_gaps_are_attributed_to_faults_and_measured_after_they_clear() -> None:
-    claims = [Claim("a", T, T + 2, v("a", 0, True, 2)), Claim("b", T + 9, T + 12, v("b", 9, True, 12))]
+    claims = [
+        Claim("a", T, T + 2, v("a", 0, True, 2)),
+        Claim("b", T + 9, T + 12, v("b", 9, True, 12)),
+    ]
     fault = Fault("apiserver", "cluster", T + 1, T + 8)
     (gap,) = gaps_of(claims[:2], [fault], T, T + 12, 3.0)
     assert gap.length == 7 and gap.causes == [fault] and abs(gap.recovery - 1.0) < 1e-9
@@ -104,7 +130,12 @@ def test_trends_see_a_leak() -> None:
 
 
 def test_a_new_leader_must_carry_a_larger_fencing_token() -> None:
-    ok = [v("a", 0, True, 2, token=3), v("a", 2, False), v("b", 3, True, 5, token=4), v("a", 6, True, 8, token=5)]
+    ok = [
+        v("a", 0, True, 2, token=3),
+        v("a", 2, False),
+        v("b", 3, True, 5, token=4),
+        v("a", 6, True, 8, token=5),
+    ]
     assert run(ok).violations == []
     same = [v("a", 0, True, 2, token=3), v("a", 2, False), v("b", 3, True, 5, token=3)]
     (violation,) = run(same).violations

@@ -53,11 +53,15 @@ def test_paused_leader_is_covered_by_valid_until_and_the_failing_probe(spawn: Sp
         took_over = parse_ts(first["updated_at"])
         assert took_over is not None
         margin = took_over - vouched
-        assert margin > 0, f"{new.identity} claimed {-margin:.3f}s before the stale file's valid_until"
+        assert margin > 0, (
+            f"{new.identity} claimed {-margin:.3f}s before the stale file's valid_until"
+        )
         # The stale file still says is_leader: true; only valid_until makes it false.
         assert old.state() == stale and stale["is_leader"] is True and not old.leads()
-        print(f"successor claimed {margin:.3f}s after the paused leader's valid_until "
-              f"(design margin lease - renew = {LEASE - RENEW:g}s)")
+        print(
+            f"successor claimed {margin:.3f}s after the paused leader's valid_until "
+            f"(design margin lease - renew = {LEASE - RENEW:g}s)"
+        )
 
         time.sleep(max(0.0, stopped + LEASE + 1.5 - time.time()))  # paused > lease duration
         assert old.http("/leader", timeout=0.5)[0] == 0
@@ -70,8 +74,11 @@ def test_paused_leader_is_covered_by_valid_until_and_the_failing_probe(spawn: Sp
     status = wait_for(lambda: old.http("/leader", timeout=0.5)[0] or None, 5, what="an answer")
     assert status == 503
     assert time.monotonic() - resumed < 2.0
-    wait_for(lambda: (s := old.state()) is not None and s["is_leader"] is False, 3,
-             what="the resumed sidecar to rewrite its file")
+    wait_for(
+        lambda: (s := old.state()) is not None and s["is_leader"] is False,
+        3,
+        what="the resumed sidecar to rewrite its file",
+    )
     end = time.monotonic() + 2 * LEASE
     while time.monotonic() < end:
         assert old.identity not in leaders(procs)

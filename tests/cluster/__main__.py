@@ -82,7 +82,9 @@ def main(argv: list[str] | None = None) -> int:
             except BaseException:
                 node.remove()  # start() already stopped what it had started
                 raise
-            print(f"node ready in {time.monotonic() - t0:.1f}s at {node.plane.server} ({node.timings})")
+            print(
+                f"node ready in {time.monotonic() - t0:.1f}s at {node.plane.server} ({node.timings})"
+            )
             print(f"kubeconfig: {node.kubeconfig}  logs: {node.plane.logs}")
             return 0
         plane = ControlPlane(workdir, args.kubeconfig, detached=True)

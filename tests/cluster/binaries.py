@@ -206,12 +206,26 @@ def go_build(
 ) -> None:
     """``go build`` as every binary here is built: CGO off (unless asked), ``-trimpath``, modules from the proxy."""
     if shutil.which("go") is None:
-        raise RuntimeError("Go is not on PATH: install Go 1.26 or newer (the Go module proxy supplies the rest)")
+        raise RuntimeError(
+            "Go is not on PATH: install Go 1.26 or newer (the Go module proxy supplies the rest)"
+        )
     env = dict(os.environ, CGO_ENABLED="1" if cgo else "0", GOFLAGS="-mod=mod")
     tag_args = ["-tags", ",".join(tags)] if tags else []
     subprocess.run(
-        ["go", "build", "-trimpath", *tag_args, "-ldflags", " ".join(["-s", "-w", *ldflags]), "-o", str(output), package],
-        cwd=directory, env=env, check=True,
+        [
+            "go",
+            "build",
+            "-trimpath",
+            *tag_args,
+            "-ldflags",
+            " ".join(["-s", "-w", *ldflags]),
+            "-o",
+            str(output),
+            package,
+        ],
+        cwd=directory,
+        env=env,
+        check=True,
     )
 
 
@@ -236,7 +250,14 @@ def _build(component: Component, staging: Path) -> None:
     _log(f"building {component.name} {version} ({', '.join(component.binaries)}) ...")
     for binary, package in component.binaries.items():
         t0 = time.monotonic()
-        go_build(component.gomod_dir, package, staging / binary, ldflags, cgo=component.cgo, tags=component.tags)
+        go_build(
+            component.gomod_dir,
+            package,
+            staging / binary,
+            ldflags,
+            cgo=component.cgo,
+            tags=component.tags,
+        )
         _log(f"  built {binary} in {time.monotonic() - t0:.1f}s")
     _log(f"built {component.name} {version} in {time.monotonic() - started:.1f}s")
 

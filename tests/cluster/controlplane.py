@@ -224,7 +224,10 @@ class ControlPlane:
                 _kubeconfig(self.server, ca.cert_pem, cert, key, name)
             )
         cert, key = ca.issue(
-            self.node_name, dns=(self.node_name, "localhost"), ips=(self.address, "127.0.0.1"), server=True
+            self.node_name,
+            dns=(self.node_name, "localhost"),
+            ips=(self.address, "127.0.0.1"),
+            server=True,
         )
         (self.pki / "kubelet.crt").write_bytes(cert)
         (self.pki / "kubelet.key").write_bytes(key)
@@ -441,7 +444,10 @@ class ControlPlane:
         workdir = detached_workdir(kubeconfig)
         data = json.loads((workdir / "state.json").read_text())
         plane = cls(
-            workdir, kubeconfig, address=data.get("address", "127.0.0.1"), node_name=data.get("node_name")
+            workdir,
+            kubeconfig,
+            address=data.get("address", "127.0.0.1"),
+            node_name=data.get("node_name"),
         )
         plane.state = State(**data)
         return plane

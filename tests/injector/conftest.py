@@ -57,7 +57,12 @@ class Injector:
     """One ``grelmicro-sidecar injector`` process."""
 
     def __init__(
-        self, cluster: ControlPlane, tls: Tls, log: Path, *extra: str, kubeconfig: Path | None = None
+        self,
+        cluster: ControlPlane,
+        tls: Tls,
+        log: Path,
+        *extra: str,
+        kubeconfig: Path | None = None,
     ):
         self.port = free_port()
         self.health_port = free_port()
@@ -97,7 +102,9 @@ class Injector:
                 "--ambient-caps=+dac_read_search",
                 *argv,
             ]
-            env = {k: v for k, v in env.items() if k not in ("USER", "LOGNAME", "LNAME", "USERNAME")}
+            env = {
+                k: v for k, v in env.items() if k not in ("USER", "LOGNAME", "LNAME", "USERNAME")
+            }
         with open(self.log, "ab") as out:
             self.proc = subprocess.Popen(
                 argv, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env

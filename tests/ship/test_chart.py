@@ -36,7 +36,10 @@ VALUE_SETS: dict[str, dict[str, Any]] = {
     "external-url": {"webhook.url": "https://127.0.0.1:9443/inject"},
     "auto-rbac-and-workload-rbac": {
         "injector.autoRBAC": True,
-        "workloadRBAC": [{"namespace": "team-a"}, {"namespace": "team-b", "serviceAccounts": ["a", "b"]}],
+        "workloadRBAC": [
+            {"namespace": "team-a"},
+            {"namespace": "team-b", "serviceAccounts": ["a", "b"]},
+        ],
     },
     "one-replica-no-pdb": {"injector.replicas": 1, "injector.podDisruptionBudget.enabled": False},
 }
@@ -57,8 +60,14 @@ def test_helm_lint_is_clean(name: str) -> None:
 BAD_VALUES = [
     ({"injector.replicas": 0}, "at '/injector/replicas': minimum: got 0, want 1"),
     ({"injector.replicas": "two"}, "at '/injector/replicas'"),
-    ({"sidecar.leaseDuration": "soon"}, "at '/sidecar/leaseDuration': 'soon' does not match pattern"),
-    ({"sidecar.resources.limits": {"memory": "64Mi", "cpu": "1"}}, "at '/sidecar/resources/limits': additional properties 'cpu' not allowed"),
+    (
+        {"sidecar.leaseDuration": "soon"},
+        "at '/sidecar/leaseDuration': 'soon' does not match pattern",
+    ),
+    (
+        {"sidecar.resources.limits": {"memory": "64Mi", "cpu": "1"}},
+        "at '/sidecar/resources/limits': additional properties 'cpu' not allowed",
+    ),
     ({"sidecar.resources.requests.memory": "lots"}, "at '/sidecar/resources/requests/memory'"),
     ({"webhook.url": "http://127.0.0.1:8443/inject"}, "at '/webhook/url'"),
     ({"webhook.excludedNamespaces": ["Not_A_Namespace"]}, "at '/webhook/excludedNamespaces/0'"),
@@ -66,7 +75,10 @@ BAD_VALUES = [
     ({"image.pullPolicy": "Sometimes"}, "at '/image/pullPolicy'"),
     ({"typo": True}, "additional properties 'typo' not allowed"),
     ({"injector.autoRbac": True}, "additional properties 'autoRbac' not allowed"),
-    ({"tls.certManager.issuerRef": {"name": "x", "kind": "Secret"}}, "at '/tls/certManager/issuerRef/kind'"),
+    (
+        {"tls.certManager.issuerRef": {"name": "x", "kind": "Secret"}},
+        "at '/tls/certManager/issuerRef/kind'",
+    ),
     ({"workloadRBAC": [{"serviceAccounts": ["default"]}]}, "missing property 'namespace'"),
 ]
 
@@ -80,26 +92,55 @@ def test_schema_rejects_bad_values_naming_them(values: dict[str, Any], message: 
 
 
 BAD_RULES = [
-    ({"sidecar.renewDeadline": "20s"}, "sidecar.leaseDuration (15s) must be greater than sidecar.renewDeadline (20s)"),
-    ({"sidecar.retryPeriod": "9s"}, "sidecar.renewDeadline (10s) must be greater than 1.2 × sidecar.retryPeriod (9s)"),
-    ({"sidecar.leaseDuration": "15500ms"}, "sidecar.leaseDuration (15500ms) must be a whole number of seconds"),
+    (
+        {"sidecar.renewDeadline": "20s"},
+        "sidecar.leaseDuration (15s) must be greater than sidecar.renewDeadline (20s)",
+    ),
+    (
+        {"sidecar.retryPeriod": "9s"},
+        "sidecar.renewDeadline (10s) must be greater than 1.2 × sidecar.retryPeriod (9s)",
+    ),
+    (
+        {"sidecar.leaseDuration": "15500ms"},
+        "sidecar.leaseDuration (15500ms) must be a whole number of seconds",
+    ),
     ({"sidecar.retryPeriod": "0s"}, "sidecar.retryPeriod (0s) must be greater than 0"),
     ({"test.namespace": "kube-system"}, "test.namespace (kube-system) is excluded from injection"),
-    ({"webhook.caBundle": "-----BEGIN CERTIFICATE-----\nx\n-----END CERTIFICATE-----\n"}, "webhook.caBundle is only used with webhook.url"),
+    (
+        {"webhook.caBundle": "-----BEGIN CERTIFICATE-----\nx\n-----END CERTIFICATE-----\n"},
+        "webhook.caBundle is only used with webhook.url",
+    ),
 ]
 
 
 @pytest.mark.parametrize(("values", "message"), BAD_RULES, ids=[str(v) for v, _ in BAD_RULES])
-def test_rules_between_values_are_refused_with_a_clear_message(values: dict[str, Any], message: str) -> None:
+def test_rules_between_values_are_refused_with_a_clear_message(
+    values: dict[str, Any], message: str
+) -> None:
     result = template(values, check=False)
     assert result.returncode != 0
     assert message in result.stderr, result.stderr
 
 
 def test_timing_rules_accept_valid_mixed_units() -> None:
-    env = _injector_env(render({"sidecar.leaseDuration": "1m", "sidecar.renewDeadline": "40500ms", "sidecar.retryPeriod": "1s"}))
+    env = _injector_env(
+        render(
+            {
+                "sidecar.leaseDuration": "1m",
+                "sidecar.renewDeadline": "40500ms",
+                "sidecar.retryPeriod": "1s",
+            }
+        )
+    )
     assert env["GRELMICRO_INJECTOR_LEASE_DURATION"] == "1m"
-    result = template({"sidecar.leaseDuration": "1m", "sidecar.renewDeadline": "40s", "sidecar.retryPeriod": "1m0.5s"}, check=False)
+    result = template(
+        {
+            "sidecar.leaseDuration": "1m",
+            "sidecar.renewDeadline": "40s",
+            "sidecar.retryPeriod": "1m0.5s",
+        },
+        check=False,
+    )
     assert result.returncode != 0
     assert "must be greater than 1.2 × sidecar.retryPeriod (1m0.5s)" in result.stderr
 
@@ -164,7 +205,10 @@ def test_injector_and_test_pods_meet_restricted_pod_security() -> None:
     _restricted(pod["containers"][0], pod)
     test_pod = find(objects, "Pod")
     _restricted(test_pod["spec"]["containers"][0], test_pod["spec"])
-    assert find(objects, "Namespace")["metadata"]["labels"]["pod-security.kubernetes.io/enforce"] == "restricted"
+    assert (
+        find(objects, "Namespace")["metadata"]["labels"]["pod-security.kubernetes.io/enforce"]
+        == "restricted"
+    )
 
 
 def test_two_replicas_spread_across_nodes_with_a_disruption_budget() -> None:
@@ -194,7 +238,11 @@ def test_two_replicas_spread_across_nodes_with_a_disruption_budget() -> None:
 
 @pytest.mark.parametrize(
     ("url", "extra_san"),
-    [("", None), ("https://127.0.0.1:9443/inject", "127.0.0.1"), ("https://injector.dev.example:8443/inject", "injector.dev.example")],
+    [
+        ("", None),
+        ("https://127.0.0.1:9443/inject", "127.0.0.1"),
+        ("https://injector.dev.example:8443/inject", "injector.dev.example"),
+    ],
 )
 def test_generated_tls_is_one_consistent_set(url: str, extra_san: str | None) -> None:
     objects = render({"webhook.url": url} if url else None, release="rel", namespace="ns1")
@@ -205,8 +253,14 @@ def test_generated_tls_is_one_consistent_set(url: str, extra_san: str | None) ->
     cert = x509.load_pem_x509_certificate(data["tls.crt"])
     cert.verify_directly_issued_by(ca)
     sans = cert.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
-    names = set(sans.get_values_for_type(x509.DNSName)) | {str(i) for i in sans.get_values_for_type(x509.IPAddress)}
-    assert {"rel-grelmicro-sidecar", "rel-grelmicro-sidecar.ns1", "rel-grelmicro-sidecar.ns1.svc"} <= names
+    names = set(sans.get_values_for_type(x509.DNSName)) | {
+        str(i) for i in sans.get_values_for_type(x509.IPAddress)
+    }
+    assert {
+        "rel-grelmicro-sidecar",
+        "rel-grelmicro-sidecar.ns1",
+        "rel-grelmicro-sidecar.ns1.svc",
+    } <= names
     if extra_san:
         assert extra_san in names
         if extra_san[0].isdigit():
@@ -216,7 +270,10 @@ def test_generated_tls_is_one_consistent_set(url: str, extra_san: str | None) ->
     deploy = find(objects, "Deployment")
     checksum = deploy["spec"]["template"]["metadata"]["annotations"]["checksum/tls"]
     assert checksum == hashlib.sha256(data["tls.crt"]).hexdigest()
-    assert deploy["spec"]["template"]["spec"]["volumes"][0]["secret"]["secretName"] == secret["metadata"]["name"]
+    assert (
+        deploy["spec"]["template"]["spec"]["volumes"][0]["secret"]["secretName"]
+        == secret["metadata"]["name"]
+    )
 
 
 def test_cert_manager_issues_the_serving_certificate_and_injects_the_ca() -> None:
@@ -224,19 +281,42 @@ def test_cert_manager_issues_the_serving_certificate_and_injects_the_ca() -> Non
     assert not [o for o in objects if o["kind"] == "Secret"]
     serving = find(objects, "Certificate", "rel-grelmicro-sidecar-serving")
     assert serving["spec"]["secretName"] == "rel-grelmicro-sidecar-tls"
-    assert serving["spec"]["dnsNames"] == ["rel-grelmicro-sidecar", "rel-grelmicro-sidecar.ns1", "rel-grelmicro-sidecar.ns1.svc"]
-    assert serving["spec"]["issuerRef"] == {"name": "rel-grelmicro-sidecar-ca", "kind": "Issuer", "group": "cert-manager.io"}
+    assert serving["spec"]["dnsNames"] == [
+        "rel-grelmicro-sidecar",
+        "rel-grelmicro-sidecar.ns1",
+        "rel-grelmicro-sidecar.ns1.svc",
+    ]
+    assert serving["spec"]["issuerRef"] == {
+        "name": "rel-grelmicro-sidecar-ca",
+        "kind": "Issuer",
+        "group": "cert-manager.io",
+    }
     ca = find(objects, "Certificate", "rel-grelmicro-sidecar-ca")
     assert ca["spec"]["isCA"] is True
-    assert find(objects, "Issuer", "rel-grelmicro-sidecar-ca")["spec"] == {"ca": {"secretName": "rel-grelmicro-sidecar-ca"}}
+    assert find(objects, "Issuer", "rel-grelmicro-sidecar-ca")["spec"] == {
+        "ca": {"secretName": "rel-grelmicro-sidecar-ca"}
+    }
     assert find(objects, "Issuer", "rel-grelmicro-sidecar-selfsigned")["spec"] == {"selfSigned": {}}
     webhook = find(objects, "MutatingWebhookConfiguration")
-    assert webhook["metadata"]["annotations"] == {"cert-manager.io/inject-ca-from": "ns1/rel-grelmicro-sidecar-serving"}
+    assert webhook["metadata"]["annotations"] == {
+        "cert-manager.io/inject-ca-from": "ns1/rel-grelmicro-sidecar-serving"
+    }
     assert "caBundle" not in webhook["webhooks"][0]["clientConfig"]
 
-    own = render({"tls.certManager.enabled": True, "tls.certManager.issuerRef": {"name": "corp", "kind": "ClusterIssuer"}})
-    assert [o["metadata"]["name"] for o in own if o["kind"] in ("Certificate", "Issuer")] == ["grelmicro-sidecar-serving"]
-    assert find(own, "Certificate")["spec"]["issuerRef"] == {"name": "corp", "kind": "ClusterIssuer", "group": "cert-manager.io"}
+    own = render(
+        {
+            "tls.certManager.enabled": True,
+            "tls.certManager.issuerRef": {"name": "corp", "kind": "ClusterIssuer"},
+        }
+    )
+    assert [o["metadata"]["name"] for o in own if o["kind"] in ("Certificate", "Issuer")] == [
+        "grelmicro-sidecar-serving"
+    ]
+    assert find(own, "Certificate")["spec"]["issuerRef"] == {
+        "name": "corp",
+        "kind": "ClusterIssuer",
+        "group": "cert-manager.io",
+    }
 
 
 # ---- drift against the code ------------------------------------------------------
@@ -251,16 +331,30 @@ def _webhook_from_code(objects: list[dict[str, Any]], **kwargs: Any) -> dict[str
 @pytest.mark.parametrize(
     ("values", "kwargs"),
     [
-        (None, {"service": {"namespace": "ops", "name": "rel-grelmicro-sidecar"}, "excluded_namespaces": ["kube-system", "ops"]}),
+        (
+            None,
+            {
+                "service": {"namespace": "ops", "name": "rel-grelmicro-sidecar"},
+                "excluded_namespaces": ["kube-system", "ops"],
+            },
+        ),
         (
             {"webhook.excludedNamespaces": ["zeta", "alpha", "kube-system"]},
-            {"service": {"namespace": "ops", "name": "rel-grelmicro-sidecar"}, "excluded_namespaces": ["zeta", "alpha", "kube-system", "ops"]},
+            {
+                "service": {"namespace": "ops", "name": "rel-grelmicro-sidecar"},
+                "excluded_namespaces": ["zeta", "alpha", "kube-system", "ops"],
+            },
         ),
-        ({"webhook.url": "https://127.0.0.1:9443/inject"}, {"url": "https://127.0.0.1:9443/inject", "excluded_namespaces": ["kube-system", "ops"]}),
+        (
+            {"webhook.url": "https://127.0.0.1:9443/inject"},
+            {"url": "https://127.0.0.1:9443/inject", "excluded_namespaces": ["kube-system", "ops"]},
+        ),
     ],
     ids=["service", "extra-exclusions", "url"],
 )
-def test_webhook_configuration_matches_the_injectors_definition(values: Any, kwargs: dict[str, Any]) -> None:
+def test_webhook_configuration_matches_the_injectors_definition(
+    values: Any, kwargs: dict[str, Any]
+) -> None:
     objects = render(values, release="rel", namespace="ops")
     rendered = find(objects, "MutatingWebhookConfiguration")
     expected = _webhook_from_code(objects, name="rel-grelmicro-sidecar-injector", **kwargs)
@@ -269,7 +363,10 @@ def test_webhook_configuration_matches_the_injectors_definition(values: Any, kwa
     assert expected["metadata"]["labels"].items() <= rendered["metadata"]["labels"].items()
     # For a release named like the chart, the object has the injector's default name.
     default = find(render(), "MutatingWebhookConfiguration")
-    assert default["metadata"]["name"] == webhook_configuration("x", url="https://h/inject")["metadata"]["name"]
+    assert (
+        default["metadata"]["name"]
+        == webhook_configuration("x", url="https://h/inject")["metadata"]["name"]
+    )
 
 
 def _injector_env(objects: list[dict[str, Any]]) -> dict[str, str]:
@@ -282,7 +379,10 @@ def test_injector_env_names_real_flags_and_parses_into_the_values() -> None:
         "image.repository": "registry.example/grelmicro-sidecar",
         "image.tag": "1.2.3",
         "sidecar.image.pullPolicy": "Always",
-        "sidecar.resources": {"requests": {"cpu": "15m", "memory": "40Mi"}, "limits": {"memory": "80Mi"}},
+        "sidecar.resources": {
+            "requests": {"cpu": "15m", "memory": "40Mi"},
+            "limits": {"memory": "80Mi"},
+        },
         "sidecar.leaseDuration": "20s",
         "sidecar.renewDeadline": "12s",
         "sidecar.retryPeriod": "3s",
@@ -309,7 +409,11 @@ def test_injector_env_names_real_flags_and_parses_into_the_values() -> None:
     assert str(settings.tls_key_file) == "/etc/grelmicro-sidecar/tls/tls.key"
     assert settings.sidecar.image == "registry.example/grelmicro-sidecar:1.2.3"
     assert settings.sidecar.pull_policy == "Always"
-    assert (settings.sidecar.cpu_request, settings.sidecar.memory_request, settings.sidecar.memory_limit) == ("15m", "40Mi", "80Mi")
+    assert (
+        settings.sidecar.cpu_request,
+        settings.sidecar.memory_request,
+        settings.sidecar.memory_limit,
+    ) == ("15m", "40Mi", "80Mi")
     timing = settings.sidecar.timing
     assert (timing.lease_duration, timing.renew_deadline, timing.retry_period) == (20.0, 12.0, 3.0)
     assert sorted(settings.excluded_namespaces) == ["injector-ns", "kube-system", "ops"]
@@ -318,7 +422,9 @@ def test_injector_env_names_real_flags_and_parses_into_the_values() -> None:
     assert settings.log_level == "debug"
     # The webhook's exclusions and the injector's are the same list.
     webhook = find(objects, "MutatingWebhookConfiguration")["webhooks"][0]
-    assert webhook["namespaceSelector"]["matchExpressions"][0]["values"] == sorted(settings.excluded_namespaces)
+    assert webhook["namespaceSelector"]["matchExpressions"][0]["values"] == sorted(
+        settings.excluded_namespaces
+    )
     container = find(objects, "Deployment")["spec"]["template"]["spec"]["containers"][0]
     assert container["args"] == ["injector"]
     ports = {p["name"]: p["containerPort"] for p in container["ports"]}
@@ -326,13 +432,21 @@ def test_injector_env_names_real_flags_and_parses_into_the_values() -> None:
 
 
 def test_workload_role_is_the_same_everywhere() -> None:
-    objects = render({"workloadRBAC": [{"namespace": "team-a", "serviceAccounts": ["default", "worker"]}]})
+    objects = render(
+        {"workloadRBAC": [{"namespace": "team-a", "serviceAccounts": ["default", "worker"]}]}
+    )
     chart_role = find(objects, "Role", injector_rbac.ROLE_NAME)
     [manifest_role, manifest_binding] = docs((MANIFESTS / "rbac.yaml").read_text())
     code_role = injector_rbac.role("team-a")
     assert chart_role["rules"] == manifest_role["rules"] == code_role["rules"]
-    assert chart_role["metadata"]["name"] == manifest_role["metadata"]["name"] == code_role["metadata"]["name"]
-    bindings = sorted(o["metadata"]["name"] for o in objects if o["kind"] == "RoleBinding" and not is_hook(o))
+    assert (
+        chart_role["metadata"]["name"]
+        == manifest_role["metadata"]["name"]
+        == code_role["metadata"]["name"]
+    )
+    bindings = sorted(
+        o["metadata"]["name"] for o in objects if o["kind"] == "RoleBinding" and not is_hook(o)
+    )
     assert bindings == [injector_rbac.binding_name("default"), injector_rbac.binding_name("worker")]
     assert manifest_binding["metadata"]["name"] == injector_rbac.binding_name("default")
     code_binding = injector_rbac.role_binding("team-a", "worker")
@@ -347,14 +461,22 @@ def test_injector_cluster_role_grows_only_with_auto_rbac() -> None:
 
     base = rules(None)
     assert base == [
-        {"apiGroups": ["coordination.k8s.io"], "resources": ["leases"], "verbs": ["get", "list", "watch", "delete"]},
+        {
+            "apiGroups": ["coordination.k8s.io"],
+            "resources": ["leases"],
+            "verbs": ["get", "list", "watch", "delete"],
+        },
         {"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "list"]},
     ]
     auto = rules({"injector.autoRBAC": True})
     leases = next(r for r in auto if r["resources"] == ["leases"])
     # Kubernetes lets it grant only what it holds: every verb of the Role it creates.
     assert set(injector_rbac.VERBS) <= set(leases["verbs"])
-    assert {"apiGroups": ["rbac.authorization.k8s.io"], "resources": ["roles", "rolebindings"], "verbs": ["create", "get"]} in auto
+    assert {
+        "apiGroups": ["rbac.authorization.k8s.io"],
+        "resources": ["roles", "rolebindings"],
+        "verbs": ["create", "get"],
+    } in auto
     assert {"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "list", "watch"]} in auto
 
 
@@ -365,9 +487,21 @@ def test_install_yaml_is_the_chart_rendered() -> None:
     )
     objects = docs(committed)
     kinds = sorted(o["kind"] for o in objects)
-    assert kinds == sorted([
-        "Namespace", "PodDisruptionBudget", "ServiceAccount", "ClusterRole", "ClusterRoleBinding",
-        "Service", "Deployment", "Certificate", "Certificate", "Issuer", "Issuer", "MutatingWebhookConfiguration",
-    ])
+    assert kinds == sorted(
+        [
+            "Namespace",
+            "PodDisruptionBudget",
+            "ServiceAccount",
+            "ClusterRole",
+            "ClusterRoleBinding",
+            "Service",
+            "Deployment",
+            "Certificate",
+            "Certificate",
+            "Issuer",
+            "Issuer",
+            "MutatingWebhookConfiguration",
+        ]
+    )
     assert not [o for o in objects if is_hook(o)]
     assert "PRIVATE KEY" not in committed  # nothing secret in a file everyone applies

@@ -44,7 +44,11 @@ def _dry_run(cluster: ControlPlane, text: str) -> str:
     while True:
         result = cluster.kubectl("apply", "--dry-run=server", "-f", "-", input=text, check=False)
         # A fresh namespace gets its default ServiceAccount a moment after it is created.
-        if result.returncode == 0 or "serviceaccount" not in result.stderr or time.monotonic() > deadline:
+        if (
+            result.returncode == 0
+            or "serviceaccount" not in result.stderr
+            or time.monotonic() > deadline
+        ):
             break
         time.sleep(0.2)
     assert result.returncode == 0, result.stderr
@@ -64,7 +68,11 @@ def second_namespace(cluster: ControlPlane) -> Iterator[str]:
     [
         {},
         {"webhook.url": "https://127.0.0.1:9443/inject", "injector.autoRBAC": True},
-        {"injector.replicas": 3, "webhook.excludedNamespaces": ["ops"], "serviceAccount.name": "custom"},
+        {
+            "injector.replicas": 3,
+            "webhook.excludedNamespaces": ["ops"],
+            "serviceAccount.name": "custom",
+        },
     ],
     ids=["defaults", "url-auto-rbac", "custom"],
 )
@@ -84,11 +92,18 @@ def test_rendered_chart_passes_server_side_dry_run(
             obj["spec"]["serviceAccountName"] = "default"
     out = _dry_run(cluster, "\n---\n".join(json.dumps(o) for o in objects))
     for kind in (
-        "serviceaccount", "secret", "clusterrole.rbac.authorization.k8s.io",
+        "serviceaccount",
+        "secret",
+        "clusterrole.rbac.authorization.k8s.io",
         "clusterrolebinding.rbac.authorization.k8s.io",
-        "service", "deployment.apps", "poddisruptionbudget.policy",
+        "service",
+        "deployment.apps",
+        "poddisruptionbudget.policy",
         "mutatingwebhookconfiguration.admissionregistration.k8s.io",
-        "role.rbac.authorization.k8s.io", "rolebinding.rbac.authorization.k8s.io", "configmap", "pod",
+        "role.rbac.authorization.k8s.io",
+        "rolebinding.rbac.authorization.k8s.io",
+        "configmap",
+        "pod",
     ):
         assert f"{kind}/" in out, f"no {kind} in:\n{out}"
     assert out.count("(server dry run)") == len(objects)
@@ -115,7 +130,10 @@ CERT_MANAGER_CRDS = [
                         "openAPIV3Schema": {
                             "type": "object",
                             "properties": {
-                                "spec": {"type": "object", "x-kubernetes-preserve-unknown-fields": True}
+                                "spec": {
+                                    "type": "object",
+                                    "x-kubernetes-preserve-unknown-fields": True,
+                                }
                             },
                         }
                     },
@@ -132,7 +150,9 @@ def cert_manager_kinds(cluster: ControlPlane) -> Iterator[None]:
     text = "\n---\n".join(json.dumps(c) for c in CERT_MANAGER_CRDS)
     cluster.kubectl("apply", "-f", "-", input=text)
     for crd in CERT_MANAGER_CRDS:
-        cluster.kubectl("wait", "--for=condition=Established", "--timeout=60s", f"crd/{crd['metadata']['name']}")
+        cluster.kubectl(
+            "wait", "--for=condition=Established", "--timeout=60s", f"crd/{crd['metadata']['name']}"
+        )
     yield
     for crd in CERT_MANAGER_CRDS:
         cluster.kubectl("delete", "crd", crd["metadata"]["name"], "--wait=false", check=False)
@@ -141,7 +161,10 @@ def cert_manager_kinds(cluster: ControlPlane) -> Iterator[None]:
 def test_cert_manager_rendering_and_install_yaml_pass_server_side_dry_run(
     cluster: ControlPlane, namespace: str, cert_manager_kinds: None
 ) -> None:
-    out = _dry_run(cluster, template({"tls.certManager.enabled": True}, skip_tests=True, namespace=namespace).stdout)
+    out = _dry_run(
+        cluster,
+        template({"tls.certManager.enabled": True}, skip_tests=True, namespace=namespace).stdout,
+    )
     assert out.count("certificate.cert-manager.io/") == 2
     assert out.count("issuer.cert-manager.io/") == 2
 
@@ -162,8 +185,12 @@ def test_cert_manager_rendering_and_install_yaml_pass_server_side_dry_run(
 # ---- the life of a release ---------------------------------------------------------
 
 
-def _manifest_objects(cluster: ControlPlane, release: str, namespace: str) -> list[tuple[str, str, str | None]]:
-    text = helm("get", "manifest", release, f"--namespace={namespace}", kubeconfig=cluster.kubeconfig).stdout
+def _manifest_objects(
+    cluster: ControlPlane, release: str, namespace: str
+) -> list[tuple[str, str, str | None]]:
+    text = helm(
+        "get", "manifest", release, f"--namespace={namespace}", kubeconfig=cluster.kubeconfig
+    ).stdout
     out = []
     for obj in docs(text):
         meta = obj["metadata"]
@@ -182,9 +209,23 @@ def _exists(cluster: ControlPlane, kind: str, name: str, namespace: str | None) 
     return False
 
 
-def _install(cluster: ControlPlane, release: str, namespace: str, values: dict[str, Any], *, upgrade: bool = False) -> str:
+def _install(
+    cluster: ControlPlane,
+    release: str,
+    namespace: str,
+    values: dict[str, Any],
+    *,
+    upgrade: bool = False,
+) -> str:
     verb = ["upgrade", "--reuse-values"] if upgrade else ["install"]
-    return helm(*verb, release, str(CHART), f"--namespace={namespace}", *set_args(values), kubeconfig=cluster.kubeconfig).stdout
+    return helm(
+        *verb,
+        release,
+        str(CHART),
+        f"--namespace={namespace}",
+        *set_args(values),
+        kubeconfig=cluster.kubeconfig,
+    ).stdout
 
 
 def test_install_answers_upgrades_and_uninstalls(
@@ -207,18 +248,37 @@ def test_install_answers_upgrades_and_uninstalls(
         objects = _manifest_objects(cluster, release, namespace)
         kinds = {k for k, _, _ in objects}
         assert kinds == {
-            "ServiceAccount", "Secret", "ClusterRole", "ClusterRoleBinding", "Service", "Deployment",
-            "PodDisruptionBudget", "MutatingWebhookConfiguration", "Role", "RoleBinding",
+            "ServiceAccount",
+            "Secret",
+            "ClusterRole",
+            "ClusterRoleBinding",
+            "Service",
+            "Deployment",
+            "PodDisruptionBudget",
+            "MutatingWebhookConfiguration",
+            "Role",
+            "RoleBinding",
         }
         for kind, name, ns in objects:
             assert _exists(cluster, kind, name, ns), f"{kind}/{name} missing after install"
         pods = wait_for(
-            lambda: kubectl_json(cluster, "get", "pods", "-n", namespace, "-l", "app.kubernetes.io/component=injector")["items"],
-            60, "the injector Deployment's pods",
+            lambda: kubectl_json(
+                cluster,
+                "get",
+                "pods",
+                "-n",
+                namespace,
+                "-l",
+                "app.kubernetes.io/component=injector",
+            )["items"],
+            60,
+            "the injector Deployment's pods",
         )
         assert len(pods) == 2  # created by the controller-manager; nothing runs them here
         secret = kubectl_json(cluster, "get", "secret", f"{fullname}-tls", "-n", namespace)["data"]
-        webhook = kubectl_json(cluster, "get", "mutatingwebhookconfiguration", f"{fullname}-injector")
+        webhook = kubectl_json(
+            cluster, "get", "mutatingwebhookconfiguration", f"{fullname}-injector"
+        )
         ca_bundle = webhook["webhooks"][0]["clientConfig"]["caBundle"]
         assert ca_bundle == secret["ca.crt"]
 
@@ -231,19 +291,34 @@ def test_install_answers_upgrades_and_uninstalls(
             assert sidecar is not None, made.stdout
             assert sidecar["image"] == "registry.example/grelmicro-sidecar:0.1.0"
             assert sidecar["resources"]["requests"]["cpu"] == "15m"
-            plain = json.loads(create_pod(cluster, workload, annotated_pod("plain", inject=False)).stdout)
+            plain = json.loads(
+                create_pod(cluster, workload, annotated_pod("plain", inject=False)).stdout
+            )
             assert sidecar_of(plain) is None
             excluded = json.loads(create_pod(cluster, namespace, annotated_pod("excluded")).stdout)
-            assert sidecar_of(excluded) is None  # the release's namespace is never sent to the webhook
-            bad = create_pod(cluster, workload, annotated_pod("bad", {"leader-election.grelmicro.io/port": "http"}))
+            assert (
+                sidecar_of(excluded) is None
+            )  # the release's namespace is never sent to the webhook
+            bad = create_pod(
+                cluster,
+                workload,
+                annotated_pod("bad", {"leader-election.grelmicro.io/port": "http"}),
+            )
             assert bad.returncode != 0 and "leader-election.grelmicro.io/port" in bad.stderr
 
             # (helm test runs for real, on the node: tests/e2e/test_chart.py)
 
             # -- helm upgrade keeps the CA (the running injector keeps answering) ...
-            _install(cluster, release, namespace, {"sidecar.resources.requests.cpu": "25m"}, upgrade=True)
-            assert kubectl_json(cluster, "get", "secret", f"{fullname}-tls", "-n", namespace)["data"] == secret
-            webhook = kubectl_json(cluster, "get", "mutatingwebhookconfiguration", f"{fullname}-injector")
+            _install(
+                cluster, release, namespace, {"sidecar.resources.requests.cpu": "25m"}, upgrade=True
+            )
+            assert (
+                kubectl_json(cluster, "get", "secret", f"{fullname}-tls", "-n", namespace)["data"]
+                == secret
+            )
+            webhook = kubectl_json(
+                cluster, "get", "mutatingwebhookconfiguration", f"{fullname}-injector"
+            )
             assert webhook["webhooks"][0]["clientConfig"]["caBundle"] == ca_bundle
             still = json.loads(create_pod(cluster, workload, annotated_pod("after-upgrade")).stdout)
             assert sidecar_of(still) is not None
@@ -259,10 +334,18 @@ def test_install_answers_upgrades_and_uninstalls(
             assert "forbidden" not in injector.log().lower(), injector.log()
     finally:
         objects = _manifest_objects(cluster, release, namespace)
-        helm("uninstall", release, f"--namespace={namespace}", "--wait", kubeconfig=cluster.kubeconfig)
+        helm(
+            "uninstall",
+            release,
+            f"--namespace={namespace}",
+            "--wait",
+            kubeconfig=cluster.kubeconfig,
+        )
     # -- helm uninstall removes everything it made
     for kind, name, ns in objects:
-        wait_for(lambda k=kind, n=name, s=ns: not _exists(cluster, k, n, s), 60, f"{kind}/{name} deleted")
+        wait_for(
+            lambda k=kind, n=name, s=ns: not _exists(cluster, k, n, s), 60, f"{kind}/{name} deleted"
+        )
     assert not _exists(cluster, "mutatingwebhookconfiguration", f"{fullname}-injector", None)
     # With the webhook gone, annotated pods are created as they are (and nothing fails closed).
     after = create_pod(cluster, workload, annotated_pod("after-uninstall"))
@@ -282,7 +365,12 @@ def test_auto_rbac_works_with_exactly_the_chart_cluster_role(
     release = f"a{uuid.uuid4().hex[:6]}"
     fullname = f"{release}-grelmicro-sidecar"
     port = free_port()
-    _install(cluster, release, namespace, {"webhook.url": f"https://127.0.0.1:{port}/inject", "injector.autoRBAC": True})
+    _install(
+        cluster,
+        release,
+        namespace,
+        {"webhook.url": f"https://127.0.0.1:{port}/inject", "injector.autoRBAC": True},
+    )
     try:
         with LocalInjector(cluster, namespace, fullname, port, tmp_path) as injector:
             made = create_pod(cluster, second_namespace, annotated_pod("auto"))
@@ -290,7 +378,9 @@ def test_auto_rbac_works_with_exactly_the_chart_cluster_role(
 
             def granted() -> bool:
                 role = _exists(cluster, "role", "grelmicro-sidecar-leases", second_namespace)
-                binding = _exists(cluster, "rolebinding", "grelmicro-sidecar-leases-default", second_namespace)
+                binding = _exists(
+                    cluster, "rolebinding", "grelmicro-sidecar-leases-default", second_namespace
+                )
                 return role and binding
 
             try:
@@ -298,8 +388,14 @@ def test_auto_rbac_works_with_exactly_the_chart_cluster_role(
             except AssertionError:
                 raise AssertionError(injector.log()) from None
             can = cluster.kubectl(
-                "auth", "can-i", "update", "leases.coordination.k8s.io", "-n", second_namespace,
-                "--as", f"system:serviceaccount:{second_namespace}:default",
+                "auth",
+                "can-i",
+                "update",
+                "leases.coordination.k8s.io",
+                "-n",
+                second_namespace,
+                "--as",
+                f"system:serviceaccount:{second_namespace}:default",
             )
             assert can.stdout.strip() == "yes"
             # Pods of earlier tests, in namespaces being deleted, may be seen too: judge ours only.
@@ -318,9 +414,14 @@ def test_deleting_the_tls_secret_and_upgrading_rotates_and_rolls_out(
     fullname = f"{release}-grelmicro-sidecar"
     _install(cluster, release, namespace, {})
     try:
+
         def state() -> tuple[str, str, str]:
-            secret = kubectl_json(cluster, "get", "secret", f"{fullname}-tls", "-n", namespace)["data"]
-            webhook = kubectl_json(cluster, "get", "mutatingwebhookconfiguration", f"{fullname}-injector")
+            secret = kubectl_json(cluster, "get", "secret", f"{fullname}-tls", "-n", namespace)[
+                "data"
+            ]
+            webhook = kubectl_json(
+                cluster, "get", "mutatingwebhookconfiguration", f"{fullname}-injector"
+            )
             deploy = kubectl_json(cluster, "get", "deployment", fullname, "-n", namespace)
             checksum = deploy["spec"]["template"]["metadata"]["annotations"]["checksum/tls"]
             assert webhook["webhooks"][0]["clientConfig"]["caBundle"] == secret["ca.crt"]

@@ -73,7 +73,9 @@ def test_demo_shows_the_handovers_and_cleans_up() -> None:
     assert code == 0, output
     assert re.search(r"pod-\w took over \d+\.\d+s after the crash", output), output
     assert re.search(r"pod-\w took over \d+\.\d+s after the SIGTERM", output), output
-    assert re.search(r"NAME\s+HOLDER\s+AGE\nleader-demo\s+pod-\w", output), output  # kubectl get leases
+    assert re.search(r"NAME\s+HOLDER\s+AGE\nleader-demo\s+pod-\w", output), (
+        output
+    )  # kubectl get leases
     assert re.search(r"ELECTION\s+LEASE\s+HOLDER", output), output  # grelmicro-sidecar status
     assert '"is_leader": true' in output  # the state file an app reads
     workdir = _workdir(output)

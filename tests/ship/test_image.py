@@ -26,17 +26,33 @@ from tests.ship.tools import BIN, ROOT, wait_for
 
 pytestmark = pytest.mark.timeout(120)
 DOCKERFILE = ROOT / "Dockerfile"
-INJECTOR_ONLY = ("kopf", "aiohttp", "cryptography", "multidict", "yarl", "frozenlist", "cffi", "sidecar.injector")
+INJECTOR_ONLY = (
+    "kopf",
+    "aiohttp",
+    "cryptography",
+    "multidict",
+    "yarl",
+    "frozenlist",
+    "cffi",
+    "sidecar.injector",
+)
 
 
 def _tool(name: str) -> str:
     path = BIN / name
-    assert path.exists(), f"{name} is missing from {BIN}: install the test extra (pip install -e '.[test]')"
+    assert path.exists(), (
+        f"{name} is missing from {BIN}: install the test extra (pip install -e '.[test]')"
+    )
     return str(path)
 
 
 def test_dockerfile_is_hadolint_clean() -> None:
-    result = subprocess.run([_tool("hadolint"), "--no-color", str(DOCKERFILE)], capture_output=True, text=True, timeout=60)
+    result = subprocess.run(
+        [_tool("hadolint"), "--no-color", str(DOCKERFILE)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert result.returncode == 0, result.stdout + result.stderr
 
 
@@ -56,14 +72,16 @@ def test_dockerfile_is_multi_stage_slim_non_root_and_runs_the_sidecar_by_default
     froms = [rest for word, rest in steps if word == "FROM"]
     assert len(froms) == 2 and froms[0].endswith(" AS build"), froms
     assert all(re.match(r"python:3\.\d+-slim", f) for f in froms), froms
-    final = steps[max(i for i, (w, _) in enumerate(steps) if w == "FROM"):]
+    final = steps[max(i for i, (w, _) in enumerate(steps) if w == "FROM") :]
     # The final stage copies only the virtualenv built in the first one.
     copies = [rest for word, rest in final if word == "COPY"]
     assert copies == ["--from=build /opt/venv /opt/venv"]
     assert not [w for w, _ in final if w == "RUN"], "the runtime stage runs nothing as root"
     [user] = [rest for word, rest in final if word == "USER"]
     uid, _, gid = user.partition(":")
-    assert uid.isdigit() and int(uid) > 0 and gid.isdigit(), "USER must be numeric and non-root (runAsNonRoot)"
+    assert uid.isdigit() and int(uid) > 0 and gid.isdigit(), (
+        "USER must be numeric and non-root (runAsNonRoot)"
+    )
     assert int(uid) == 65532  # what the chart, the injector's patch and the examples run as
     assert ("ENTRYPOINT", '["grelmicro-sidecar"]') in final
     assert ("CMD", '["run"]') in final
@@ -75,7 +93,11 @@ def test_dockerfile_is_multi_stage_slim_non_root_and_runs_the_sidecar_by_default
 
 
 def test_build_context_holds_only_what_the_image_needs() -> None:
-    ignore = [line.strip() for line in (ROOT / ".dockerignore").read_text().splitlines() if line.strip() and not line.startswith("#")]
+    ignore = [
+        line.strip()
+        for line in (ROOT / ".dockerignore").read_text().splitlines()
+        if line.strip() and not line.startswith("#")
+    ]
     assert ignore[0] == "*", "exclude everything, then list what goes in"
     included = {line[1:].rstrip("/") for line in ignore if line.startswith("!")}
     for word, rest in _instructions():
@@ -99,7 +121,9 @@ def _closure(name: str, extras: tuple[str, ...] = ()) -> dict[str, md.Distributi
         for raw in dist.requires or []:
             req = Requirement(raw)
             wanted = dist_extras or ("",)
-            if req.marker is not None and not any(req.marker.evaluate({"extra": e}) for e in wanted):
+            if req.marker is not None and not any(
+                req.marker.evaluate({"extra": e}) for e in wanted
+            ):
                 continue
             todo.append((req.name, tuple(req.extras)))
     return seen
@@ -160,14 +184,25 @@ PROBE = textwrap.dedent(
 )
 
 
-def test_run_never_imports_the_injector_dependencies(cluster: ControlPlane, namespace: str, tmp_path: Path) -> None:
+def test_run_never_imports_the_injector_dependencies(
+    cluster: ControlPlane, namespace: str, tmp_path: Path
+) -> None:
     """The real `run` path, leading an election against the API server, then shutting down."""
     out = tmp_path / "modules.json"
     port = free_port()
     argv = [
-        sys.executable, "-c", PROBE, str(out), str(port),
-        "run", "--election=imports", f"--namespace={namespace}", "--identity=probe",
-        f"--kubeconfig={cluster.kubeconfig}", f"--state-dir={tmp_path / 'state'}", f"--port={port}",
+        sys.executable,
+        "-c",
+        PROBE,
+        str(out),
+        str(port),
+        "run",
+        "--election=imports",
+        f"--namespace={namespace}",
+        "--identity=probe",
+        f"--kubeconfig={cluster.kubeconfig}",
+        f"--state-dir={tmp_path / 'state'}",
+        f"--port={port}",
     ]
     started = time.monotonic()
     proc = subprocess.run(argv, capture_output=True, text=True, timeout=90)
@@ -177,5 +212,7 @@ def test_run_never_imports_the_injector_dependencies(cluster: ControlPlane, name
     assert "sidecar.runner" in modules and "h11" in modules  # it did run the sidecar
     loaded = [m for m in modules if any(m == p or m.startswith(p + ".") for p in INJECTOR_ONLY)]
     assert loaded == [], f"`run` imported injector-only modules: {loaded}"
-    print(f"\n`run` while leading: {len(modules)} modules, RSS {report['rss_kb'] / 1024:.1f} MiB "
-          f"({time.monotonic() - started:.1f}s including shutdown)")
+    print(
+        f"\n`run` while leading: {len(modules)} modules, RSS {report['rss_kb'] / 1024:.1f} MiB "
+        f"({time.monotonic() - started:.1f}s including shutdown)"
+    )

@@ -20,8 +20,15 @@ SCRIPT = ROOT / "hack" / "kind-e2e.sh"
 
 def test_script_is_shellcheck_clean_and_executable() -> None:
     shellcheck = BIN / "shellcheck"
-    assert shellcheck.exists(), f"shellcheck is missing from {BIN}: install the test extra (pip install -e '.[test]')"
-    result = subprocess.run([str(shellcheck), "--severity=style", str(SCRIPT)], capture_output=True, text=True, timeout=60)
+    assert shellcheck.exists(), (
+        f"shellcheck is missing from {BIN}: install the test extra (pip install -e '.[test]')"
+    )
+    result = subprocess.run(
+        [str(shellcheck), "--severity=style", str(SCRIPT)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert result.returncode == 0, result.stdout + result.stderr
     assert os.access(SCRIPT, os.X_OK)
     assert "kind-e2e:\n\thack/kind-e2e.sh" in (ROOT / "Makefile").read_text()
@@ -50,7 +57,13 @@ def _fake_bin(tmp_path: Path, docker_info_ok: bool | None) -> tuple[Path, Path]:
 def _run(bindir: Path) -> subprocess.CompletedProcess[str]:
     # Only the fakes and the basic system tools: not the real docker of this machine.
     path = f"{bindir}:/usr/bin:/bin"
-    return subprocess.run(["bash", str(SCRIPT)], capture_output=True, text=True, timeout=30, env={"PATH": path, "HOME": str(bindir)})
+    return subprocess.run(
+        ["bash", str(SCRIPT)],
+        capture_output=True,
+        text=True,
+        timeout=30,
+        env={"PATH": path, "HOME": str(bindir)},
+    )
 
 
 def test_refuses_clearly_without_docker(tmp_path: Path) -> None:

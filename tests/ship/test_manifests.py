@@ -74,12 +74,19 @@ def test_manual_sidecar_is_exactly_what_the_injector_adds() -> None:
     assert decision.outcome == "injected", decision.message
     assert apply(plain, decision)["spec"] == spec
     # and the injector leaves the hand-written one alone (it carries no annotation anyway)
-    assert decide({**template, "metadata": plain["metadata"]}, SidecarSpec(image=sidecar["image"])).outcome == "unchanged"
+    assert (
+        decide(
+            {**template, "metadata": plain["metadata"]}, SidecarSpec(image=sidecar["image"])
+        ).outcome
+        == "unchanged"
+    )
 
 
 def test_example_images_are_pinned_and_the_project_image_matches_the_chart() -> None:
     chart_version = next(
-        line.split('"')[1] for line in (CHART / "Chart.yaml").read_text().splitlines() if line.startswith("appVersion:")
+        line.split('"')[1]
+        for line in (CHART / "Chart.yaml").read_text().splitlines()
+        if line.startswith("appVersion:")
     )
     for name in ("deployment.yaml", "leader-service.yaml", "manual-sidecar.yaml"):
         spec = _example(name)["spec"]["template"]["spec"]
@@ -105,14 +112,29 @@ def test_rbac_yaml_is_enough_for_the_sidecar_and_grants_nothing_else(
 ) -> None:
     ns = workload_namespace
     cluster.kubectl("apply", "-n", ns, "-f", str(MANIFESTS / "rbac.yaml"))
-    wait_for(lambda: cluster.kubectl("get", "sa", "default", "-n", ns, check=False).returncode == 0, 30, "default SA")
+    wait_for(
+        lambda: cluster.kubectl("get", "sa", "default", "-n", ns, check=False).returncode == 0,
+        30,
+        "default SA",
+    )
     kubeconfig = service_account_kubeconfig(cluster, ns, "default", tmp_path / "sa.kubeconfig")
 
     who = f"system:serviceaccount:{ns}:default"
     for verb in ("get", "list", "watch", "create", "update", "patch", "delete"):
-        assert cluster.kubectl("auth", "can-i", verb, "leases.coordination.k8s.io", "-n", ns, "--as", who).stdout.strip() == "yes"
-    for args in (("get", "secrets", "-n", ns), ("create", "pods", "-n", ns), ("list", "leases.coordination.k8s.io", "-n", "default")):
-        assert cluster.kubectl("auth", "can-i", *args, "--as", who, check=False).stdout.strip() == "no", args
+        assert (
+            cluster.kubectl(
+                "auth", "can-i", verb, "leases.coordination.k8s.io", "-n", ns, "--as", who
+            ).stdout.strip()
+            == "yes"
+        )
+    for args in (
+        ("get", "secrets", "-n", ns),
+        ("create", "pods", "-n", ns),
+        ("list", "leases.coordination.k8s.io", "-n", "default"),
+    ):
+        assert (
+            cluster.kubectl("auth", "can-i", *args, "--as", who, check=False).stdout.strip() == "no"
+        ), args
 
     sidecar = SidecarProcess(tmp_path, kubeconfig, ns, "pod-0", election="rbac").start()
     try:
@@ -133,7 +155,10 @@ def test_examples_are_admitted_and_injected_in_a_restricted_namespace(
     fullname = f"{release}-grelmicro-sidecar"
     port = free_port()
     helm(
-        "install", release, str(CHART), f"--namespace={namespace}",
+        "install",
+        release,
+        str(CHART),
+        f"--namespace={namespace}",
         *set_args({"webhook.url": f"https://127.0.0.1:{port}/inject"}),
         kubeconfig=cluster.kubeconfig,
     )
@@ -149,14 +174,20 @@ def test_examples_are_admitted_and_injected_in_a_restricted_namespace(
                 items = kubectl_json(cluster, "get", "pods", "-n", ns)["items"]
                 by_app: dict[str, list[dict[str, Any]]] = {}
                 for p in items:
-                    by_app.setdefault(p["metadata"]["labels"]["app.kubernetes.io/name"], []).append(p)
+                    by_app.setdefault(p["metadata"]["labels"]["app.kubernetes.io/name"], []).append(
+                        p
+                    )
                 counts = {k: len(v) for k, v in by_app.items()}
                 return by_app if counts == expected else None
 
             try:
-                by_app = wait_for(pods, 90, f"pods {expected} (restricted Pod Security must admit them)")
+                by_app = wait_for(
+                    pods, 90, f"pods {expected} (restricted Pod Security must admit them)"
+                )
             except AssertionError:
-                events = cluster.kubectl("get", "events", "-n", ns, "-o", "custom-columns=REASON:.reason,MSG:.message").stdout
+                events = cluster.kubectl(
+                    "get", "events", "-n", ns, "-o", "custom-columns=REASON:.reason,MSG:.message"
+                ).stdout
                 raise AssertionError(f"{events}\n{injector.log()}") from None
             for app in ("worker", "api"):
                 for pod in by_app[app]:
@@ -184,23 +215,34 @@ def _run_script(url: str, rounds: int = 2) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         ["sh", str(SCRIPT)],
         env={**os.environ, "LEADER_URL": url, "ROUNDS": str(rounds), "INTERVAL": "0.2"},
-        capture_output=True, text=True, timeout=30,
+        capture_output=True,
+        text=True,
+        timeout=30,
     )
 
 
-def test_leader_only_work_runs_only_on_the_leader(cluster: ControlPlane, namespace: str, tmp_path: Path) -> None:
+def test_leader_only_work_runs_only_on_the_leader(
+    cluster: ControlPlane, namespace: str, tmp_path: Path
+) -> None:
     one = SidecarProcess(tmp_path, cluster.kubeconfig, namespace, "pod-a", election="work").start()
     try:
         wait_for(one.leads, 30, "pod-a to lead")
-        two = SidecarProcess(tmp_path, cluster.kubeconfig, namespace, "pod-b", election="work").start()
+        two = SidecarProcess(
+            tmp_path, cluster.kubeconfig, namespace, "pod-b", election="work"
+        ).start()
         try:
-            wait_for(lambda: (two.state() or {}).get("holder") == "pod-a", 30, "pod-b to see pod-a lead")
+            wait_for(
+                lambda: (two.state() or {}).get("holder") == "pod-a", 30, "pod-b to see pod-a lead"
+            )
             token = one.state()["fencing_token"]
             lead = _run_script(f"http://127.0.0.1:{one.port}/leader")
             assert lead.returncode == 0, lead.stderr
             lines = lead.stdout.splitlines()
             assert len(lines) == 2
-            assert all(f"leading (fencing token {token}): doing the leader-only work" in line for line in lines), lines
+            assert all(
+                f"leading (fencing token {token}): doing the leader-only work" in line
+                for line in lines
+            ), lines
             follow = _run_script(f"http://127.0.0.1:{two.port}/leader")
             assert follow.stdout.splitlines() and all(
                 line.endswith("not the leader: skipping") for line in follow.stdout.splitlines()

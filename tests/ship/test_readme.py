@@ -13,7 +13,11 @@ MAKEFILE = (ROOT / "Makefile").read_text()
 
 
 def test_the_two_commands_for_a_fresh_machine() -> None:
-    block = README.split("## Two commands on a fresh machine", 1)[1].split("```sh", 1)[1].split("```", 1)[0]
+    block = (
+        README.split("## Two commands on a fresh machine", 1)[1]
+        .split("```sh", 1)[1]
+        .split("```", 1)[0]
+    )
     commands = [line.split("#")[0].strip() for line in block.strip().splitlines()]
     assert commands == ["make demo", "make test"]
     assert "demo: binaries\n\t$(PY) -m tests.demo" in MAKEFILE
@@ -24,7 +28,17 @@ def test_every_make_target_it_names_exists() -> None:
     targets = set(re.findall(r"^([a-z][a-z-]*):", MAKEFILE, re.M))
     for line in re.findall(r"make ([a-z][a-z -]*)", README):
         for word in line.split():
-            if word in ("demo", "test", "setup", "test-fast", "lint", "typecheck", "manifests", "bench", "kind-e2e"):
+            if word in (
+                "demo",
+                "test",
+                "setup",
+                "test-fast",
+                "lint",
+                "typecheck",
+                "manifests",
+                "bench",
+                "kind-e2e",
+            ):
                 assert word in targets, word
 
 

@@ -61,7 +61,11 @@ def helm(
     timeout: float = 180,
 ) -> subprocess.CompletedProcess[str]:
     env = dict(os.environ)
-    for var, sub in (("HELM_CACHE_HOME", "cache"), ("HELM_CONFIG_HOME", "config"), ("HELM_DATA_HOME", "data")):
+    for var, sub in (
+        ("HELM_CACHE_HOME", "cache"),
+        ("HELM_CONFIG_HOME", "config"),
+        ("HELM_DATA_HOME", "data"),
+    ):
         env[var] = str(_HELM_HOME / sub)
     env.pop("KUBECONFIG", None)
     argv = [str(helm_binary()), *args]
@@ -69,7 +73,9 @@ def helm(
         argv.append(f"--kubeconfig={kubeconfig}")
     result = subprocess.run(argv, capture_output=True, text=True, timeout=timeout, env=env)
     if check and result.returncode != 0:
-        raise AssertionError(f"{' '.join(argv[:3])} ... failed ({result.returncode}):\n{result.stderr}")
+        raise AssertionError(
+            f"{' '.join(argv[:3])} ... failed ({result.returncode}):\n{result.stderr}"
+        )
     return result
 
 
@@ -89,7 +95,13 @@ def template(
     skip_tests: bool = False,
     check: bool = True,
 ) -> subprocess.CompletedProcess[str]:
-    args = ["template", release, str(CHART), f"--namespace={namespace}", f"--kube-version={KUBE_VERSION}"]
+    args = [
+        "template",
+        release,
+        str(CHART),
+        f"--namespace={namespace}",
+        f"--kube-version={KUBE_VERSION}",
+    ]
     if skip_tests:
         args.append("--skip-tests")
     return helm(*args, *set_args(values), check=check)
@@ -130,7 +142,9 @@ def service_account_kubeconfig(
     cluster: ControlPlane, namespace: str, account: str, path: Path
 ) -> Path:
     """A kubeconfig that authenticates with a fresh token of ``namespace/account``."""
-    token = cluster.kubectl("create", "token", account, "-n", namespace, "--duration=1h").stdout.strip()
+    token = cluster.kubectl(
+        "create", "token", account, "-n", namespace, "--duration=1h"
+    ).stdout.strip()
     config = json.loads(cluster.kubeconfig.read_text())
     config["users"] = [{"name": account, "user": {"token": token}}]
     for ctx in config["contexts"]:
@@ -160,7 +174,9 @@ class LocalInjector:
     127.0.0.1:``port`` where the chart's ``webhook.url`` points.
     """
 
-    def __init__(self, cluster: ControlPlane, namespace: str, deployment: str, port: int, workdir: Path):
+    def __init__(
+        self, cluster: ControlPlane, namespace: str, deployment: str, port: int, workdir: Path
+    ):
         self.cluster = cluster
         self.namespace = namespace
         self.deployment = deployment
@@ -173,7 +189,9 @@ class LocalInjector:
 
     def start(self, timeout: float = 60) -> LocalInjector:
         self.workdir.mkdir(parents=True, exist_ok=True)
-        deploy = kubectl_json(self.cluster, "get", "deployment", self.deployment, "-n", self.namespace)
+        deploy = kubectl_json(
+            self.cluster, "get", "deployment", self.deployment, "-n", self.namespace
+        )
         pod_spec = deploy["spec"]["template"]["spec"]
         self.container = pod_spec["containers"][0]
         volumes = {v["name"]: v for v in pod_spec["volumes"]}
@@ -187,13 +205,19 @@ class LocalInjector:
         key.write_bytes(base64.b64decode(secret["tls.key"]))
         key.chmod(0o600)
         kubeconfig = service_account_kubeconfig(
-            self.cluster, self.namespace, pod_spec["serviceAccountName"], self.workdir / "injector.kubeconfig"
+            self.cluster,
+            self.namespace,
+            pod_spec["serviceAccountName"],
+            self.workdir / "injector.kubeconfig",
         )
         env = {k: v for k, v in os.environ.items() if not k.startswith("GRELMICRO_")}
         for item in self.container.get("env", []):
             if "value" in item:
                 env[item["name"]] = item["value"]
-            elif item.get("valueFrom", {}).get("fieldRef", {}).get("fieldPath") == "metadata.namespace":
+            elif (
+                item.get("valueFrom", {}).get("fieldRef", {}).get("fieldPath")
+                == "metadata.namespace"
+            ):
                 env[item["name"]] = self.namespace
             elif item.get("valueFrom", {}).get("fieldRef", {}).get("fieldPath") == "metadata.name":
                 env[item["name"]] = f"{self.deployment}-local"
@@ -221,7 +245,9 @@ class LocalInjector:
         return self
 
     def _secret(self, name: str) -> dict[str, str] | None:
-        found = self.cluster.kubectl("get", "secret", name, "-n", self.namespace, "-o", "json", check=False)
+        found = self.cluster.kubectl(
+            "get", "secret", name, "-n", self.namespace, "-o", "json", check=False
+        )
         if found.returncode != 0:
             return None
         data = json.loads(found.stdout).get("data") or {}
@@ -251,7 +277,9 @@ class LocalInjector:
         self.stop()
 
 
-def create_pod(cluster: ControlPlane, namespace: str, pod: dict[str, Any]) -> subprocess.CompletedProcess[str]:
+def create_pod(
+    cluster: ControlPlane, namespace: str, pod: dict[str, Any]
+) -> subprocess.CompletedProcess[str]:
     """``kubectl create`` (retrying while the namespace's default ServiceAccount is not there yet)."""
     deadline = time.monotonic() + 30
     while True:
@@ -265,7 +293,9 @@ def create_pod(cluster: ControlPlane, namespace: str, pod: dict[str, Any]) -> su
         time.sleep(0.2)
 
 
-def annotated_pod(name: str, annotations: dict[str, str] | None = None, inject: bool = True) -> dict[str, Any]:
+def annotated_pod(
+    name: str, annotations: dict[str, str] | None = None, inject: bool = True
+) -> dict[str, Any]:
     notes = {"leader-election.grelmicro.io/inject": "true"} if inject else {}
     notes.update(annotations or {})
     return {

@@ -29,7 +29,9 @@ def _console_script() -> Path:
     beside = Path(sys.executable).with_name("grelmicro-sidecar")
     found = beside if beside.exists() else shutil.which("grelmicro-sidecar")
     if found is None:
-        raise RuntimeError("grelmicro-sidecar is not installed here: pip install -e '.[test]' first")
+        raise RuntimeError(
+            "grelmicro-sidecar is not installed here: pip install -e '.[test]' first"
+        )
     return Path(found)
 
 
@@ -53,7 +55,8 @@ class SidecarProcess:
         self.port = free_port()
         self.log_path = workdir / f"{identity}.log"
         self.args = [
-            str(BIN), "run",
+            str(BIN),
+            "run",
             f"--election={election}",
             f"--namespace={namespace}",
             f"--identity={identity}",
@@ -158,7 +161,9 @@ def _parse(stamp: str) -> float:
     return dt.datetime.fromisoformat(stamp.replace("Z", "+00:00")).timestamp()
 
 
-def wait_for(predicate: Callable[[], Any], timeout: float, interval: float = 0.02, what: str = "") -> Any:
+def wait_for(
+    predicate: Callable[[], Any], timeout: float, interval: float = 0.02, what: str = ""
+) -> Any:
     """Poll ``predicate`` until truthy; its value, or AssertionError naming ``what``."""
     deadline = time.monotonic() + timeout
     while True:

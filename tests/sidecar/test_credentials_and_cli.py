@@ -31,8 +31,9 @@ def test_rotated_token_file_is_picked_up(
     new = accounts.token(api, namespace, bound_to_secret="bound-new")
     token_file = tmp_path / "token"
     token_file.write_text(old)
-    kubeconfig = accounts.kubeconfig(tmp_path / "kc", cluster.server, cluster.ca_file,
-                                     {"tokenFile": str(token_file)})
+    kubeconfig = accounts.kubeconfig(
+        tmp_path / "kc", cluster.server, cluster.ca_file, {"tokenFile": str(token_file)}
+    )
     a = spawn("pod-a", kubeconfig=kubeconfig)
     wait_for(a.leads, 20, what="leadership with the first token")
 
@@ -40,32 +41,59 @@ def test_rotated_token_file_is_picked_up(
     staged.write_text(new)
     staged.replace(token_file)
     client.CoreV1Api(api).delete_namespaced_secret("bound-old", namespace)
-    wait_for(lambda: accounts.lease_list_status(cluster, namespace, old) == 401, 10, what="the old token to be rejected")
+    wait_for(
+        lambda: accounts.lease_list_status(cluster, namespace, old) == 401,
+        10,
+        what="the old token to be rejected",
+    )
 
     renewals = len([r for r in a.logs() if r.get("msg") == "leading"])
     time.sleep(4)  # four renew intervals at 1s
     assert a.leads(), a.raw_log()[-2000:]
     assert not any("401" in str(r.get("msg")) for r in a.logs())
-    assert len([r for r in a.logs() if r.get("msg") == "leading"]) == renewals  # no step-down/re-acquire
+    assert (
+        len([r for r in a.logs() if r.get("msg") == "leading"]) == renewals
+    )  # no step-down/re-acquire
 
 
-def test_status_command_lists_managed_leases(spawn: Spawn, cluster: ControlPlane, namespace: str) -> None:
+def test_status_command_lists_managed_leases(
+    spawn: Spawn, cluster: ControlPlane, namespace: str
+) -> None:
     a = spawn("pod-a")
     wait_for(a.leads, 15)
     run = lambda *extra: subprocess.run(  # noqa: E731
-        [str(BIN), "status", f"--namespace={namespace}", f"--kubeconfig={cluster.kubeconfig}", *extra],
-        capture_output=True, text=True, timeout=30,
+        [
+            str(BIN),
+            "status",
+            f"--namespace={namespace}",
+            f"--kubeconfig={cluster.kubeconfig}",
+            *extra,
+        ],
+        capture_output=True,
+        text=True,
+        timeout=30,
     )
     out = run()
     assert out.returncode == 0, out.stderr
     header, row = out.stdout.splitlines()[:2]
-    assert header.split() == ["ELECTION", "LEASE", "HOLDER", "FENCING", "TOKEN", "RENEWED", "EXPIRES", "IN"]
+    assert header.split() == [
+        "ELECTION",
+        "LEASE",
+        "HOLDER",
+        "FENCING",
+        "TOKEN",
+        "RENEWED",
+        "EXPIRES",
+        "IN",
+    ]
     assert row.split()[:4] == ["main", "leader-main", "pod-a", "0"]
     rows = json.loads(run("-o", "json").stdout)
     assert rows[0]["holder"] == "pod-a" and rows[0]["lease"] == "leader-main"
     empty = subprocess.run(
         [str(BIN), "status", "-n", "kube-public", f"--kubeconfig={cluster.kubeconfig}"],
-        capture_output=True, text=True, timeout=30,
+        capture_output=True,
+        text=True,
+        timeout=30,
     )
     assert "No managed leases in namespace kube-public." in empty.stdout
 
@@ -83,8 +111,9 @@ def blackhole() -> Any:
 def test_second_signal_exits_at_once(
     spawn: Spawn, cluster: ControlPlane, tmp_path: Path, blackhole: int
 ) -> None:
-    kubeconfig = accounts.kubeconfig(tmp_path / "kc", f"https://127.0.0.1:{blackhole}", cluster.ca_file,
-                                     {"token": "t"})
+    kubeconfig = accounts.kubeconfig(
+        tmp_path / "kc", f"https://127.0.0.1:{blackhole}", cluster.ca_file, {"token": "t"}
+    )
     a = spawn("pod-a", kubeconfig=kubeconfig)
     wait_for(lambda: a.http("/healthz")[0] == 200, 10, what="the sidecar to serve")
     a.signal(signal.SIGTERM)

@@ -44,7 +44,11 @@ def test_one_candidate_leads_within_a_second_and_all_views_agree(
     assert state is not None
     assert state["is_leader"] is True and state["holder"] == "pod-a" and state["fencing_token"] == 0
     assert (state["election"], state["lease"], state["namespace"], state["identity"]) == (
-        "main", "leader-main", namespace, "pod-a")
+        "main",
+        "leader-main",
+        namespace,
+        "pod-a",
+    )
     status, body = a.http("/leader")
     assert status == 200 and body["is_leader"] is True and body["holder"] == "pod-a"
     status, body = a.http("/status")
@@ -56,7 +60,9 @@ def test_one_candidate_leads_within_a_second_and_all_views_agree(
     table = cluster.kubectl("get", "leases", "-n", namespace).stdout.splitlines()
     assert table[0].split()[:2] == ["NAME", "HOLDER"]
     assert table[1].split()[:2] == ["leader-main", "pod-a"]
-    lease = json.loads(cluster.kubectl("get", "lease", "leader-main", "-n", namespace, "-o", "json").stdout)
+    lease = json.loads(
+        cluster.kubectl("get", "lease", "leader-main", "-n", namespace, "-o", "json").stdout
+    )
     assert lease["metadata"]["labels"]["app.kubernetes.io/managed-by"] == "grelmicro"
     assert lease["spec"]["leaseDurationSeconds"] == 15
 
@@ -127,8 +133,11 @@ def test_api_server_down_leader_steps_down_by_the_deadline_then_recovers(
     cluster.stop_apiserver()
     stopped_at = time.monotonic()
     try:
-        wait_for(lambda: not leader.leads() and leader.http("/leader")[0] == 503, 5,
-                 what="step-down without the API server")
+        wait_for(
+            lambda: not leader.leads() and leader.http("/leader")[0] == 503,
+            5,
+            what="step-down without the API server",
+        )
         stepped = time.monotonic() - stopped_at
         assert stepped <= 2 + 1.0, stepped  # renew deadline 2s, tolerance 1s
         time.sleep(2)
@@ -139,16 +148,23 @@ def test_api_server_down_leader_steps_down_by_the_deadline_then_recovers(
     wait_for(lambda: leaders(procs), 30, what="a leader after the API server came back")
 
 
-def test_cleanup_deletes_only_expired_managed_leases(cluster: ControlPlane, api: Any, namespace: str) -> None:
+def test_cleanup_deletes_only_expired_managed_leases(
+    cluster: ControlPlane, api: Any, namespace: str
+) -> None:
     coord = client.CoordinationV1Api(api)
     now = dt.datetime.now(dt.UTC)
     managed = {"app.kubernetes.io/managed-by": "grelmicro"}
 
     def make(name: str, labels: dict[str, str] | None, renewed: dt.datetime | None) -> None:
-        coord.create_namespaced_lease(namespace, client.V1Lease(
-            metadata=client.V1ObjectMeta(name=name, labels=labels),
-            spec=client.V1LeaseSpec(holder_identity="x", lease_duration_seconds=15, renew_time=renewed),
-        ))
+        coord.create_namespaced_lease(
+            namespace,
+            client.V1Lease(
+                metadata=client.V1ObjectMeta(name=name, labels=labels),
+                spec=client.V1LeaseSpec(
+                    holder_identity="x", lease_duration_seconds=15, renew_time=renewed
+                ),
+            ),
+        )
 
     make("leader-expired", managed, now - dt.timedelta(minutes=10))
     make("leader-live", managed, now)
@@ -156,7 +172,9 @@ def test_cleanup_deletes_only_expired_managed_leases(cluster: ControlPlane, api:
     make("leader-no-times", managed, None)
     out = subprocess.run(
         [str(BIN), "cleanup", f"--namespace={namespace}", f"--kubeconfig={cluster.kubeconfig}"],
-        capture_output=True, text=True, timeout=30,
+        capture_output=True,
+        text=True,
+        timeout=30,
     )
     assert out.returncode == 0, out.stderr
     assert "deleted 1 expired lease(s)" in out.stdout
@@ -171,25 +189,48 @@ def test_cleanup_exits_1_and_says_so_when_a_delete_is_refused(
     coord = client.CoordinationV1Api(api)
     rbac = client.RbacAuthorizationV1Api(api)
     accounts.service_account(api, namespace, "reader")
-    rbac.create_namespaced_role(namespace, client.V1Role(
-        metadata=client.V1ObjectMeta(name="read-leases"),
-        rules=[client.V1PolicyRule(api_groups=["coordination.k8s.io"], resources=["leases"],
-                                   verbs=["get", "list", "watch"])],
-    ))
-    rbac.create_namespaced_role_binding(namespace, client.V1RoleBinding(
-        metadata=client.V1ObjectMeta(name="read-leases"),
-        role_ref=client.V1RoleRef(api_group="rbac.authorization.k8s.io", kind="Role", name="read-leases"),
-        subjects=[client.RbacV1Subject(kind="ServiceAccount", name="reader", namespace=namespace)],
-    ))
+    rbac.create_namespaced_role(
+        namespace,
+        client.V1Role(
+            metadata=client.V1ObjectMeta(name="read-leases"),
+            rules=[
+                client.V1PolicyRule(
+                    api_groups=["coordination.k8s.io"],
+                    resources=["leases"],
+                    verbs=["get", "list", "watch"],
+                )
+            ],
+        ),
+    )
+    rbac.create_namespaced_role_binding(
+        namespace,
+        client.V1RoleBinding(
+            metadata=client.V1ObjectMeta(name="read-leases"),
+            role_ref=client.V1RoleRef(
+                api_group="rbac.authorization.k8s.io", kind="Role", name="read-leases"
+            ),
+            subjects=[
+                client.RbacV1Subject(kind="ServiceAccount", name="reader", namespace=namespace)
+            ],
+        ),
+    )
     config = accounts.kubeconfig(
-        tmp_path / "reader.kubeconfig", cluster.server, cluster.ca_file,
-        {"token": accounts.token(api, namespace, "reader")}, namespace,
+        tmp_path / "reader.kubeconfig",
+        cluster.server,
+        cluster.ca_file,
+        {"token": accounts.token(api, namespace, "reader")},
+        namespace,
     )
     old = dt.datetime.now(dt.UTC) - dt.timedelta(minutes=10)
-    coord.create_namespaced_lease(namespace, client.V1Lease(
-        metadata=client.V1ObjectMeta(name="leader-stale", labels={"app.kubernetes.io/managed-by": "grelmicro"}),
-        spec=client.V1LeaseSpec(holder_identity="x", lease_duration_seconds=15, renew_time=old),
-    ))
+    coord.create_namespaced_lease(
+        namespace,
+        client.V1Lease(
+            metadata=client.V1ObjectMeta(
+                name="leader-stale", labels={"app.kubernetes.io/managed-by": "grelmicro"}
+            ),
+            spec=client.V1LeaseSpec(holder_identity="x", lease_duration_seconds=15, renew_time=old),
+        ),
+    )
     out = subprocess.run(
         [str(BIN), "cleanup", f"--kubeconfig={config}"], capture_output=True, text=True, timeout=30
     )
@@ -214,13 +255,20 @@ def test_sweep_spares_a_lease_renewed_between_list_and_delete(
 
     coord = client.CoordinationV1Api(api)
     old = dt.datetime.now(dt.UTC) - dt.timedelta(minutes=10)
-    coord.create_namespaced_lease(namespace, client.V1Lease(
-        metadata=client.V1ObjectMeta(name="leader-racy", labels={"app.kubernetes.io/managed-by": "grelmicro"}),
-        spec=client.V1LeaseSpec(holder_identity="x", lease_duration_seconds=15, renew_time=old),
-    ))
+    coord.create_namespaced_lease(
+        namespace,
+        client.V1Lease(
+            metadata=client.V1ObjectMeta(
+                name="leader-racy", labels={"app.kubernetes.io/managed-by": "grelmicro"}
+            ),
+            spec=client.V1LeaseSpec(holder_identity="x", lease_duration_seconds=15, renew_time=old),
+        ),
+    )
 
     class RenewAfterList(LeaseStore):
-        async def list(self, label_selector: str = "", field_selector: str = "", timeout: Any = None) -> Any:
+        async def list(
+            self, label_selector: str = "", field_selector: str = "", timeout: Any = None
+        ) -> Any:
             result = await super().list(label_selector, field_selector, timeout)
             lease = coord.read_namespaced_lease("leader-racy", namespace)
             lease.spec.renew_time = dt.datetime.now(dt.UTC)  # a candidate renews right now
@@ -238,8 +286,13 @@ def test_forbidden_is_logged_once_with_the_fix_and_recovers_when_granted(
     spawn: Spawn, cluster: ControlPlane, api: Any, namespace: str, tmp_path: Path
 ) -> None:
     accounts.service_account(api, namespace)
-    kubeconfig = accounts.kubeconfig(tmp_path / "sa.kubeconfig", cluster.server, cluster.ca_file,
-                                     {"token": accounts.token(api, namespace)}, namespace)
+    kubeconfig = accounts.kubeconfig(
+        tmp_path / "sa.kubeconfig",
+        cluster.server,
+        cluster.ca_file,
+        {"token": accounts.token(api, namespace)},
+        namespace,
+    )
     a = spawn("pod-a", kubeconfig=kubeconfig)
     wait_for(lambda: any("forbidden" in m for m in a.messages()), 10, what="a 403 log line")
     time.sleep(3)  # several retries happen meanwhile
@@ -247,7 +300,9 @@ def test_forbidden_is_logged_once_with_the_fix_and_recovers_when_granted(
     assert len(forbidden) == 1, forbidden
     line = forbidden[0]
     assert line["verb"] == "list" and line["resource"] == "leases.coordination.k8s.io"
-    assert "Role" in line["msg"] and "get, list, watch, create, update, patch, delete" in line["msg"]
+    assert (
+        "Role" in line["msg"] and "get, list, watch, create, update, patch, delete" in line["msg"]
+    )
     assert "Traceback" not in a.raw_log()
     assert a.http("/leader")[0] == 503 and a.alive
     accounts.grant_leases(api, namespace)
@@ -258,10 +313,19 @@ def test_forbidden_is_logged_once_with_the_fix_and_recovers_when_granted(
     ("args", "expected"),
     [
         (["run"], "--election is required"),
-        (["run", "--election=main", "--lease-duration=5s"], "lease-duration (5s) must be > renew-deadline"),
-        (["run", "--election=main", "--retry-period=fast"], "--retry-period='fast' is not a duration"),
+        (
+            ["run", "--election=main", "--lease-duration=5s"],
+            "lease-duration (5s) must be > renew-deadline",
+        ),
+        (
+            ["run", "--election=main", "--retry-period=fast"],
+            "--retry-period='fast' is not a duration",
+        ),
         (["run", "--election=main", "--port=99999"], "--port='99999' must be a port number"),
-        (["run", "--election=main", "--kubeconfig=/nonexistent/kc"], "cannot read kubeconfig /nonexistent/kc"),
+        (
+            ["run", "--election=main", "--kubeconfig=/nonexistent/kc"],
+            "cannot read kubeconfig /nonexistent/kc",
+        ),
         (["run", "--election=main", "--bogus"], "unrecognized arguments: --bogus"),
         (["frobnicate"], "invalid choice: 'frobnicate'"),
     ],
@@ -276,12 +340,19 @@ def test_bad_flags_exit_2_with_one_line(args: list[str], expected: str) -> None:
 
 
 def test_bad_kubeconfig_contents_exit_2(tmp_path: Path) -> None:
-    for name, text in [("garbage", "{{{ not yaml: ["), ("list", "- a\n- b\n"),
-                       ("nocontext", "apiVersion: v1\nkind: Config\n")]:
+    for name, text in [
+        ("garbage", "{{{ not yaml: ["),
+        ("list", "- a\n- b\n"),
+        ("nocontext", "apiVersion: v1\nkind: Config\n"),
+    ]:
         path = tmp_path / name
         path.write_text(text)
-        out = subprocess.run([str(BIN), "run", "--election=main", f"--kubeconfig={path}"],
-                             capture_output=True, text=True, timeout=30)
+        out = subprocess.run(
+            [str(BIN), "run", "--election=main", f"--kubeconfig={path}"],
+            capture_output=True,
+            text=True,
+            timeout=30,
+        )
         assert out.returncode == 2, (name, out.stderr)
         assert len(out.stderr.strip().splitlines()) == 1 and str(path) in out.stderr, out.stderr
 
@@ -289,20 +360,39 @@ def test_bad_kubeconfig_contents_exit_2(tmp_path: Path) -> None:
 def test_env_settings_are_validated_too(cluster: ControlPlane) -> None:
     import os
 
-    env = {**os.environ, "GRELMICRO_SIDECAR_ELECTION": "main", "GRELMICRO_SIDECAR_RENEW_DEADLINE": "1h"}
-    out = subprocess.run([str(BIN), "run", f"--kubeconfig={cluster.kubeconfig}"], env=env,
-                         capture_output=True, text=True, timeout=30)
+    env = {
+        **os.environ,
+        "GRELMICRO_SIDECAR_ELECTION": "main",
+        "GRELMICRO_SIDECAR_RENEW_DEADLINE": "1h",
+    }
+    out = subprocess.run(
+        [str(BIN), "run", f"--kubeconfig={cluster.kubeconfig}"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
     assert out.returncode == 2
     assert "renew-deadline" in out.stderr and len(out.stderr.strip().splitlines()) == 1
 
 
-def test_unwritable_state_dir_exits_1_with_a_clear_error(cluster: ControlPlane, tmp_path: Path) -> None:
+def test_unwritable_state_dir_exits_1_with_a_clear_error(
+    cluster: ControlPlane, tmp_path: Path
+) -> None:
     blocker = tmp_path / "not-a-dir"
     blocker.write_text("")
     out = subprocess.run(
-        [str(BIN), "run", "--election=main", f"--kubeconfig={cluster.kubeconfig}",
-         f"--state-dir={blocker}/state", "--port=0"],
-        capture_output=True, text=True, timeout=30,
+        [
+            str(BIN),
+            "run",
+            "--election=main",
+            f"--kubeconfig={cluster.kubeconfig}",
+            f"--state-dir={blocker}/state",
+            "--port=0",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=30,
     )
     assert out.returncode == 1
     assert "state dir" in out.stderr and "emptyDir" in out.stderr and "Traceback" not in out.stderr
@@ -310,10 +400,15 @@ def test_unwritable_state_dir_exits_1_with_a_clear_error(cluster: ControlPlane, 
 
 def test_garbage_lease_is_taken_over_safely(spawn: Spawn, api: Any, namespace: str) -> None:
     coord = client.CoordinationV1Api(api)
-    coord.create_namespaced_lease(namespace, client.V1Lease(
-        metadata=client.V1ObjectMeta(name="leader-main"),
-        spec=client.V1LeaseSpec(holder_identity="ghost", lease_duration_seconds=2**31 - 1, lease_transitions=7),
-    ))
+    coord.create_namespaced_lease(
+        namespace,
+        client.V1Lease(
+            metadata=client.V1ObjectMeta(name="leader-main"),
+            spec=client.V1LeaseSpec(
+                holder_identity="ghost", lease_duration_seconds=2**31 - 1, lease_transitions=7
+            ),
+        ),
+    )
     a = spawn("pod-a")
     started = time.monotonic()
     wait_for(a.leads, 15, what="takeover of the garbage lease")
@@ -327,7 +422,9 @@ def test_garbage_lease_is_taken_over_safely(spawn: Spawn, api: Any, namespace: s
     assert state is not None and state["fencing_token"] == 8
 
 
-def test_hand_edited_holder_makes_the_leader_step_down(spawn: Spawn, api: Any, namespace: str) -> None:
+def test_hand_edited_holder_makes_the_leader_step_down(
+    spawn: Spawn, api: Any, namespace: str
+) -> None:
     a = spawn("pod-a")
     wait_for(a.leads, 15)
     coord = client.CoordinationV1Api(api)
@@ -335,7 +432,9 @@ def test_hand_edited_holder_makes_the_leader_step_down(spawn: Spawn, api: Any, n
     lease.spec.holder_identity = "intruder"
     coord.replace_namespaced_lease("leader-main", namespace, lease)
     edited = time.monotonic()
-    wait_for(lambda: not a.leads() and a.http("/leader")[0] == 503, 2, what="step-down after the edit")
+    wait_for(
+        lambda: not a.leads() and a.http("/leader")[0] == 503, 2, what="step-down after the edit"
+    )
     assert time.monotonic() - edited < 1.0, "the watch delivers the edit at once"
     assert "stepped down" in a.messages()
     # The intruder never renews: pod-a takes the lease back after a lease duration.
@@ -343,7 +442,9 @@ def test_hand_edited_holder_makes_the_leader_step_down(spawn: Spawn, api: Any, n
     assert time.monotonic() - edited >= 2.5
 
 
-def test_lease_deleted_while_leading_no_double_leadership(spawn: Spawn, api: Any, namespace: str) -> None:
+def test_lease_deleted_while_leading_no_double_leadership(
+    spawn: Spawn, api: Any, namespace: str
+) -> None:
     procs = [spawn(f"pod-{i}") for i in range(2)]
     wait_for(lambda: leaders(procs), 15)
     client.CoordinationV1Api(api).delete_namespaced_lease("leader-main", namespace)

@@ -18,12 +18,22 @@ def ca() -> CertificateAuthority:
 
 
 def _kubeconfig(path: Path, cluster: dict[str, object], user: dict[str, object]) -> Path:
-    path.write_text(json.dumps({
-        "apiVersion": "v1", "kind": "Config", "current-context": "c",
-        "clusters": [{"name": "k", "cluster": {"server": "https://127.0.0.1:6443", **cluster}}],
-        "users": [{"name": "u", "user": user}],
-        "contexts": [{"name": "c", "context": {"cluster": "k", "user": "u", "namespace": "team"}}],
-    }))
+    path.write_text(
+        json.dumps(
+            {
+                "apiVersion": "v1",
+                "kind": "Config",
+                "current-context": "c",
+                "clusters": [
+                    {"name": "k", "cluster": {"server": "https://127.0.0.1:6443", **cluster}}
+                ],
+                "users": [{"name": "u", "user": user}],
+                "contexts": [
+                    {"name": "c", "context": {"cluster": "k", "user": "u", "namespace": "team"}}
+                ],
+            }
+        )
+    )
     return path
 
 
@@ -53,17 +63,24 @@ def test_token_file_is_reread_when_it_changes(tmp_path: Path) -> None:
     assert tf.token() == "two", "a missing file mid-swap keeps the last good token"
 
 
-def test_in_cluster_without_a_token_is_a_clear_error(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_in_cluster_without_a_token_is_a_clear_error(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.setenv("KUBERNETES_SERVICE_HOST", "10.0.0.1")
     with pytest.raises(ConfigError, match="automountServiceAccountToken"):
         in_cluster(tmp_path)
 
 
-def test_kubeconfig_with_inline_client_certificate(tmp_path: Path, ca: CertificateAuthority) -> None:
+def test_kubeconfig_with_inline_client_certificate(
+    tmp_path: Path, ca: CertificateAuthority
+) -> None:
     cert, key = ca.issue("dev")
     b64 = lambda b: base64.b64encode(b).decode()  # noqa: E731
-    path = _kubeconfig(tmp_path / "kc", {"certificate-authority-data": b64(ca.cert_pem)},
-                       {"client-certificate-data": b64(cert), "client-key-data": b64(key)})
+    path = _kubeconfig(
+        tmp_path / "kc",
+        {"certificate-authority-data": b64(ca.cert_pem)},
+        {"client-certificate-data": b64(cert), "client-key-data": b64(key)},
+    )
     cfg = from_kubeconfig(path)
     assert cfg.namespace == "team" and cfg.authorization() is None
     assert list(tmp_path.iterdir()) == [path], "no key material is left behind"
@@ -72,7 +89,9 @@ def test_kubeconfig_with_inline_client_certificate(tmp_path: Path, ca: Certifica
 def test_kubeconfig_relative_token_file(tmp_path: Path, ca: CertificateAuthority) -> None:
     (tmp_path / "ca.pem").write_bytes(ca.cert_pem)
     (tmp_path / "tok").write_text("abc")
-    cfg = from_kubeconfig(_kubeconfig(tmp_path / "kc", {"certificate-authority": "ca.pem"}, {"tokenFile": "tok"}))
+    cfg = from_kubeconfig(
+        _kubeconfig(tmp_path / "kc", {"certificate-authority": "ca.pem"}, {"tokenFile": "tok"})
+    )
     assert cfg.authorization() == "Bearer abc"
 
 
@@ -82,7 +101,11 @@ def test_kubeconfig_relative_token_file(tmp_path: Path, ca: CertificateAuthority
         ({"insecure-skip-tls-verify": True}, {"token": "x"}, "always verifies TLS"),
         ({}, {"exec": {"command": "aws"}}, "exec/auth-provider plugin"),
         ({"certificate-authority-data": "!!!"}, {"token": "x"}, "not base64"),
-        ({"certificate-authority": "/nonexistent/ca.pem"}, {"token": "x"}, "cannot load the cluster CA"),
+        (
+            {"certificate-authority": "/nonexistent/ca.pem"},
+            {"token": "x"},
+            "cannot load the cluster CA",
+        ),
     ],
 )
 def test_kubeconfig_problems_are_named(
