@@ -29,6 +29,7 @@ from kubernetes.client.rest import ApiException
 from sidecar.injector.webhookconfig import NAMESPACE_LABEL, ca_bundle_of, webhook_configuration
 from tests.cluster import ControlPlane, free_port
 from tests.cluster.pki import CertificateAuthority
+from tests.metrics import samples
 from tests.sidecar.proc import BIN
 
 EXE = BIN  # the console script of the virtualenv running the tests
@@ -141,13 +142,7 @@ class Injector:
         with urllib.request.urlopen(
             f"http://127.0.0.1:{self.health_port}/metrics", timeout=5
         ) as resp:
-            text = resp.read().decode()
-        out: dict[str, float] = {}
-        for line in text.splitlines():
-            if line and not line.startswith("#"):
-                name, value = line.rsplit(" ", 1)
-                out[name] = float(value)
-        return out
+            return samples(resp.read().decode())
 
     def admissions(self) -> float:
         return sum(
