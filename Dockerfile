@@ -18,7 +18,7 @@ WORKDIR /src
 COPY pyproject.toml README.md ./
 COPY sidecar ./sidecar
 
-# The injector's extra (kopf, aiohttp, cryptography) is installed for the
+# The injector's extra (kopf, aiohttp) is installed for the
 # injector role; `run` never imports it (sidecar/cli.py loads it lazily).
 RUN python -m venv /opt/venv \
     && /opt/venv/bin/pip install --no-cache-dir ".[injector]" \
