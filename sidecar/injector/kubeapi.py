@@ -23,7 +23,6 @@ from ..kube.leases import (
 )
 
 LEASES = "/apis/coordination.k8s.io/v1"
-RBAC = "/apis/rbac.authorization.k8s.io/v1"
 
 
 class ClusterApi:

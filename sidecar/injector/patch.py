@@ -25,7 +25,6 @@ the result of a decision yields no change.
 
 from __future__ import annotations
 
-import copy
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
@@ -77,10 +76,6 @@ class Decision:
     changes: dict[str, Any] = field(default_factory=dict)
     message: str = ""
     settings: PodSettings | None = None
-
-    @property
-    def allowed(self) -> bool:
-        return self.outcome != "denied"
 
     def json_patch(self) -> list[dict[str, Any]]:
         """RFC 6902 ops; ``add`` replaces an existing member, so it fits both cases."""
@@ -288,15 +283,3 @@ def _decide(pod: Mapping[str, Any], spec: SidecarSpec) -> Decision:
     if not changes:
         return Decision("unchanged", settings=settings)
     return Decision("injected" if not present else "completed", changes=changes, settings=settings)
-
-
-def apply(pod: Mapping[str, Any], decision: Decision) -> dict[str, Any]:
-    """The pod after ``decision`` (for tests and for checking idempotency)."""
-    out = copy.deepcopy(dict(pod))
-    for path, value in decision.changes.items():
-        *parents, last = path.strip("/").split("/")
-        node = out
-        for key in parents:
-            node = node.setdefault(key, {})
-        node[last] = copy.deepcopy(value)
-    return out

@@ -227,6 +227,6 @@ class LeaseStore:
         self.http.close()
 
 
-def jittered(seconds: float, rng: random.Random | None = None) -> float:
+def jittered(seconds: float) -> float:
     """``seconds`` ± 20 %, so many sidecars never move in lockstep."""
-    return seconds * (rng or random).uniform(0.8, 1.2)
+    return seconds * random.uniform(0.8, 1.2)

@@ -30,10 +30,8 @@ class StatusServer:
         healthy: Callable[[], bool],
         metrics: Callable[[], str],
         log: Logger,
-        host: str = "",
     ):
         self.port = port
-        self.host = host or None
         self.state = state
         self.healthy = healthy
         self.metrics = metrics
@@ -41,9 +39,8 @@ class StatusServer:
         self.server: asyncio.Server | None = None
 
     async def start(self) -> None:
-        self.server = await asyncio.start_server(
-            self._serve, self.host, self.port, reuse_address=True
-        )
+        # Every interface: the kubelet probes the pod IP, the app uses loopback.
+        self.server = await asyncio.start_server(self._serve, None, self.port, reuse_address=True)
 
     @property
     def bound_port(self) -> int:

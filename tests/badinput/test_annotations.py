@@ -24,8 +24,9 @@ from hypothesis import strategies as st
 from sidecar.cli import build_parser
 from sidecar.durations import parse_duration
 from sidecar.injector.annotations import KNOWN, PREFIX
-from sidecar.injector.patch import CONTAINER_NAME, SidecarSpec, _decide, apply
+from sidecar.injector.patch import CONTAINER_NAME, SidecarSpec, _decide
 from sidecar.settings import SettingsError, run_settings
+from tests.patched import patched
 
 SPEC = SidecarSpec(image="img:1")
 
@@ -120,7 +121,7 @@ def test_what_the_injector_accepts_the_sidecar_accepts(annotations: dict[str, st
     if decision.outcome == "denied":
         return  # tests/injector/test_fuzz.py judges denials
     assert decision.outcome == "injected", decision
-    out = apply(pod, decision)
+    out = patched(pod, decision)
     (container,) = [c for c in out["spec"]["initContainers"] if c["name"] == CONTAINER_NAME]
     with pytest.MonkeyPatch.context() as mp:
         try:

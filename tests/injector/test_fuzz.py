@@ -9,7 +9,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from sidecar.injector.annotations import KNOWN, PREFIX
-from sidecar.injector.patch import CONTAINER_NAME, VOLUME_NAME, SidecarSpec, _decide, apply
+from sidecar.injector.patch import CONTAINER_NAME, VOLUME_NAME, SidecarSpec, _decide
+from tests.patched import patched
 
 SPEC = SidecarSpec(image="img:1")
 
@@ -118,7 +119,7 @@ def test_never_raises_and_always_decides_clearly(pod: dict[str, Any]) -> None:
     if decision.outcome in ("skipped", "unchanged"):
         assert not decision.changes
         return
-    out = apply(pod, decision)
+    out = patched(pod, decision)
     assert jsonpatch.apply_patch(pod, decision.json_patch()) == out
     again = _decide(out, SPEC)
     assert again.outcome == "unchanged", again  # idempotent
@@ -141,5 +142,5 @@ def test_each_bad_value_is_named_with_its_annotation(notes: dict[str, str]) -> N
         assert decision.message.count("annotation") + decision.message.count(PREFIX) >= 1
     else:
         assert decision.outcome == "injected"
-        args = apply(pod, decision)["spec"]["initContainers"][0]["args"]
+        args = patched(pod, decision)["spec"]["initContainers"][0]["args"]
         assert args[0] == "run" and args[1].startswith("--election=")

@@ -5,7 +5,6 @@ from __future__ import annotations
 import copy
 from typing import Any
 
-import jsonpatch
 import pytest
 
 from sidecar.election import Timing
@@ -14,9 +13,9 @@ from sidecar.injector.patch import (
     CONTAINER_NAME,
     VOLUME_NAME,
     SidecarSpec,
-    apply,
     decide,
 )
+from tests.patched import patched
 
 P = "leader-election.grelmicro.io/"
 SPEC = SidecarSpec(image="img:1")
@@ -34,7 +33,7 @@ def test_injects_a_native_sidecar_first_with_everything_spelled_out() -> None:
     p["spec"]["initContainers"] = [{"name": "migrate", "image": "m"}]
     decision = decide(p, SPEC)
     assert decision.outcome == "injected"
-    out = apply(p, decision)
+    out = patched(p, decision)
     inits = out["spec"]["initContainers"]
     assert [c["name"] for c in inits] == [CONTAINER_NAME, "migrate"]
     sc = inits[0]
@@ -55,21 +54,15 @@ def test_injects_a_native_sidecar_first_with_everything_spelled_out() -> None:
     assert "volumeMounts" not in out["spec"]["initContainers"][1]  # regular init containers
 
 
-def test_json_patch_gives_the_same_pod_as_apply() -> None:
-    p = pod(name="x")
-    decision = decide(p, SPEC)
-    assert jsonpatch.apply_patch(p, decision.json_patch()) == apply(p, decision)
-
-
 def test_second_decision_changes_nothing_and_a_late_container_is_completed() -> None:
     p = pod(name="x")
-    once = apply(p, decide(p, SPEC))
+    once = patched(p, decide(p, SPEC))
     assert decide(once, SPEC).outcome == "unchanged"
     once["spec"]["containers"].append({"name": "late", "image": "l"})  # another webhook added it
     again = decide(once, SPEC)
     assert again.outcome == "completed"
     assert set(again.changes) == {"/spec/containers"}
-    twice = apply(once, again)
+    twice = patched(once, again)
     names = [c["name"] for c in twice["spec"]["initContainers"] + twice["spec"]["containers"]]
     assert names.count(CONTAINER_NAME) == 1
     assert any(m["name"] == VOLUME_NAME for m in twice["spec"]["containers"][1]["volumeMounts"])
@@ -78,7 +71,7 @@ def test_second_decision_changes_nothing_and_a_late_container_is_completed() -> 
 def test_app_env_the_pod_already_sets_wins() -> None:
     p = pod(name="x")
     p["spec"]["containers"][0]["env"] = [{"name": "LEADER_ELECTION_URL", "value": "mine"}]
-    out = apply(p, decide(p, SPEC))
+    out = patched(p, decide(p, SPEC))
     env = out["spec"]["containers"][0]["env"]
     assert [e["name"] for e in env] == ["LEADER_ELECTION_URL", "LEADER_ELECTION_STATE_FILE"]
     assert env[0]["value"] == "mine"
@@ -95,7 +88,7 @@ def test_not_asked_is_skipped() -> None:
 
 
 def test_gate_readiness_adds_the_leader_probe() -> None:
-    out = apply(
+    out = patched(
         pod({P + "gate-readiness": "true"}, name="x"),
         decide(pod({P + "gate-readiness": "true"}, name="x"), SPEC),
     )
@@ -105,7 +98,7 @@ def test_gate_readiness_adds_the_leader_probe() -> None:
 def test_injector_defaults_apply_and_annotations_override() -> None:
     spec = SidecarSpec(image="i", timing=Timing(30, 20, 4), cpu_request="5m")
     p = pod({P + "retry-period": "5s"}, name="x")
-    sc = apply(p, decide(p, spec))["spec"]["initContainers"][0]
+    sc = patched(p, decide(p, spec))["spec"]["initContainers"][0]
     assert sc["args"][2:5] == ["--lease-duration=30s", "--renew-deadline=20s", "--retry-period=5s"]
     assert sc["resources"]["requests"]["cpu"] == "5m"
 
@@ -212,7 +205,7 @@ def test_conflicts_are_denied_with_the_fix(change: Any, needle: str) -> None:
 def test_an_existing_sidecar_is_never_duplicated() -> None:
     p = pod(name="x")
     p["spec"]["containers"].append({"name": CONTAINER_NAME, "image": "hand-made"})
-    out = apply(p, decide(p, SPEC))
+    out = patched(p, decide(p, SPEC))
     names = [c["name"] for c in out["spec"].get("initContainers", []) + out["spec"]["containers"]]
     assert names.count(CONTAINER_NAME) == 1
     assert out["spec"]["containers"][1] == {"name": CONTAINER_NAME, "image": "hand-made"}

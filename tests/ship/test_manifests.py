@@ -22,8 +22,9 @@ from typing import Any
 
 import pytest
 
-from sidecar.injector.patch import SidecarSpec, apply, decide
+from sidecar.injector.patch import SidecarSpec, decide
 from tests.cluster import ControlPlane, free_port
+from tests.patched import patched
 from tests.ship.tools import (
     CHART,
     MANIFESTS,
@@ -72,7 +73,7 @@ def test_manual_sidecar_is_exactly_what_the_injector_adds() -> None:
 
     decision = decide(plain, SidecarSpec(image=sidecar["image"]))
     assert decision.outcome == "injected", decision.message
-    assert apply(plain, decision)["spec"] == spec
+    assert patched(plain, decision)["spec"] == spec
     # and the injector leaves the hand-written one alone (it carries no annotation anyway)
     assert (
         decide(
