@@ -96,6 +96,32 @@ class Node:
     def _record(self) -> Path:
         return self.workdir / "node.json"
 
+    # ---- acting on running pods, as a crash or a stall would ------------------
+    def kill_container(self, container_id: str, sig: str = "SIGKILL") -> None:
+        """Signal a container's task through containerd (``containerd://ID`` or ``ID``)."""
+        self.ctr("tasks", "kill", "--signal", sig, container_id.removeprefix("containerd://"))
+
+    def freeze_pod(self, uid: str, frozen: bool = True) -> None:
+        """Freeze (or thaw) every process of a pod at once through its freezer cgroup.
+
+        The whole pod stops as a paused VM or a stalled node would stop it: the
+        app, the sidecar and the sandbox, with their clocks running on.
+        """
+        found = list((CGROUP_ROOT / "freezer" / "kubepods").rglob(f"pod{uid}"))
+        if len(found) != 1:
+            raise RuntimeError(f"expected one freezer cgroup for pod {uid}, found {found}")
+        want = "FROZEN" if frozen else "THAWED"
+        (found[0] / "freezer.state").write_text(want)
+        deadline = time.monotonic() + 10
+        while (found[0] / "freezer.state").read_text().strip() != want:
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"pod {uid} did not become {want}")
+            time.sleep(0.05)
+
+    def pod_volume(self, uid: str, volume: str) -> Path:
+        """Where the kubelet keeps a pod's emptyDir on this machine."""
+        return self.run / "kubelet" / "pods" / uid / "volumes" / "kubernetes.io~empty-dir" / volume
+
     # ---- start -------------------------------------------------------------
     def start(self, timeout: float = 180.0) -> None:
         reason = host.unsupported_reason()

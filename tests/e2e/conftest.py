@@ -27,6 +27,7 @@ from typing import Any
 import pytest
 
 from tests.cluster import binaries
+from tests.cluster.node import Node
 
 ROOT = Path(__file__).resolve().parents[2]
 CHART = ROOT / "charts" / "grelmicro-sidecar"
@@ -38,12 +39,15 @@ RELEASE_NAMESPACE = "grelmicro-system"
 class Cluster:
     kubeconfig: Path
 
+    def command(self, *args: str) -> list[str]:
+        """The kubectl command line for ``args`` against this cluster."""
+        return [str(tool("kubectl", "kubernetes")), f"--kubeconfig={self.kubeconfig}", *args]
+
     def kubectl(
         self, *args: str, check: bool = True, input: str | None = None, timeout: float = 120
     ) -> subprocess.CompletedProcess[str]:
-        kubectl = tool("kubectl", "kubernetes")
         done = subprocess.run(
-            [str(kubectl), f"--kubeconfig={self.kubeconfig}", *args],
+            self.command(*args),
             capture_output=True,
             text=True,
             input=input,
@@ -75,6 +79,23 @@ class Cluster:
         return done
 
 
+# Run inside the product image (it has Python): the process's user and whether / is writable.
+_WHO_AM_I = (
+    "import os\n"
+    "try:\n    open('/.probe', 'w')\n    rootfs = 'writable'\n"
+    "except OSError as err:\n    rootfs = err.strerror\n"
+    "print(os.getuid(), os.getgid(), rootfs, sep=',')"
+)
+
+
+def process_identity(cluster: Cluster, namespace: str, pod: str, container: str) -> list[str]:
+    """[uid, gid, root filesystem] as a process started in that container sees them."""
+    out = cluster.kubectl(
+        "exec", "-n", namespace, pod, "-c", container, "--", "python", "-c", _WHO_AM_I
+    ).stdout
+    return out.strip().split(",")
+
+
 def tool(name: str, component: str) -> Path:
     """On someone else's cluster (``E2E_KUBECONFIG``) the user's own kubectl/helm when on
     PATH; otherwise the ones built here."""
@@ -103,6 +124,16 @@ def e2e(request: pytest.FixtureRequest) -> Cluster:
     node = request.getfixturevalue("node")
     node.load_images(images.product_images())
     return Cluster(node.kubeconfig)
+
+
+@pytest.fixture
+def local_node(e2e: Cluster, request: pytest.FixtureRequest) -> Node:
+    """This machine's node, for tests that act through the runtime (kill a container
+    through containerd, freeze a pod's cgroup); skipped on someone else's cluster."""
+    if os.environ.get("E2E_KUBECONFIG"):
+        pytest.skip("acts on containers through this machine's containerd and cgroups")
+    node: Node = request.getfixturevalue("node")
+    return node
 
 
 @pytest.fixture(scope="session")

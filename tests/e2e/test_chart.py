@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from tests.e2e.conftest import RELEASE_NAMESPACE, Cluster
+from tests.e2e.conftest import RELEASE_NAMESPACE, Cluster, process_identity
 
 
 def _ready(pod: dict[str, Any]) -> bool:
@@ -29,6 +29,9 @@ def test_injector_replicas_ready_behind_the_service_and_helm_test_passes(
         container = pod["spec"]["containers"][0]
         assert pod["spec"]["securityContext"]["runAsUser"] == 65532
         assert container["securityContext"]["readOnlyRootFilesystem"] is True
+        # The image's own user and a read-only root, as the running process sees them.
+        who = process_identity(e2e, RELEASE_NAMESPACE, pod["metadata"]["name"], container["name"])
+        assert who == ["65532", "65532", "Read-only file system"], who
         restarts = pod["status"]["containerStatuses"][0]["restartCount"]
         assert restarts == 0, f"{pod['metadata']['name']} restarted {restarts} times"
     endpoints = e2e.json(

@@ -15,7 +15,8 @@ import time
 from datetime import datetime
 from typing import Any
 
-from tests.e2e.conftest import Cluster, wait_for
+from tests.e2e.conftest import Cluster, process_identity, wait_for
+from tests.e2e.observer import OBSERVER_SCRIPT, Views, handovers, overlaps
 from tests.sidecar.proc import BIN
 
 APP_IMAGE = "curlimages/curl:8.11.1"  # the examples' app image (a Debian stand-in on our node)
@@ -54,11 +55,8 @@ def deployment(
                             "name": "app",
                             "image": APP_IMAGE,
                             "imagePullPolicy": "IfNotPresent",
-                            "command": [
-                                "sh",
-                                "-c",
-                                "trap 'exit 0' TERM; while true; do sleep 1; done",
-                            ],
+                            # Asks its sidecar who leads, five times a second, and logs it.
+                            "command": ["sh", "-c", OBSERVER_SCRIPT],
                             "securityContext": {
                                 "allowPrivilegeEscalation": False,
                                 "readOnlyRootFilesystem": True,
@@ -130,6 +128,8 @@ def test_annotated_deployment_elects_exactly_one_leader_seen_from_the_apps(
     for pod in pods(e2e, ns, "worker"):
         names = [c["name"] for c in pod["spec"].get("initContainers", [])]
         assert names == ["grelmicro-sidecar"], names
+        who = process_identity(e2e, ns, pod["metadata"]["name"], "grelmicro-sidecar")
+        assert who == ["65532", "65532", "Read-only file system"], who
     leader = wait_for(lambda: leaders(e2e, ns, "worker"), 60, "a leader")
     elected = time.monotonic() - started
     assert len(leader) == 1, leader
@@ -169,26 +169,76 @@ def test_deleting_the_leader_pod_releases_and_a_successor_leads(
     _deploy(e2e, ns, "worker")
     old = wait_for(lambda: leaders(e2e, ns, "worker"), 60, "a leader")[0]
     before = lease(e2e, ns)["spec"]
-    deleted_at = time.time()
-    e2e.kubectl("delete", "pod", "-n", ns, old, "--wait=false")
+    with Views(e2e, ns, "worker").recording() as views:
+        wait_for(lambda: old in views.logs, 30, "the leader's app log")
+        deleted_at = time.time()
+        e2e.kubectl("delete", "pod", "-n", ns, old, "--wait=false")
 
-    def successor() -> dict[str, Any] | None:
-        spec = lease(e2e, ns)["spec"]
-        holder = spec.get("holderIdentity")
-        return spec if holder and holder != old else None
+        def successor() -> dict[str, Any] | None:
+            spec = lease(e2e, ns)["spec"]
+            holder = spec.get("holderIdentity")
+            return spec if holder and holder != old else None
 
-    after = wait_for(successor, 60, "a successor in the Lease", interval=0.05)
+        after = wait_for(successor, 60, "a successor in the Lease", interval=0.05)
+        new = after["holderIdentity"]
+        wait_for(
+            lambda: any(a.leads for a in views.since(deleted_at).get(new, [])),
+            30,
+            "the successor's app to be told it leads",
+        )
     acquired = _rfc3339(after["acquireTime"])
     # Released, not expired: the successor took over well before the lease would have run out.
     assert acquired - deleted_at < LEASE_SECONDS, (before, after)
     assert after["leaseTransitions"] > before.get("leaseTransitions", 0)
-    new_state, code = view_from_app(e2e, ns, after["holderIdentity"])
+    seen = views.answers()
+    assert not overlaps(seen), overlaps(seen)
+    moved = [h for h in handovers(seen) if h[0] == old and h[1] == new]
+    assert len(moved) == 1, handovers(seen)
+    new_state, code = view_from_app(e2e, ns, new)
     assert code == "200" and new_state["is_leader"], new_state
     assert new_state["fencing_token"] > 0
     print(
-        f"\n[e2e] delete leader pod -> successor acquired {acquired - deleted_at:.2f}s later",
+        f"\n[e2e] delete leader pod -> successor acquired {acquired - deleted_at:.2f}s later; "
+        f"no app told it leads for {moved[0][2]:.2f}s",
         file=sys.stderr,
     )
     wait_for(
         lambda: len(leaders(e2e, ns, "worker")) == 1, 30, "exactly one leader after the handover"
+    )
+
+
+def test_rollout_restart_completes_with_one_leader_at_a_time(
+    e2e: Cluster, workload_namespace: str
+) -> None:
+    """Default strategy, readiness not gated: every pod is Ready, so the rollout runs through."""
+    ns = workload_namespace
+    _deploy(e2e, ns, "worker")
+    first = wait_for(lambda: leaders(e2e, ns, "worker"), 60, "a leader")[0]
+    old_pods = {p["metadata"]["name"] for p in pods(e2e, ns, "worker")}
+    token_before = lease(e2e, ns)["spec"].get("leaseTransitions", 0)
+    with Views(e2e, ns, "worker").recording() as views:
+        wait_for(lambda: first in views.logs, 30, "the leader's app log")
+        started = time.monotonic()
+        e2e.kubectl("rollout", "restart", "-n", ns, "deployment/worker")
+        e2e.kubectl("rollout", "status", "-n", ns, "deployment/worker", "--timeout=300s")
+        took = time.monotonic() - started
+        leader = wait_for(
+            lambda: [p for p in leaders(e2e, ns, "worker") if p not in old_pods],
+            60,
+            "a leader among the new pods",
+        )
+        time.sleep(1)
+    seen = views.answers()
+    assert not overlaps(seen), overlaps(seen)
+    assert len(leader) == 1, leader
+    moved = handovers(seen)
+    assert moved, "leadership never moved although every pod was replaced"
+    # Each move was a release, not an expiry: no app went without a leader for a lease.
+    assert all(gap < LEASE_SECONDS for _, _, gap in moved), moved
+    assert lease(e2e, ns)["spec"]["leaseTransitions"] > token_before
+    gaps = ", ".join(f"{gap:.2f}s" for _, _, gap in moved)
+    print(
+        f"\n[e2e] rollout restart of 3 pods done in {took:.1f}s; leader moved "
+        f"{len(moved)} time(s), no app told it leads for: {gaps}",
+        file=sys.stderr,
     )

@@ -84,3 +84,67 @@ def test_examples_run_and_gated_readiness_routes_only_to_the_leader(
         "rollout", "status", "-n", ns, "deployment/api", "--timeout=10s", check=False
     )
     assert stalled.returncode != 0, stalled.stdout
+
+
+def _replica_sets(e2e: Cluster, namespace: str) -> dict[str, int]:
+    """{revision: replicas} of the api Deployment's ReplicaSets."""
+    items = e2e.json("get", "replicasets", "-n", namespace, "-l", "app.kubernetes.io/name=api")[
+        "items"
+    ]
+    return {
+        i["metadata"]["annotations"]["deployment.kubernetes.io/revision"]: i["spec"]["replicas"]
+        for i in items
+    }
+
+
+def test_gated_readiness_recreate_rolls_and_the_default_strategy_stalls(
+    e2e: Cluster, workload_namespace: str
+) -> None:
+    """README, "Readiness gating": with ``gate-readiness`` only ``Recreate`` replaces the
+    pods; the default rolling update stalls with the old leader kept as the only Ready pod."""
+    ns = workload_namespace
+    e2e.kubectl(
+        "apply", "-n", ns, "-f", str(ROOT / "manifests" / "examples" / "leader-service.yaml")
+    )
+    wait_for(lambda: gated_leader(e2e, ns), 90, "a Ready leader among the api pods")
+    old = {
+        p["metadata"]["name"]
+        for p in e2e.json("get", "pods", "-n", ns, "-l", "app.kubernetes.io/name=api")["items"]
+    }
+
+    # Recreate (the example's strategy): every pod is replaced and a new one leads, Ready.
+    e2e.kubectl("rollout", "restart", "-n", ns, "deployment/api")
+    renewed, _ = wait_for(
+        lambda: (g := gated_leader(e2e, ns)) is not None and g[0] not in old and g,
+        120,
+        "a new api pod leading and Ready after the Recreate rollout",
+    )
+    current = {
+        p["metadata"]["name"]
+        for p in e2e.json("get", "pods", "-n", ns, "-l", "app.kubernetes.io/name=api")["items"]
+    }
+    assert current.isdisjoint(old), (old, current)
+
+    # The default strategy: the surge pod never becomes Ready, the old leader stays.
+    e2e.kubectl(
+        "patch",
+        "-n",
+        ns,
+        "deployment/api",
+        "--type=merge",
+        "-p",
+        '{"spec":{"strategy":{"type":"RollingUpdate","rollingUpdate":null}}}',
+    )
+    before = _replica_sets(e2e, ns)
+    e2e.kubectl("rollout", "restart", "-n", ns, "deployment/api")
+    wait_for(lambda: len(_replica_sets(e2e, ns)) > len(before), 30, "the new ReplicaSet")
+    stalled = e2e.kubectl(
+        "rollout", "status", "-n", ns, "deployment/api", "--timeout=30s", check=False
+    )
+    assert stalled.returncode != 0, stalled.stdout
+    sets = _replica_sets(e2e, ns)
+    newest = max(sets, key=int)
+    assert sets[newest] == 1, sets  # one surge pod, never Ready: the rollout cannot go on
+    api = e2e.json("get", "pods", "-n", ns, "-l", "app.kubernetes.io/name=api")["items"]
+    assert len(api) == 3, [p["metadata"]["name"] for p in api]
+    assert [p["metadata"]["name"] for p in api if _ready(p)] == [renewed], sets

@@ -1,0 +1,84 @@
+"""A release's whole life on a real node: install, upgrade, test, uninstall, and nothing left.
+
+Its own release in its own namespace (one replica), beside the session's release,
+so the other tests keep their injector. After ``helm uninstall`` every kind the
+API server can list is searched for the release's label: the one object allowed
+to remain is the completed ``helm test`` pod, kept on purpose so ``--logs`` can
+read it (README, Troubleshooting), and it goes with the command README gives.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from tests.e2e.conftest import CHART, Cluster, wait_for
+
+RELEASE = "life"
+NAMESPACE = "grelmicro-life"
+FULLNAME = f"{RELEASE}-grelmicro-sidecar"
+SELECTOR = f"app.kubernetes.io/instance={RELEASE}"
+
+
+def _labelled_anywhere(e2e: Cluster) -> list[str]:
+    kinds = e2e.kubectl("api-resources", "--verbs=list", "-o", "name").stdout.split()
+    found = e2e.json("get", ",".join(kinds), "--all-namespaces", "-l", SELECTOR)["items"]
+    return sorted(
+        f"{o['kind']}/{o['metadata'].get('namespace', '')}/{o['metadata']['name']}" for o in found
+    )
+
+
+def _injector_pods(e2e: Cluster) -> list[dict[str, Any]]:
+    items: list[dict[str, Any]] = e2e.json(
+        "get", "pods", "-n", NAMESPACE, "-l", "app.kubernetes.io/component=injector"
+    )["items"]
+    return items
+
+
+def test_install_upgrade_test_and_uninstall_leave_nothing_behind(
+    e2e: Cluster, release: str
+) -> None:
+    common = [f"--namespace={NAMESPACE}", "--wait", "--timeout=180s"]
+    e2e.helm(
+        "install", RELEASE, str(CHART), "--create-namespace", "--set=injector.replicas=1", *common
+    )
+    try:
+        first = _injector_pods(e2e)
+        secret = e2e.json("get", "secret", "-n", NAMESPACE, f"{FULLNAME}-tls")["data"]
+
+        # Upgrade: new pods roll out with the new value, the TLS stays, the test passes.
+        e2e.helm(
+            "upgrade",
+            RELEASE,
+            str(CHART),
+            "--reuse-values",
+            "--set=injector.logLevel=debug",
+            *common,
+        )
+        e2e.kubectl(
+            "rollout", "status", "-n", NAMESPACE, f"deployment/{FULLNAME}", "--timeout=120s"
+        )
+        wait_for(
+            lambda: {p["metadata"]["name"] for p in _injector_pods(e2e)}.isdisjoint(
+                p["metadata"]["name"] for p in first
+            ),
+            90,
+            "the old injector pod to be replaced",
+        )
+        assert e2e.json("get", "secret", "-n", NAMESPACE, f"{FULLNAME}-tls")["data"] == secret
+        tested = e2e.helm("test", RELEASE, f"--namespace={NAMESPACE}", "--logs", check=False)
+        assert tested.returncode == 0, tested.stdout + tested.stderr
+    finally:
+        e2e.helm("uninstall", RELEASE, f"--namespace={NAMESPACE}", "--wait", "--timeout=120s")
+
+    wait_for(lambda: not _injector_pods(e2e), 90, "the injector pods to be gone from the node")
+    left = wait_for(
+        lambda: (
+            (found := _labelled_anywhere(e2e)) == [f"Pod/{NAMESPACE}/{FULLNAME}-test"] and found
+        ),
+        60,
+        "nothing of the release left but the completed test pod",
+    )
+    assert left
+    e2e.kubectl("delete", "pod", "-n", NAMESPACE, f"{FULLNAME}-test", "--wait=true")
+    assert _labelled_anywhere(e2e) == []
+    e2e.kubectl("delete", "namespace", NAMESPACE, "--wait=true", "--timeout=120s")
