@@ -1,4 +1,4 @@
-"""The sweep of expired managed Leases (SPEC §5 step 3), shared by the sidecar and the injector.
+"""The sweep of expired managed Leases (contract §5 step 3), shared by the sidecar and the injector.
 
 Deletes only what is provably abandoned: labelled ``managed-by: grelmicro``
 (checked again on the object, not only trusted to the label selector), and

@@ -1,6 +1,6 @@
 """``grelmicro-sidecar run|injector|status|cleanup``.
 
-Exit codes (SPEC §7): 0 ok, 2 bad configuration or usage (one line on stderr,
+Exit codes (contract §7): 0 ok, 2 bad configuration or usage (one line on stderr,
 no traceback), 1 runtime failure. ``injector`` imports kopf lazily, so ``run``
 never pays for it.
 """

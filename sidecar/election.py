@@ -46,7 +46,7 @@ MIN_RETRY_PERIOD = 0.1
 
 @dataclass(frozen=True)
 class Timing:
-    """Election timing, in seconds (SPEC §3).
+    """Election timing, in seconds (contract §3).
 
     ``lease_duration``: how long followers wait, after last seeing the Lease
     change, before taking it over. Longer means slower failover after a crash,

@@ -233,7 +233,7 @@ def claim(
 
 
 def vacate(record: LeaseRecord, *, now: dt.datetime) -> dict[str, Any]:
-    """The graceful release of SPEC §2: holder empty, 1 s duration, transitions kept."""
+    """The graceful release of contract §2: holder empty, 1 s duration, transitions kept."""
     obj = _base(record, record.name, str(record.raw.get("metadata", {}).get("namespace", "")))
     spec = obj["spec"]
     spec["holderIdentity"] = ""

@@ -385,7 +385,7 @@ class Sidecar:
 
     # ---- shutdown -----------------------------------------------------------
     async def _shutdown(self) -> int:
-        """SPEC §5: publish not-leader, release, sweep; bounded in time."""
+        """contract §5: publish not-leader, release, sweep; bounded in time."""
         self.election.resign()
         self.publish(force=True)
         self.log.info("published not-leader", lease=self.settings.lease)

@@ -43,7 +43,7 @@ def token(api: Any, namespace: str, sa: str = "elector", bound_to_secret: str | 
 
 
 def grant_leases(api: Any, namespace: str, sa: str = "elector") -> None:
-    """The Role the sidecar needs (SPEC §8) and its binding to ``sa``."""
+    """The Role the sidecar needs (contract §8) and its binding to ``sa``."""
     rbac = client.RbacAuthorizationV1Api(api)
     rbac.create_namespaced_role(
         namespace,

@@ -1,4 +1,4 @@
-"""Reading a pod's ``leader-election.grelmicro.io/*`` annotations (SPEC §6).
+"""Reading a pod's ``leader-election.grelmicro.io/*`` annotations (contract §6).
 
 Guarantees: ``read_settings`` never raises, whatever the pod looks like. It
 returns either the complete, valid settings for the sidecar, or every problem
@@ -56,7 +56,7 @@ _POD_TEMPLATE_HASH = "pod-template-hash"
 class PodSettings:
     """What the injected sidecar runs with, all validated."""
 
-    election: str  # sanitised (SPEC §2): the Lease is ``leader-<election>``
+    election: str  # sanitised (contract §2): the Lease is ``leader-<election>``
     election_source: str  # where the name came from, for logs and docs
     timing: Timing
     state_dir: str
@@ -109,7 +109,7 @@ def _duration(
 
 
 def _timing_problems(timing: Timing, given: dict[str, bool]) -> list[str]:
-    """SPEC §3 rules, each naming where every value came from (annotation or default)."""
+    """contract §3 rules, each naming where every value came from (annotation or default)."""
 
     def origin(setting: str, seconds: float) -> str:
         key = PREFIX + setting

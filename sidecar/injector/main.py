@@ -1,6 +1,6 @@
 """``grelmicro-sidecar injector [flags]``: settings in, exit code out.
 
-Exit codes as for ``run`` (SPEC §7): 0 ok, 2 bad configuration or usage (one
+Exit codes as for ``run`` (contract §7): 0 ok, 2 bad configuration or usage (one
 line on stderr naming the flag, no traceback), 1 runtime failure. kopf is
 imported only once the settings are valid, so ``--help`` and mistakes are fast.
 """

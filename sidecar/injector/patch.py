@@ -1,4 +1,4 @@
-"""The pod mutation: what injecting the sidecar changes in a Pod (SPEC §6, §8).
+"""The pod mutation: what injecting the sidecar changes in a Pod (contract §6, §8).
 
 Pure: a pod (the ``object`` of an AdmissionReview, a dict) and the injector's
 sidecar settings in, a ``Decision`` out. ``decide`` never raises; anything it

@@ -198,7 +198,7 @@ def injector_settings(
     problems = timing.problems()
     if problems:
         raise SettingsError(
-            f"--lease-duration/--renew-deadline/--retry-period: {problems[0]} (SPEC §3)"
+            f"--lease-duration/--renew-deadline/--retry-period: {problems[0]}"
         )
 
     own = src.environ.get("POD_NAMESPACE") or None

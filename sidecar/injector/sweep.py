@@ -1,6 +1,6 @@
 """The operator's periodic, cluster-wide sweep of abandoned Leases.
 
-Deletes a Lease only when all of these hold (SPEC §5's rules, plus one):
+Deletes a Lease only when all of these hold (contract §5's rules, plus one):
 
 - it carries ``app.kubernetes.io/managed-by: grelmicro`` (checked again on the
   object, not only trusted to the label selector);
@@ -42,7 +42,7 @@ async def sweep_cluster(
     now: Callable[[], dt.datetime] = lambda: dt.datetime.now(dt.UTC),
     on_delete: Callable[[str, LeaseRecord], None] | None = None,
 ) -> SweepResult:
-    """SPEC §5's sweep over every namespace, keeping Leases whose holder pod still exists."""
+    """contract §5's sweep over every namespace, keeping Leases whose holder pod still exists."""
 
     async def holder_exists(namespace: str, record: LeaseRecord) -> bool:
         # A released Lease (no holder) has no pod to wait for.

@@ -1,6 +1,6 @@
 """Every flag of ``run``, and its ``GRELMICRO_SIDECAR_*`` env variable, with wrong types and ranges.
 
-SPEC §7: a bad value exits 2 with one line on stderr that names where it came
+contract §7: a bad value exits 2 with one line on stderr that names where it came
 from (the flag, or the env variable) and the rule, and no traceback. An empty
 env variable counts as unset (a Kubernetes manifest often carries ``value: ""``).
 A few cases need a reachable cluster (the value is only wrong at run time).

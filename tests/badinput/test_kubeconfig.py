@@ -1,6 +1,6 @@
 """Bad cluster credentials: kubeconfig files that cannot work, and tokens the API server refuses.
 
-A kubeconfig that cannot be used exits 2 with one line naming the file (SPEC
+A kubeconfig that cannot be used exits 2 with one line naming the file (contract
 §7). A token that is *read* fine but refused (invalid, expired) is a runtime
 condition: the sidecar logs the 401 once with the fix, never leads, stays live
 (``/healthz`` 200, ``/leader`` 503), and recovers when the token file is

@@ -12,7 +12,7 @@ node holds an exclusive lock (``LOCK_FILE``) for as long as its kubelet lives;
 the lock's file descriptor is inherited by the kubelet and containerd, so a
 node left running by ``python -m tests.cluster start --node`` keeps it too.
 
-Settings this machine needs (docs/decisions.md, "Running in pods"): containerd restricts
+Settings this machine needs (docs/contract.md §10): containerd restricts
 ``oom_score_adj`` and the kubelet uses 0 (no CAP_SYS_RESOURCE here); the
 cgroupfs driver on cgroup v1; the API server on the bridge address; NodePorts
 only on the bridge address.

@@ -324,7 +324,7 @@ def test_excluded_namespace_is_never_touched(
 def test_injected_pod_passes_pod_security_restricted(
     api: Any, namespace: str, webhook: Registration
 ) -> None:
-    """SPEC §8: the sidecar must not be what makes a pod fail the 'restricted' profile."""
+    """contract §8: the sidecar must not be what makes a pod fail the 'restricted' profile."""
     core = client.CoreV1Api(api)
     core.patch_namespace(
         namespace, {"metadata": {"labels": {"pod-security.kubernetes.io/enforce": "restricted"}}}

@@ -1,4 +1,4 @@
-"""The injector's periodic sweep against the real API server: only what SPEC §5 allows."""
+"""The injector's periodic sweep against the real API server: only what contract §5 allows."""
 
 from __future__ import annotations
 

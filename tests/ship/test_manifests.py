@@ -100,7 +100,7 @@ def test_example_images_are_pinned_and_the_project_image_matches_the_chart() -> 
 
 @pytest.fixture
 def workload_namespace(cluster: ControlPlane) -> Iterator[str]:
-    """A namespace that enforces Pod Security "restricted", as SPEC §8 asks of the sidecar."""
+    """A namespace that enforces Pod Security "restricted", as contract §8 asks of the sidecar."""
     name = f"w-{uuid.uuid4().hex[:10]}"
     cluster.kubectl("create", "namespace", name)
     cluster.kubectl("label", "namespace", name, "pod-security.kubernetes.io/enforce=restricted")

@@ -97,7 +97,7 @@ class SidecarProcess:
             return status, body.decode()
 
     def leads(self) -> bool:
-        """The state file's claim, with ``valid_until`` honoured as SPEC §4 tells consumers to."""
+        """The state file's claim, with ``valid_until`` honoured as contract §4 tells consumers to."""
         state = self.state()
         if not state or not state.get("is_leader"):
             return False

@@ -1,4 +1,4 @@
-"""Real sidecar processes against the real API server (SPEC §2-5, 7)."""
+"""Real sidecar processes against the real API server (contract §2-5, 7)."""
 
 from __future__ import annotations
 

@@ -101,7 +101,7 @@ app.kubernetes.io/component: injector
 {{- $total }}
 {{- end }}
 
-{{/* SPEC §3, checked before anything reaches the cluster (the injector checks them again at start-up). */}}
+{{/* contract §3, checked before anything reaches the cluster (the injector checks them again at start-up). */}}
 {{- define "grelmicro-sidecar.validate" -}}
 {{- $s := .Values.sidecar }}
 {{- $lease := include "grelmicro-sidecar.millis" $s.leaseDuration | float64 }}
