@@ -25,6 +25,7 @@ binaries: $(STAMP)
 lint: $(STAMP)
 	$(VENV)/bin/ruff check sidecar tests bench
 	$(VENV)/bin/ruff format --check sidecar tests bench
+	$(VENV)/bin/lint-imports
 
 typecheck: $(STAMP)
 	$(VENV)/bin/mypy

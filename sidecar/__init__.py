@@ -1,13 +1,16 @@
 """grelmicro-sidecar: Kubernetes leader election over Lease objects, as a sidecar.
 
-Layout, by role (a path tells what a module may import):
+Layout, by role (a path tells what a module may import; ``make lint`` checks the
+two rules marked * with import-linter, see ``[tool.importlinter]`` in pyproject.toml):
 
-- ``durations``, ``lease``, ``election``: pure logic, no I/O (unit-tested with a fake clock).
-- ``kube``: API access (config, HTTP/1.1 client, the Lease store) behind one small interface.
+- ``durations``, ``lease``, ``election``: pure logic, no I/O (unit-tested with a
+  fake clock). * They import nothing of the layers below, nor h11/kopf/aiohttp/yaml.
+- ``kube``: API access (config, HTTP/1.1 client, the Lease store).
 - ``publish``: what the application sees (state file, HTTP endpoints, metrics).
-- ``runner``, ``shutdown``, ``cleanup``: the process that drives the election.
-- ``cli``, ``settings``, ``logs``: the command line.
-- ``injector``: the admission webhook (kopf); never imported by ``run``.
+- ``runner``, ``cleanup``: the process that drives the election, and the sweep.
+- ``cli``, ``commands``, ``settings``, ``logs``: the command line.
+- ``injector``: the admission webhook. * Only it imports kopf and aiohttp, and
+  only ``cli`` imports it, inside the function that runs ``injector``.
 """
 
 __version__ = "0.1.0"

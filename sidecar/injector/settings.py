@@ -197,9 +197,7 @@ def injector_settings(
     )
     problems = timing.problems()
     if problems:
-        raise SettingsError(
-            f"--lease-duration/--renew-deadline/--retry-period: {problems[0]}"
-        )
+        raise SettingsError(f"--lease-duration/--renew-deadline/--retry-period: {problems[0]}")
 
     own = src.environ.get("POD_NAMESPACE") or None
     raw_excluded = src.raw("excluded-namespaces")
