@@ -50,7 +50,7 @@ import kopf
 from ..kube.config import SERVICE_ACCOUNT_DIR, ConfigError
 from ..kube.config import load as load_config
 from ..kube.leases import ApiError, Forbidden
-from ..logs import LEVELS, Logger
+from ..logs import Logger
 from . import rbac
 from .annotations import INJECT
 from .kubeapi import ClusterApi
@@ -78,29 +78,9 @@ def own_identity() -> Any:
     return os.environ.get("POD_ID") or f"grelmicro-sidecar-injector@{socket.gethostname()}"
 
 
-class _JsonLogs(logging.Handler):
-    """kopf and aiohttp log through ``logging``; this keeps one JSON object per line."""
-
-    def __init__(self, log: Logger):
-        super().__init__()
-        self.log = log
-
-    def emit(self, record: logging.LogRecord) -> None:
-        level = record.levelname.lower()
-        level = level if level in LEVELS else ("error" if record.levelno >= 40 else "info")
-        try:
-            message = record.getMessage()
-        except Exception:  # a bad format string must not kill the injector
-            message = str(record.msg)
-        self.log.log(level, message, logger=record.name)
-
-
 def _configure_logging(log: Logger, level: str) -> None:
-    handler = _JsonLogs(log)
-    root = logging.getLogger()
-    root.handlers[:] = [handler]
     # kopf logs every handler run at INFO: one line per pod creation is noise.
-    root.setLevel(logging.DEBUG if level == "debug" else logging.WARNING)
+    log.capture_libraries("debug" if level == "debug" else "warning")
     logging.getLogger("aiohttp.access").setLevel(logging.WARNING)
 
 
