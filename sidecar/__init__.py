@@ -3,12 +3,14 @@
 Layout, by role (a path tells what a module may import; ``make lint`` checks the
 two rules marked * with import-linter, see ``[tool.importlinter]`` in pyproject.toml):
 
-- ``durations``, ``lease``, ``election``: pure logic, no I/O (unit-tested with a
-  fake clock). * They import nothing of the layers below, nor h11/kopf/aiohttp/yaml.
+- ``defaults``, ``durations``, ``timing``, ``lease``, ``election``: pure logic, no
+  I/O (unit-tested with a fake clock). * They import nothing of the layers below,
+  nor h11/kopf/aiohttp/yaml.
 - ``kube``: API access (config, HTTP/1.1 client, the Lease store).
 - ``publish``: what the application sees (state file, HTTP endpoints, metrics).
 - ``runner``, ``cleanup``: the process that drives the election, and the sweep.
-- ``cli``, ``commands``, ``settings``, ``logs``: the command line.
+- ``cli``, ``commands``, ``options`` (the settings toolkit: flag, env, default,
+  one-line errors), ``settings``, ``logs``: the command line.
 - ``injector``: the admission webhook. * Only it imports kopf and aiohttp, and
   only ``cli`` imports it, inside the function that runs ``injector``.
 """

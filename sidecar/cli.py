@@ -9,23 +9,10 @@ from __future__ import annotations
 
 import argparse
 import sys
-from typing import NoReturn
 
-from . import __version__
-from .settings import DEFAULT_PORT, DEFAULT_STATE_DIR, SettingsError, env_name
-
-PROG = "grelmicro-sidecar"
-
-
-class UsageError(Exception):
-    pass
-
-
-class _Parser(argparse.ArgumentParser):
-    """argparse that reports a usage error as one line, not usage + error."""
-
-    def error(self, message: str) -> NoReturn:
-        raise UsageError(f"{self.prog}: {message} (see --help)")
+from . import __version__, defaults
+from .defaults import PROG
+from .options import SIDECAR_ENV, Parser, SettingsError, env_name
 
 
 def _add_connection(p: argparse.ArgumentParser) -> None:
@@ -43,15 +30,15 @@ def _add_connection(p: argparse.ArgumentParser) -> None:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = _Parser(prog=PROG, description="Kubernetes leader election over Leases, as a sidecar.")
+    parser = Parser(prog=PROG, description="Kubernetes leader election over Leases, as a sidecar.")
     parser.add_argument("--version", action="version", version=f"{PROG} {__version__}")
-    sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
+    sub = parser.add_subparsers(dest="command", required=True, parser_class=Parser)
 
     run = sub.add_parser(
         "run",
         help="take part in an election and publish the result",
         description="Each flag can also be set by env "
-        f"{env_name('<flag>')} (upper case, '-' -> '_').",
+        f"{env_name(SIDECAR_ENV, '<flag>')} (upper case, '-' -> '_').",
     )
     run.add_argument("--election", help="election name; the Lease is leader-<name>")
     run.add_argument(
@@ -65,12 +52,12 @@ def build_parser() -> argparse.ArgumentParser:
     )
     run.add_argument("--retry-period", help="retry interval for failed acquire/renew (default 2s)")
     run.add_argument(
-        "--state-dir", help=f"where state.json is written (default {DEFAULT_STATE_DIR})"
+        "--state-dir", help=f"where state.json is written (default {defaults.STATE_DIR})"
     )
     run.add_argument(
         "--port",
         help=f"HTTP port for /leader, /status, /healthz, /metrics "
-        f"(default {DEFAULT_PORT}; 0 disables)",
+        f"(default {defaults.PORT}; 0 disables)",
     )
     _add_connection(run)
 
@@ -80,9 +67,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     clean = sub.add_parser("cleanup", help="delete expired managed Leases of a namespace, once")
     _add_connection(clean)
-    clean.add_argument(
-        "--margin", default="60s", help="how long past expiry a Lease must be (default 60s)"
-    )
+    clean.add_argument("--margin", help="how long past expiry a Lease must be (default 60s)")
 
     sub.add_parser(
         "injector", help="run the admission webhook that injects the sidecar", add_help=False
@@ -111,7 +96,7 @@ def main(argv: list[str] | None = None) -> int:
             from .commands import cleanup
 
             return cleanup(args)
-    except (UsageError, SettingsError) as err:
+    except SettingsError as err:  # a UsageError too
         print(f"{PROG}: {err}" if not str(err).startswith(PROG) else str(err), file=sys.stderr)
         return 2
     except KeyboardInterrupt:

@@ -6,20 +6,18 @@ import argparse
 import asyncio
 import datetime as dt
 import json
-import os
 import sys
 from typing import Any
 
-from .durations import ACCEPTED_FORM, parse_duration
+from .defaults import PROG, SWEEP_MARGIN
 from .kube.config import ApiConfig, ConfigError, load
 from .kube.leases import ApiError, Forbidden, LeaseStore
 from .lease import LeaseRecord, election_of
-from .logs import LEVELS, Logger
+from .logs import Logger
+from .options import SIDECAR_ENV, Source
 from .publish.statefile import StateDirError
 from .runner import RBAC_FIX, Sidecar, resolve_namespace
-from .settings import SettingsError, run_settings
-
-PROG = "grelmicro-sidecar"
+from .settings import run_settings
 
 
 def _fail(message: str, code: int) -> int:
@@ -27,8 +25,8 @@ def _fail(message: str, code: int) -> int:
     return code
 
 
-def _config(args: argparse.Namespace) -> ApiConfig:
-    return load(args.kubeconfig or os.environ.get("GRELMICRO_SIDECAR_KUBECONFIG"))
+def _config(src: Source) -> ApiConfig:
+    return load(src.raw("kubeconfig") or None)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -56,17 +54,8 @@ async def _run(settings: Any, config: ApiConfig, namespace: str, log: Logger) ->
     return await sidecar.run()
 
 
-def _namespace(args: argparse.Namespace, config: ApiConfig) -> str:
-    return resolve_namespace(
-        args.namespace or os.environ.get("GRELMICRO_SIDECAR_NAMESPACE"), config
-    )
-
-
-def _log_level(args: argparse.Namespace) -> str:
-    level = (args.log_level or "warning").lower()
-    if level not in LEVELS:
-        raise SettingsError(f"--log-level={level!r} must be one of {', '.join(LEVELS)}")
-    return level
+def _namespace(src: Source, config: ApiConfig) -> str:
+    return resolve_namespace(src.namespace(), config)
 
 
 def _ago(when: dt.datetime | None, now: dt.datetime) -> str:
@@ -87,12 +76,13 @@ def _human(seconds: float) -> str:
 
 
 def status(args: argparse.Namespace) -> int:
-    _log_level(args)
+    src = Source(args, SIDECAR_ENV)
+    src.log_level("warning")
     try:
-        config = _config(args)
+        config = _config(src)
     except ConfigError as err:
         return _fail(str(err), 2)
-    namespace = _namespace(args, config)
+    namespace = _namespace(src, config)
     try:
         rows = asyncio.run(_status_rows(config, namespace))
     except Forbidden as err:
@@ -156,16 +146,14 @@ async def _status_rows(config: ApiConfig, namespace: str) -> list[dict[str, Any]
 
 
 def cleanup(args: argparse.Namespace) -> int:
-    level = _log_level(args)
+    src = Source(args, SIDECAR_ENV)
+    level = src.log_level("warning")
+    margin = src.duration("margin", SWEEP_MARGIN)
     try:
-        margin = parse_duration(args.margin)
-    except ValueError:
-        raise SettingsError(f"--margin={args.margin!r} is not {ACCEPTED_FORM}") from None
-    try:
-        config = _config(args)
+        config = _config(src)
     except ConfigError as err:
         return _fail(str(err), 2)
-    namespace = _namespace(args, config)
+    namespace = _namespace(src, config)
     log = Logger("info" if level == "warning" else level, namespace=namespace)
 
     async def go() -> int:

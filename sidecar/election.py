@@ -38,71 +38,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from .lease import MAX_LEASE_DURATION, LeaseRecord, claim
-
-#: A floor on the retry period: below it, an outage turns every candidate into a load generator.
-MIN_RETRY_PERIOD = 0.1
-
-
-@dataclass(frozen=True)
-class Timing:
-    """Election timing, in seconds (contract §3).
-
-    ``lease_duration``: how long followers wait, after last seeing the Lease
-    change, before taking it over. Longer means slower failover after a crash,
-    shorter means more sensitivity to API-server hiccups. Default 15 s, as
-    client-go's core clients.
-
-    ``renew_deadline``: a leader that has not renewed successfully for this
-    long (counted from the start of its last successful renew) stops saying it
-    leads. Must be below ``lease_duration`` so it steps down before anyone may
-    take over. Default 10 s.
-
-    ``retry_period``: how often a failed renew or acquire is retried.
-    Default 2 s.
-
-    The leader renews every ``renew_deadline / 2`` (5 s by default): one write
-    per interval while healthy, and time for retries before the deadline.
-    """
-
-    lease_duration: float = 15.0
-    renew_deadline: float = 10.0
-    retry_period: float = 2.0
-
-    @property
-    def renew_interval(self) -> float:
-        return self.renew_deadline / 2
-
-    def problems(self) -> list[str]:
-        """Each broken rule as a line naming the settings (empty when valid)."""
-        out = []
-        if not self.retry_period >= MIN_RETRY_PERIOD:
-            out.append(
-                f"retry-period must be at least {MIN_RETRY_PERIOD * 1000:g}ms (got "
-                f"{self.retry_period * 1000:g}ms): every candidate retries this often while the API "
-                "server is failing"
-            )
-        if not self.renew_deadline > 1.2 * self.retry_period:
-            out.append(
-                f"renew-deadline ({self.renew_deadline:g}s) must be > 1.2 × retry-period "
-                f"({1.2 * self.retry_period:g}s)"
-            )
-        if not self.lease_duration > self.renew_deadline:
-            out.append(
-                f"lease-duration ({self.lease_duration:g}s) must be > renew-deadline "
-                f"({self.renew_deadline:g}s)"
-            )
-        if self.lease_duration > MAX_LEASE_DURATION:
-            out.append(
-                f"lease-duration ({self.lease_duration:g}s) must be at most {MAX_LEASE_DURATION}s "
-                "(longer Leases are read as garbage by every candidate)"
-            )
-        if self.lease_duration < 1 or self.lease_duration != int(self.lease_duration):
-            out.append(
-                f"lease-duration ({self.lease_duration:g}s) must be a whole number of seconds ≥ 1s "
-                "(Lease leaseDurationSeconds is an integer)"
-            )
-        return out
+from .lease import LeaseRecord, claim
+from .timing import Timing
 
 
 @dataclass(frozen=True)

@@ -18,13 +18,12 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
+from .defaults import MAX_DURATION
+
 MANAGED_BY_LABEL = "app.kubernetes.io/managed-by"
 MANAGED_BY_VALUE = "grelmicro"
 LEASE_PREFIX = "leader-"
 API_VERSION = "coordination.k8s.io/v1"
-
-#: leaseDurationSeconds outside this range are treated as garbage.
-MAX_LEASE_DURATION = 86400
 
 
 def lease_name(election: str) -> str:
@@ -101,11 +100,9 @@ class LeaseRecord:
         if duration is not None and (
             not isinstance(duration, int)
             or isinstance(duration, bool)
-            or not 1 <= duration <= MAX_LEASE_DURATION
+            or not 1 <= duration <= MAX_DURATION
         ):
-            problems.append(
-                f"leaseDurationSeconds {duration!r:.30} is outside 1..{MAX_LEASE_DURATION}"
-            )
+            problems.append(f"leaseDurationSeconds {duration!r:.30} is outside 1..{MAX_DURATION}")
             duration = None
 
         times: dict[str, dt.datetime | None] = {}

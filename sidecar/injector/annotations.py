@@ -18,9 +18,12 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from ..defaults import MAX_DURATION
+from ..defaults import PORT as DEFAULT_PORT
+from ..defaults import STATE_DIR as DEFAULT_STATE_DIR
 from ..durations import ACCEPTED_FORM, format_duration, parse_duration
-from ..election import Timing
-from ..lease import lease_name
+from ..lease import election_of, lease_name
+from ..timing import Timing
 
 PREFIX = "leader-election.grelmicro.io/"
 INJECT = PREFIX + "inject"
@@ -42,11 +45,6 @@ KNOWN = (
     PORT,
     GATE_READINESS,
 )
-
-DEFAULT_STATE_DIR = "/var/run/leader-election"
-DEFAULT_PORT = 4040
-#: Longest duration accepted: a Lease reader treats leaseDurationSeconds above a day as garbage.
-MAX_DURATION = 86400.0
 
 _STATE_DIR = re.compile(r"^(/[A-Za-z0-9._-]+)+$")
 _POD_TEMPLATE_HASH = "pod-template-hash"
@@ -119,22 +117,7 @@ def _timing_problems(timing: Timing, given: dict[str, bool]) -> list[str]:
             f"{setting} {format_duration(seconds)} (the injector's default; set {key} to change it)"
         )
 
-    lease = origin("lease-duration", timing.lease_duration)
-    renew = origin("renew-deadline", timing.renew_deadline)
-    retry = origin("retry-period", timing.retry_period)
-    out = []
-    if not timing.renew_deadline > 1.2 * timing.retry_period:
-        out.append(f"{renew} must be greater than 1.2 × {retry}")
-    if not timing.lease_duration > timing.renew_deadline:
-        out.append(f"{lease} must be greater than {renew}")
-    if timing.lease_duration != int(timing.lease_duration):
-        out.append(
-            f"{lease} must be a whole number of seconds, such as 15s or 1m "
-            "(a Lease's leaseDurationSeconds is an integer)"
-        )
-    if not out:  # anything else the sidecar itself would refuse at start-up
-        out = [f"timing is invalid: {p}" for p in timing.problems()]
-    return out
+    return timing.problems(origin)
 
 
 def default_election(pod: Mapping[str, Any]) -> tuple[str, str] | None:
@@ -178,7 +161,7 @@ def default_election(pod: Mapping[str, Any]) -> tuple[str, str] | None:
             lease = lease_name(value)
         except ValueError:
             continue
-        return lease[len("leader-") :], source
+        return election_of(lease), source
     return None
 
 
@@ -199,7 +182,7 @@ def read_settings(pod: Mapping[str, Any], defaults: Timing) -> PodSettings | lis
     raw_name = notes.get(NAME)
     if raw_name is not None:
         try:
-            election = (lease_name(raw_name)[len("leader-") :], "annotation")
+            election = (election_of(lease_name(raw_name)), "annotation")
         except ValueError:
             election = None
             problems.append(

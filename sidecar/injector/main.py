@@ -13,13 +13,14 @@ import json
 import sys
 from pathlib import Path
 
+from .. import defaults
 from ..kube.config import ConfigError
 from ..kube.config import load as load_config
 from ..logs import Logger
 from .settings import SettingsError, UsageError, check_files, injector_settings, parse_args
 from .webhookconfig import WEBHOOK_PATH, ca_bundle_of, webhook_configuration
 
-PROG = "grelmicro-sidecar injector"
+PROG = f"{defaults.PROG} injector"
 
 
 def _print_webhook_config(args: argparse.Namespace) -> int:

@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from ..durations import format_duration
-from ..election import Timing
+from ..timing import Timing
 from .annotations import (
     PORT,
     STATE_DIR,

@@ -8,38 +8,31 @@ its env variable) and the accepted form; ``main`` turns it into exit code 2.
 from __future__ import annotations
 
 import argparse
-import os
-import re
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import NoReturn
 
-from ..durations import ACCEPTED_FORM, parse_duration
-from ..election import Timing
-from ..logs import LEVELS
+from .. import defaults
+from ..options import (
+    DNS_LABEL,
+    INJECTOR_ENV,
+    Parser,
+    SettingsError,
+    Source,
+    UsageError,
+)
+from ..options import env_name as _env_name
 from .patch import SidecarSpec
 
-ENV_PREFIX = "GRELMICRO_INJECTOR_"
+__all__ = ["InjectorSettings", "SettingsError", "UsageError", "injector_settings", "parse_args"]
+
+ENV_PREFIX = INJECTOR_ENV
 DEFAULT_TLS_DIR = "/etc/grelmicro-sidecar/tls"
 PULL_POLICIES = ("Always", "IfNotPresent", "Never")
 
-_QUANTITY = re.compile(r"^\d+(\.\d+)?(m|k|M|G|T|P|E|Ki|Mi|Gi|Ti|Pi|Ei)?$")
-_DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
-_TRUE = ("true", "1", "yes", "on")
-_FALSE = ("false", "0", "no", "off")
-
-
-class SettingsError(Exception):
-    """A flag or env value is wrong; the message names it and the accepted form."""
-
-
-class UsageError(SettingsError):
-    pass
-
 
 def env_name(flag: str) -> str:
-    return ENV_PREFIX + flag.upper().replace("-", "_")
+    return _env_name(INJECTOR_ENV, flag)
 
 
 @dataclass(frozen=True)
@@ -58,14 +51,9 @@ class InjectorSettings:
     kubeconfig: str | None
 
 
-class _Parser(argparse.ArgumentParser):
-    def error(self, message: str) -> NoReturn:
-        raise UsageError(f"injector: {message} (see --help)")
-
-
 def build_parser() -> argparse.ArgumentParser:
-    p = _Parser(
-        prog="grelmicro-sidecar injector",
+    p = Parser(
+        prog=f"{defaults.PROG} injector",
         description="Admission webhook that injects the leader-election sidecar into pods "
         'annotated leader-election.grelmicro.io/inject: "true". Each flag can also be set '
         f"by env {ENV_PREFIX}<FLAG> (upper case, '-' -> '_'); the flag wins.",
@@ -111,74 +99,14 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
-class _Source:
-    def __init__(self, args: argparse.Namespace, environ: dict[str, str]):
-        self.args = args
-        self.environ = environ
-
-    def raw(self, flag: str) -> str | None:
-        value = getattr(self.args, flag.replace("-", "_"), None)
-        if value is not None:
-            return str(value)
-        return self.environ.get(env_name(flag))
-
-    def where(self, flag: str) -> str:
-        if getattr(self.args, flag.replace("-", "_"), None) is not None:
-            return f"--{flag}"
-        return env_name(flag)
-
-    def fail(self, flag: str, value: str, accepted: str) -> NoReturn:
-        raise SettingsError(f"{self.where(flag)}={value!r} is not valid; expected {accepted}")
-
-    def port(self, flag: str, default: int) -> int:
-        raw = self.raw(flag)
-        if raw is None:
-            return default
-        if not (raw.isascii() and raw.isdigit() and 1 <= int(raw) <= 65535):
-            self.fail(flag, raw, "a port number from 1 to 65535")
-        return int(raw)
-
-    def duration(self, flag: str, default: float, *, zero: bool = False) -> float:
-        raw = self.raw(flag)
-        if raw is None:
-            return default
-        try:
-            value = parse_duration(raw)
-        except ValueError:
-            value = -1.0
-        if raw.strip() == "0" and zero:
-            return 0.0
-        if value < 0 or (value == 0 and not zero):
-            self.fail(flag, raw, ACCEPTED_FORM + (", or 0 to disable" if zero else ""))
-        return value
-
-    def quantity(self, flag: str, default: str) -> str:
-        raw = self.raw(flag)
-        if raw is None:
-            return default
-        if not _QUANTITY.match(raw):
-            self.fail(flag, raw, "a Kubernetes quantity such as 10m, 0.5, 32Mi or 1Gi")
-        return raw
-
-    def boolean(self, flag: str, default: bool) -> bool:
-        raw = self.raw(flag)
-        if raw is None:
-            return default
-        if raw.lower() in _TRUE:
-            return True
-        if raw.lower() in _FALSE:
-            return False
-        self.fail(flag, raw, "true or false")
-
-
 def parse_args(argv: Sequence[str]) -> argparse.Namespace:
     return build_parser().parse_args(list(argv))
 
 
 def injector_settings(
-    args: argparse.Namespace, environ: dict[str, str] | None = None
+    args: argparse.Namespace, environ: Mapping[str, str] | None = None
 ) -> InjectorSettings:
-    src = _Source(args, dict(os.environ) if environ is None else environ)
+    src = Source(args, INJECTOR_ENV, environ)
 
     image = (src.raw("sidecar-image") or "").strip()
     if not image or any(ch.isspace() for ch in image):
@@ -186,18 +114,8 @@ def injector_settings(
             f"--sidecar-image (or {env_name('sidecar-image')}) is required: the image of the "
             "injected sidecar, e.g. --sidecar-image=ghcr.io/example/grelmicro-sidecar:0.1.0"
         )
-    policy = src.raw("sidecar-image-pull-policy") or "IfNotPresent"
-    if policy not in PULL_POLICIES:
-        src.fail("sidecar-image-pull-policy", policy, " or ".join(PULL_POLICIES))
-
-    timing = Timing(
-        lease_duration=src.duration("lease-duration", 15.0),
-        renew_deadline=src.duration("renew-deadline", 10.0),
-        retry_period=src.duration("retry-period", 2.0),
-    )
-    problems = timing.problems()
-    if problems:
-        raise SettingsError(f"--lease-duration/--renew-deadline/--retry-period: {problems[0]}")
+    policy = src.choice("sidecar-image-pull-policy", "IfNotPresent", PULL_POLICIES)
+    timing = src.timing()
 
     own = src.environ.get("POD_NAMESPACE") or None
     raw_excluded = src.raw("excluded-namespaces")
@@ -206,17 +124,14 @@ def injector_settings(
     else:
         excluded = [n.strip() for n in raw_excluded.split(",") if n.strip()]
         for n in excluded:
-            if not _DNS_LABEL.match(n):
+            if not DNS_LABEL.fullmatch(n):
                 src.fail(
                     "excluded-namespaces",
                     raw_excluded,
                     "a comma-separated list of namespace names, e.g. kube-system,ops",
                 )
 
-    level = (src.raw("log-level") or "info").lower()
-    if level not in LEVELS:
-        src.fail("log-level", level, " or ".join(LEVELS))
-
+    level = src.log_level()
     host = src.raw("host") or "0.0.0.0"
     if not host.strip() or any(ch.isspace() for ch in host):
         src.fail("host", host, "an address to listen on, such as 0.0.0.0 or 127.0.0.1")
@@ -236,8 +151,8 @@ def injector_settings(
             timing=timing,
         ),
         excluded_namespaces=tuple(dict.fromkeys(excluded)),
-        sweep_interval=src.duration("sweep-interval", 60.0, zero=True),
-        sweep_margin=src.duration("sweep-margin", 60.0, zero=True),
+        sweep_interval=src.duration("sweep-interval", 60.0, zero_disables=True),
+        sweep_margin=src.duration("sweep-margin", defaults.SWEEP_MARGIN, zero_disables=True),
         auto_rbac=src.boolean("auto-rbac", False),
         log_level=level,
         kubeconfig=src.raw("kubeconfig") or None,

@@ -7,7 +7,6 @@ from typing import Any
 
 import pytest
 
-from sidecar.election import Timing
 from sidecar.injector.annotations import default_election, read_settings
 from sidecar.injector.patch import (
     CONTAINER_NAME,
@@ -15,6 +14,7 @@ from sidecar.injector.patch import (
     SidecarSpec,
     decide,
 )
+from sidecar.timing import Timing
 from tests.patched import patched
 
 P = "leader-election.grelmicro.io/"

@@ -73,12 +73,20 @@ def test_env_sets_each_flag_and_the_flag_wins() -> None:
         (["--port=0"], {}, "--port='0' is not valid; expected a port number"),
         ([], {"GRELMICRO_INJECTOR_HEALTH_PORT": "x"}, "GRELMICRO_INJECTOR_HEALTH_PORT='x'"),
         (["--sidecar-cpu-request=lots"], {}, "a Kubernetes quantity"),
-        (["--sidecar-image-pull-policy=Sometimes"], {}, "Always or IfNotPresent or Never"),
-        (["--lease-duration=5s"], {}, "lease-duration (5s) must be > renew-deadline"),
+        (
+            ["--sidecar-image-pull-policy=Sometimes"],
+            {},
+            "expected one of Always, IfNotPresent, Never",
+        ),
+        (
+            ["--lease-duration=5s"],
+            {},
+            "--lease-duration=5s must be greater than renew-deadline 10s (the default)",
+        ),
         (["--sweep-interval=often"], {}, "or 0 to disable"),
         (["--excluded-namespaces=Kube_System"], {}, "comma-separated list of namespace names"),
         (["--auto-rbac=maybe"], {}, "true or false"),
-        (["--log-level=loud"], {}, "debug or info or warning or error"),
+        (["--log-level=loud"], {}, "expected one of debug, info, warning, error"),
     ],
 )
 def test_bad_values_name_the_flag_and_the_form(

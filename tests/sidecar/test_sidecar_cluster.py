@@ -319,13 +319,16 @@ def test_forbidden_is_logged_once_with_the_fix_and_recovers_when_granted(
         (["run"], "--election is required"),
         (
             ["run", "--election=main", "--lease-duration=5s"],
-            "lease-duration (5s) must be > renew-deadline",
+            "--lease-duration=5s must be greater than renew-deadline 10s (the default)",
         ),
         (
             ["run", "--election=main", "--retry-period=fast"],
-            "--retry-period='fast' is not a duration",
+            "--retry-period='fast' is not valid; expected a duration such as 15s",
         ),
-        (["run", "--election=main", "--port=99999"], "--port='99999' must be a port number"),
+        (
+            ["run", "--election=main", "--port=99999"],
+            "--port='99999' is not valid; expected a port number",
+        ),
         (
             ["run", "--election=main", "--kubeconfig=/nonexistent/kc"],
             "cannot read kubeconfig /nonexistent/kc",

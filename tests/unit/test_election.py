@@ -10,7 +10,8 @@ from typing import Any
 
 import pytest
 
-from sidecar.election import Election, Read, Timing, Wait, Write
+from sidecar.election import Election, Read, Wait, Write
+from sidecar.timing import Timing
 
 T = Timing(lease_duration=15, renew_deadline=10, retry_period=2)
 EPOCH = dt.datetime(2026, 1, 1, tzinfo=dt.UTC)

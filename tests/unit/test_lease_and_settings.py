@@ -164,15 +164,27 @@ def test_settings_from_env_and_flag_wins(monkeypatch: pytest.MonkeyPatch) -> Non
     ("kw", "message"),
     [
         ({}, "--election is required"),
-        ({"election": "main", "lease_duration": "15"}, "--lease-duration='15' is not a duration"),
+        (
+            {"election": "main", "lease_duration": "15"},
+            "--lease-duration='15' is not valid; expected a duration such as 15s",
+        ),
         (
             {"election": "main", "lease_duration": "5s"},
-            "lease-duration (5s) must be > renew-deadline",
+            "--lease-duration=5s must be greater than renew-deadline 10s (the default)",
         ),
-        ({"election": "main", "retry_period": "9s"}, "must be > 1.2 × retry-period"),
-        ({"election": "main", "port": "70000"}, "--port='70000' must be a port number"),
+        (
+            {"election": "main", "retry_period": "9s"},
+            "must be greater than 1.2 × --retry-period=9s",
+        ),
+        (
+            {"election": "main", "port": "70000"},
+            "--port='70000' is not valid; expected a port number from 1 to 65535, or 0 to disable",
+        ),
         ({"election": "main", "port": "http"}, "--port='http'"),
-        ({"election": "main", "log_level": "loud"}, "--log-level='loud' must be one of"),
+        (
+            {"election": "main", "log_level": "loud"},
+            "--log-level='loud' is not valid; expected one of debug, info, warning, error",
+        ),
         ({"election": "---"}, "no letters or digits"),
         (
             {"election": "main", "lease_duration": "15500ms", "renew_deadline": "10s"},
