@@ -18,12 +18,13 @@ from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from .kube.leases import ApiError, Conflict, LeaseStore, NotFound
+from .defaults import SWEEP_MARGIN
+from .kube.errors import ApiError, Conflict, NotFound
+from .kube.leases import LeaseStore
 from .lease import MANAGED_BY_LABEL, MANAGED_BY_VALUE, LeaseRecord
 from .logs import Logger
 
 SELECTOR = f"{MANAGED_BY_LABEL}={MANAGED_BY_VALUE}"
-DEFAULT_SKEW_MARGIN = 60.0
 
 Now = Callable[[], dt.datetime]
 Delete = Callable[[str, str, str], Awaitable[None]]  # (namespace, name, resourceVersion)
@@ -59,7 +60,7 @@ async def sweep_objects(
     delete: Delete,
     log: Logger,
     *,
-    margin: float = DEFAULT_SKEW_MARGIN,
+    margin: float = SWEEP_MARGIN,
     now: Now = _utcnow,
     still_needed: StillNeeded | None = None,
     on_delete: Callable[[str, LeaseRecord], None] | None = None,
@@ -125,7 +126,7 @@ async def sweep(
     store: LeaseStore,
     log: Logger,
     *,
-    margin: float = DEFAULT_SKEW_MARGIN,
+    margin: float = SWEEP_MARGIN,
     now: Now = _utcnow,
     on_delete: Callable[[LeaseRecord], None] | None = None,
 ) -> SweepResult:

@@ -11,12 +11,13 @@ from typing import Any
 
 from .defaults import PROG, SWEEP_MARGIN
 from .kube.config import ApiConfig, ConfigError, load
-from .kube.leases import ApiError, Forbidden, LeaseStore
+from .kube.errors import ApiError, Forbidden
+from .kube.leases import LeaseStore
 from .lease import LeaseRecord, election_of
 from .logs import Logger
 from .options import SIDECAR_ENV, Source
 from .publish.statefile import StateDirError
-from .runner import RBAC_FIX, Sidecar, resolve_namespace
+from .runner import RBAC_FIX, Sidecar, resolve_namespace, store_for
 from .settings import run_settings
 
 
@@ -41,7 +42,8 @@ def run(args: argparse.Namespace) -> int:
 
 
 async def _run(settings: Any, config: ApiConfig, namespace: str, log: Logger) -> int:
-    sidecar = Sidecar(settings, config, namespace, log)
+    store = store_for(settings, config, namespace)
+    sidecar = Sidecar(settings, namespace, store, log, source=config.source)
     try:
         await sidecar.start()
     except StateDirError as err:

@@ -91,12 +91,15 @@ class Election:
     expires_at: float = -math.inf
     leading: bool = False
     renewed_at: float = -math.inf
+    #: Wall time of the claim behind ``renewed_at``: where ``vouched_until`` is anchored.
+    renewed_wall: dt.datetime | None = None
     fencing_token: int | None = None
     not_before: float = -math.inf
     failures: int = 0
     resigned: bool = False
     events: list[Event] = field(default_factory=list)
     _problems_seen: set[str] = field(default_factory=set)
+    _claimed_wall: dt.datetime | None = None
 
     # ---- what the publishers read ---------------------------------------
     def is_leader(self, now: float) -> bool:
@@ -109,6 +112,17 @@ class Election:
     def valid_until(self, now: float) -> float | None:
         """Monotonic instant until which leadership is vouched for (None when not leading)."""
         return self.renewed_at + self.timing.renew_deadline if self.is_leader(now) else None
+
+    def vouched_until(self, now: float) -> dt.datetime | None:
+        """Wall-clock form of ``valid_until`` for the application (contract §4).
+
+        Anchored to the wall time of the claim behind the last successful
+        renew, taken before the write was sent, so it is never later than the
+        monotonic deadline and stays put between renews (no rewrite per step).
+        """
+        if not self.is_leader(now) or self.renewed_wall is None:
+            return None
+        return self.renewed_wall + dt.timedelta(seconds=self.timing.renew_deadline)
 
     @property
     def holder(self) -> str | None:
@@ -147,13 +161,14 @@ class Election:
         return self.expires_at
 
     def _claim(self, purpose: Literal["acquire", "renew"]) -> Write:
+        self._claimed_wall = self.wall()
         body = claim(
             self.record,
             name=self.lease,
             namespace=self.namespace,
             identity=self.identity,
             lease_duration=int(self.timing.lease_duration),
-            now=self.wall(),
+            now=self._claimed_wall,
             acquire=purpose == "acquire",
         )
         return Write(body=body, create=self.record is None, purpose=purpose)
@@ -221,7 +236,13 @@ class Election:
                 self.events.append(
                     Event("leading", "acquired the Lease", fencing_token=self.fencing_token)
                 )
-            self.renewed_at = max(self.renewed_at, started_at)
+            if started_at >= self.renewed_at:
+                self.renewed_at = started_at
+                self.renewed_wall = self._claimed_wall
+
+    def mark_stale(self) -> None:
+        """What we know may be out of date (the watch lost its place): read before acting."""
+        self.stale = True
 
     def on_conflict(self, now: float) -> None:
         """409: someone else wrote first. Re-read at once; the read decides."""

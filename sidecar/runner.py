@@ -1,14 +1,16 @@
-"""The sidecar process: drives the election, the watch, the publishers and shutdown.
+"""The driver: runs the election against a Lease store, publishes what it decides, shuts down.
 
-Three tasks share one event loop:
+It owns no protocol and no schema. The state machine (``election``) decides;
+the store (``kube.leases``) and the watch (``kube.watch``) talk to the API
+server; ``publish`` says what the application sees (``State``). The store and
+the clocks are given to it, so tests drive it in-process on a fake store and
+virtual time (``tests/unit/test_driver.py``). Three tasks share one loop:
 
 - the election loop asks the state machine what to do, does it (read, write,
   or wait for news or a timer), reports back, and publishes;
-- the watch on our own Lease (field selector on its name) feeds every change
-  to the state machine and wakes the loop, so followers learn of a release in
-  milliseconds without polling; it resumes from its last resourceVersion and
-  reconnects with backoff. Losing it never delays a step-down: step-down is a
-  timer, not an event;
+- the watch feeds every change of our Lease to the state machine and wakes
+  the loop, so followers learn of a release in milliseconds without polling.
+  Losing it never delays a step-down: step-down is a timer, not an event;
 - a watchdog republishes at ``valid_until``, so the state file says "not
   leader" on time even if the loop is stuck in a request.
 
@@ -31,24 +33,17 @@ from typing import Any
 from . import cleanup
 from .election import Election, Read, Wait, Write
 from .kube.config import ApiConfig
-from .kube.leases import (
-    ApiError,
-    Conflict,
-    Forbidden,
-    Gone,
-    LeaseStore,
-    NotFound,
-    Unauthorized,
-    jittered,
-)
-from .lease import LeaseRecord, format_microtime, vacate
+from .kube.errors import ApiError, Conflict, Forbidden, NotFound, Unauthorized
+from .kube.leases import LeaseStore
+from .kube.watch import Changed, Deleted, LeaseWatch
+from .lease import LeaseRecord, vacate
 from .logs import Logger
 from .publish.http import StatusServer
 from .publish.metrics import Metrics
+from .publish.state import State
 from .publish.statefile import StateDirError, StateFile
 from .settings import RunSettings
 
-WATCH_SECONDS = 300
 SHUTDOWN_BUDGET = 10.0  # release + sweep, well inside the default 30 s grace period
 RBAC_FIX = (
     "grant the pod's ServiceAccount a Role with get, list, watch, create, update, patch, delete "
@@ -56,28 +51,45 @@ RBAC_FIX = (
 )
 
 
-def monotonic() -> float:
-    return time.monotonic()
+class Clock:
+    """The driver's two clocks: monotonic for every decision, wall for what is written."""
+
+    def monotonic(self) -> float:
+        return time.monotonic()
+
+    def wall(self) -> dt.datetime:
+        return dt.datetime.now(dt.UTC)
 
 
-def wall() -> dt.datetime:
-    return dt.datetime.now(dt.UTC)
+def store_for(settings: RunSettings, config: ApiConfig, namespace: str) -> LeaseStore:
+    """The real Lease store, with requests bounded by the retry period."""
+    return LeaseStore(config, namespace, request_timeout=max(2.0, settings.timing.retry_period * 2))
 
 
 class Sidecar:
-    def __init__(self, settings: RunSettings, config: ApiConfig, namespace: str, log: Logger):
+    """The driver. Its store and clock are given, so tests run it in-process on fakes."""
+
+    def __init__(
+        self,
+        settings: RunSettings,
+        namespace: str,
+        store: LeaseStore,
+        log: Logger,
+        clock: Clock | None = None,
+        source: str = "",
+    ):
         self.settings = settings
         self.namespace = namespace
         self.log = log
-        self.store = LeaseStore(
-            config, namespace, request_timeout=max(2.0, settings.timing.retry_period * 2)
-        )
+        self.store = store
+        self.clock = clock or Clock()
+        self.source = source
         self.election = Election(
             identity=settings.identity,
             lease=settings.lease,
             namespace=namespace,
             timing=settings.timing,
-            wall=wall,
+            wall=self.clock.wall,
             rng=random.Random(),
         )
         self.state_file = StateFile(settings.state_dir)
@@ -86,44 +98,22 @@ class Sidecar:
         self._wake = asyncio.Event()
         self._leading = asyncio.Event()
         self._stop = asyncio.Event()
-        self._watch_rv: str | None = None
-        self._rv_known = asyncio.Event()
+        self.watch = LeaseWatch(
+            self.store, settings.lease, self._watch_failed, lambda: self.log.forget("watch")
+        )
         self._tasks: list[asyncio.Task[Any]] = []
         self._loop_task: asyncio.Task[Any] | None = None
         self._signals = 0
-        self._renew_wall: dt.datetime | None = None
 
     # ---- what the application sees ----------------------------------------
-    def snapshot(self) -> dict[str, Any]:
-        now = monotonic()
-        now_wall = wall()
-        election = self.election
-        leading = election.is_leader(now)
-        record = election.record
-        valid_until = None
-        if election.valid_until(now) is not None and self._renew_wall is not None:
-            # Anchored to the wall time at which the last successful renew
-            # started, so it is stable between renews (no rewrite per step).
-            valid_until = self._renew_wall + dt.timedelta(
-                seconds=self.settings.timing.renew_deadline
-            )
-        return {
-            "election": self.settings.election,
-            "namespace": self.namespace,
-            "lease": self.settings.lease,
-            "identity": self.settings.identity,
-            "is_leader": leading,
-            "holder": record.holder if record is not None else None,
-            "fencing_token": election.fencing_token if leading else None,
-            "acquired_at": _iso(record.acquire_time) if record is not None else None,
-            "renewed_at": _iso(record.renew_time) if record is not None else None,
-            "valid_until": _iso(valid_until),
-            "updated_at": _iso(now_wall),
-        }
+    def snapshot(self) -> State:
+        return State.of(
+            self.election, self.settings.election, self.clock.monotonic(), self.clock.wall()
+        )
 
-    def publish(self, force: bool = False) -> dict[str, Any]:
+    def publish(self, force: bool = False) -> State:
         state = self.snapshot()
-        self.metrics.leader = bool(state["is_leader"])
+        self.metrics.leader = state.is_leader
         if self.election.record is not None:
             self.metrics.lease_transitions = self.election.record.transitions
         try:
@@ -157,7 +147,7 @@ class Sidecar:
             lease=self.settings.lease,
             namespace=self.namespace,
             identity=self.settings.identity,
-            source=self.store.config.source,
+            source=self.source,
             lease_duration=self.settings.timing.lease_duration,
             renew_deadline=self.settings.timing.renew_deadline,
             retry_period=self.settings.timing.retry_period,
@@ -187,13 +177,17 @@ class Sidecar:
             self.publish(force=True)  # synchronous and quick: never leave a "leader" file behind
             os._exit(1)
         self.log.info("shutting down", signal=signal.Signals(sig).name)
+        self.request_stop()
+
+    def request_stop(self) -> None:
+        """Begin the graceful shutdown of contract §5 (what the first SIGTERM does)."""
         self._stop.set()
 
     # ---- the election loop ------------------------------------------------
     async def _election_loop(self) -> None:
         while True:
             self._wake.clear()
-            action = self.election.next_action(monotonic())
+            action = self.election.next_action(self.clock.monotonic())
             self._after_step()
             if isinstance(action, Read):
                 await self._read()
@@ -204,7 +198,7 @@ class Sidecar:
             self._after_step()
 
     def _request_timeout(self) -> float:
-        now = monotonic()
+        now = self.clock.monotonic()
         valid = self.election.valid_until(now)
         timeout = self.store.request_timeout
         if valid is not None:
@@ -219,19 +213,16 @@ class Sidecar:
             )
         except ApiError as err:
             self._api_error(err)
-            self.election.on_error(monotonic(), err.retry_after)
+            self.election.on_error(self.clock.monotonic(), err.retry_after)
             return
         obj = next(
             (i for i in items if (i.get("metadata") or {}).get("name") == self.settings.lease), None
         )
-        self.election.on_read(obj, monotonic())
-        if list_rv:
-            self._watch_rv = list_rv
-            self._rv_known.set()
+        self.election.on_read(obj, self.clock.monotonic())
+        self.watch.resume_from(list_rv)
 
     async def _write(self, action: Write) -> None:
-        started = monotonic()
-        started_wall = wall()
+        started = self.clock.monotonic()
         timeout = self._request_timeout()
         try:
             if action.create:
@@ -239,7 +230,7 @@ class Sidecar:
             else:
                 obj = await self.store.replace(action.body, timeout=timeout)
         except Conflict:
-            self.election.on_conflict(monotonic())
+            self.election.on_conflict(self.clock.monotonic())
             return
         except NotFound as err:
             if action.create:
@@ -252,24 +243,22 @@ class Sidecar:
                 )
                 self.metrics.api_errors["404"] += 1
                 # Not transient: retry at the slowest backoff step from the start.
-                self.election.on_error(monotonic(), retry_after=math.inf)
+                self.election.on_error(self.clock.monotonic(), retry_after=math.inf)
             else:
-                self.election.on_not_found(monotonic())
+                self.election.on_not_found(self.clock.monotonic())
             return
         except ApiError as err:
             self._api_error(err)
-            self.election.on_error(monotonic(), err.retry_after)
+            self.election.on_error(self.clock.monotonic(), err.retry_after)
             return
-        now = monotonic()
+        now = self.clock.monotonic()
         if action.purpose == "renew":
             self.metrics.observe_renew(now - started)
         self.election.on_written(obj, started, now)
-        if self.election.leading and self.election.renewed_at == started:
-            self._renew_wall = started_wall
         self._clear_api_errors()
 
     async def _wait(self, until: float) -> None:
-        timeout = until - monotonic()
+        timeout = until - self.clock.monotonic()
         if timeout <= 0:
             return
         with contextlib.suppress(TimeoutError):
@@ -299,57 +288,36 @@ class Sidecar:
 
     # ---- the watch --------------------------------------------------------
     async def _watch_loop(self) -> None:
-        failures = 0
-        while True:
-            await self._rv_known.wait()
-            rv = self._watch_rv
-            if rv is None:
-                self._rv_known.clear()
-                continue
-            try:
-                async for kind, obj in self.store.watch(
-                    self.settings.lease, rv, int(jittered(WATCH_SECONDS))
-                ):
-                    failures = 0
-                    new_rv = str((obj.get("metadata") or {}).get("resourceVersion", "")) or rv
-                    self._watch_rv = new_rv
-                    if kind == "BOOKMARK":
-                        continue
-                    now = monotonic()
-                    if kind in ("ADDED", "MODIFIED"):
-                        self.election.observe(obj, now)
-                    elif kind == "DELETED":
-                        self.election.observe(None, now)
-                    self._wake.set()
-                self.log.forget("watch")
-            except Gone:
+        async for event in self.watch.events():
+            now = self.clock.monotonic()
+            if isinstance(event, Changed):
+                self.election.observe(event.obj, now)
+            elif isinstance(event, Deleted):
+                self.election.observe(None, now)
+            else:
                 self.log.debug("watch: resourceVersion too old; re-reading the lease")
-                self._watch_rv = None
-                self._rv_known.clear()
-                self.election.stale = True
-                self._wake.set()
-            except ApiError as err:
-                failures += 1
-                self._api_error(err)
-                delay = min(10.0, 0.5 * 2 ** min(failures, 5)) * random.uniform(0.5, 1.0)
-                self.log.once(
-                    "watch",
-                    "warning",
-                    "watch lost; reconnecting with backoff",
-                    error=str(err),
-                    retry_in=round(delay, 2),
-                )
-                await asyncio.sleep(delay)
+                self.election.mark_stale()
+            self._wake.set()
+
+    def _watch_failed(self, err: ApiError, retry_in: float) -> None:
+        self._api_error(err)
+        self.log.once(
+            "watch",
+            "warning",
+            "watch lost; reconnecting with backoff",
+            error=str(err),
+            retry_in=round(retry_in, 2),
+        )
 
     async def _watchdog(self) -> None:
         """Republish exactly when leadership lapses, whatever the election loop is doing."""
         while True:
-            valid = self.election.valid_until(monotonic())
+            valid = self.election.valid_until(self.clock.monotonic())
             if valid is None:
                 self._leading.clear()
                 await self._leading.wait()  # followers sleep here: no periodic wake-ups
                 continue
-            await asyncio.sleep(max(0.0, valid - monotonic()) + 0.001)
+            await asyncio.sleep(max(0.0, valid - self.clock.monotonic()) + 0.001)
             self.publish()
 
     # ---- errors -----------------------------------------------------------
@@ -394,12 +362,15 @@ class Sidecar:
         for task in self._tasks:
             with contextlib.suppress(BaseException):
                 await task
-        deadline = monotonic() + SHUTDOWN_BUDGET
+        deadline = self.clock.monotonic() + SHUTDOWN_BUDGET
         try:
             async with asyncio.timeout(SHUTDOWN_BUDGET):
                 await self._release(deadline)
                 result = await cleanup.sweep(
-                    self.store, self.log, on_delete=lambda _r: self._count_swept()
+                    self.store,
+                    self.log,
+                    now=self.clock.wall,
+                    on_delete=lambda _r: self._count_swept(),
                 )
                 self.log.info("sweep done", deleted=len(result.deleted), kept_live=result.kept_live)
         except TimeoutError:
@@ -420,7 +391,7 @@ class Sidecar:
 
     async def _release(self, deadline: float) -> None:
         for _ in range(3):
-            timeout = max(0.1, deadline - monotonic())
+            timeout = max(0.1, deadline - self.clock.monotonic())
             obj = await self.store.get(self.settings.lease, timeout=timeout)
             if obj is None:
                 return
@@ -429,17 +400,13 @@ class Sidecar:
                 self.log.info("not holding the lease; nothing to release", holder=record.holder)
                 return
             try:
-                await self.store.replace(vacate(record, now=wall()), timeout=timeout)
+                await self.store.replace(vacate(record, now=self.clock.wall()), timeout=timeout)
             except Conflict:
                 continue
             self.log.info(
                 "released lease", lease=self.settings.lease, transitions=record.transitions
             )
             return
-
-
-def _iso(when: dt.datetime | None) -> str | None:
-    return format_microtime(when) if when is not None else None
 
 
 def resolve_namespace(explicit: str | None, config: ApiConfig) -> str:

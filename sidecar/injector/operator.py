@@ -49,7 +49,7 @@ import kopf
 
 from ..kube.config import SERVICE_ACCOUNT_DIR, ConfigError
 from ..kube.config import load as load_config
-from ..kube.leases import ApiError, Forbidden
+from ..kube.errors import ApiError, Forbidden
 from ..logs import Logger
 from . import rbac
 from .annotations import INJECT

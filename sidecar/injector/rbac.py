@@ -13,16 +13,14 @@ Objects are created, never updated or deleted: a Role someone edited is theirs.
 from __future__ import annotations
 
 from typing import Any, Protocol
-from urllib.parse import quote
 
 ROLE_NAME = "grelmicro-sidecar-leases"
 MANAGED_BY = {"app.kubernetes.io/managed-by": "grelmicro-sidecar-injector"}
 VERBS = ["get", "list", "watch", "create", "update", "patch", "delete"]
-RBAC = "/apis/rbac.authorization.k8s.io/v1"
 
 
 class CreateApi(Protocol):
-    async def create(self, path: str, body: dict[str, Any], what: str) -> bool: ...
+    async def create_rbac(self, namespace: str, resource: str, body: dict[str, Any]) -> bool: ...
 
 
 def role(namespace: str) -> dict[str, Any]:
@@ -54,10 +52,9 @@ def role_binding(namespace: str, service_account: str) -> dict[str, Any]:
 
 async def ensure(api: CreateApi, namespace: str, service_account: str) -> int:
     """Create the Role and the RoleBinding when absent; the number created."""
-    base = f"{RBAC}/namespaces/{quote(namespace)}"
     created = 0
-    created += await api.create(f"{base}/roles", role(namespace), "create roles")
-    created += await api.create(
-        f"{base}/rolebindings", role_binding(namespace, service_account), "create rolebindings"
+    created += await api.create_rbac(namespace, "roles", role(namespace))
+    created += await api.create_rbac(
+        namespace, "rolebindings", role_binding(namespace, service_account)
     )
     return created

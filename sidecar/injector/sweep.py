@@ -21,7 +21,8 @@ import datetime as dt
 from collections.abc import Callable
 from typing import Any, Protocol
 
-from ..cleanup import DEFAULT_SKEW_MARGIN, SELECTOR, SweepResult, sweep_objects
+from ..cleanup import SELECTOR, SweepResult, sweep_objects
+from ..defaults import SWEEP_MARGIN
 from ..lease import LeaseRecord
 from ..logs import Logger
 
@@ -38,7 +39,7 @@ async def sweep_cluster(
     api: SweepApi,
     log: Logger,
     *,
-    margin: float = DEFAULT_SKEW_MARGIN,
+    margin: float = SWEEP_MARGIN,
     now: Callable[[], dt.datetime] = lambda: dt.datetime.now(dt.UTC),
     on_delete: Callable[[str, LeaseRecord], None] | None = None,
 ) -> SweepResult:

@@ -18,8 +18,16 @@ from typing import Any
 import h11
 
 from ..logs import Logger
+from .state import State
 
-StateFn = Callable[[], dict[str, Any]]
+StateFn = Callable[[], State]
+
+# Bounds that keep a flood of connections from taking the sidecar down (contract §4):
+# at most this many at once (the idle longest is closed to admit a new one), each
+# request must arrive whole within the deadline, and no request head may exceed 16 KiB.
+MAX_CONNECTIONS = 32
+REQUEST_DEADLINE = 5.0
+MAX_REQUEST_BYTES = 16 * 1024
 
 
 class StatusServer:
@@ -37,6 +45,9 @@ class StatusServer:
         self.metrics = metrics
         self.log = log
         self.server: asyncio.Server | None = None
+        self._open: set[asyncio.StreamWriter] = set()
+        # Connections waiting for a request, oldest first (a dict keeps insertion order).
+        self._idle: dict[asyncio.StreamWriter, None] = {}
 
     async def start(self) -> None:
         # Every interface: the kubelet probes the pod IP, the app uses loopback.
@@ -50,6 +61,8 @@ class StatusServer:
     async def close(self) -> None:
         if self.server is not None:
             self.server.close()
+            for writer in list(self._open):
+                writer.transport.abort()
             with contextlib.suppress(Exception):
                 await asyncio.wait_for(self.server.wait_closed(), 1.0)
 
@@ -67,59 +80,90 @@ class StatusServer:
             )
         if path == "/leader":
             state = self.state()
-            return (200 if state["is_leader"] else 503), "application/json", _json(state)
+            return (200 if state.is_leader else 503), "application/json", _json(state.as_dict())
         if path == "/status":
             state = self.state()
-            return 200, "application/json", _json({**state, "name": state.get("holder")})
+            return 200, "application/json", _json({**state.as_dict(), "name": state.holder})
         if path == "/metrics":
             return 200, "text/plain; version=0.0.4; charset=utf-8", self.metrics().encode()
         return 404, "text/plain", b"not found: try /leader, /status, /healthz or /metrics\n"
 
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        conn = h11.Connection(h11.SERVER)
+        self._admit(writer)
         try:
-            while True:
-                event = conn.next_event()
-                if event is h11.NEED_DATA:
-                    async with asyncio.timeout(30):
-                        data = await reader.read(8192)
-                    conn.receive_data(data)
-                    continue
-                if isinstance(event, h11.Request):
-                    status, ctype, body = self.answer(event.method.decode(), event.target.decode())
-                    headers = [
-                        ("Content-Type", ctype),
-                        ("Content-Length", str(len(body))),
-                        ("Cache-Control", "no-store"),
-                    ]
-                    out = conn.send(h11.Response(status_code=status, headers=headers))
-                    if event.method != b"HEAD":
-                        out += conn.send(h11.Data(data=body))
-                    out += conn.send(h11.EndOfMessage())
-                    writer.write(out)
-                    await writer.drain()
-                    continue
-                if (
-                    isinstance(event, h11.EndOfMessage)
-                    and conn.our_state is h11.DONE
-                    and conn.their_state is h11.DONE
-                ):
-                    conn.start_next_cycle()
-                    continue
-                if isinstance(event, h11.ConnectionClosed) or conn.our_state in (
-                    h11.MUST_CLOSE,
-                    h11.CLOSED,
-                ):
-                    break
+            await self._converse(reader, writer)
         except (h11.RemoteProtocolError, ConnectionError, TimeoutError, OSError):
-            with contextlib.suppress(Exception):
-                if conn.our_state is h11.SEND_RESPONSE:
-                    writer.write(
-                        conn.send(h11.Response(status_code=400, headers=[("Content-Length", "0")]))
-                    )
+            pass
+        except asyncio.CancelledError:
+            # Only our own close() or the loop's shutdown cancels a connection; Python
+            # 3.11's stream callback prints a traceback for a handler that ends cancelled.
+            pass
         finally:
-            with contextlib.suppress(Exception):
-                writer.close()
+            self._open.discard(writer)
+            self._idle.pop(writer, None)
+            writer.close()
+
+    def _admit(self, writer: asyncio.StreamWriter) -> None:
+        """Make room for a new connection by closing the one idle the longest.
+
+        A probe sends its request as soon as it connects, so the connections that sit
+        idle are the ones that are not probes; the newest connection always gets in.
+        """
+        if len(self._open) >= MAX_CONNECTIONS:
+            oldest = next(iter(self._idle), None)
+            victim = oldest if oldest is not None else next(iter(self._open))
+            self._idle.pop(victim, None)
+            self._open.discard(victim)
+            victim.transport.abort()
+        self._open.add(writer)
+
+    async def _converse(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        """Answer requests on one connection, each within ``REQUEST_DEADLINE`` of the last."""
+        conn = h11.Connection(h11.SERVER, max_incomplete_event_size=MAX_REQUEST_BYTES)
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + REQUEST_DEADLINE
+        self._idle[writer] = None
+        while True:
+            try:
+                event = conn.next_event()
+            except h11.RemoteProtocolError as err:
+                if conn.our_state is h11.SEND_RESPONSE:
+                    status = err.error_status_hint
+                    empty = [("Content-Length", "0")]
+                    writer.write(conn.send(h11.Response(status_code=status, headers=empty)))
+                return
+            if event is h11.NEED_DATA:
+                async with asyncio.timeout_at(deadline):
+                    data = await reader.read(8192)
+                conn.receive_data(data)
+            elif isinstance(event, h11.Request):
+                self._idle.pop(writer, None)
+                writer.write(self._respond(conn, event))
+                async with asyncio.timeout(REQUEST_DEADLINE):
+                    await writer.drain()
+            elif isinstance(event, h11.EndOfMessage) and conn.our_state is h11.DONE:
+                if conn.their_state is not h11.DONE:
+                    return
+                conn.start_next_cycle()
+                deadline = loop.time() + REQUEST_DEADLINE
+                self._idle[writer] = None
+            elif isinstance(event, h11.ConnectionClosed) or conn.our_state in (
+                h11.MUST_CLOSE,
+                h11.CLOSED,
+            ):
+                return
+
+    def _respond(self, conn: h11.Connection, request: h11.Request) -> bytes:
+        status, ctype, body = self.answer(request.method.decode(), request.target.decode())
+        headers = [
+            ("Content-Type", ctype),
+            ("Content-Length", str(len(body))),
+            ("Cache-Control", "no-store"),
+        ]
+        out = conn.send(h11.Response(status_code=status, headers=headers))
+        if request.method != b"HEAD":
+            out += conn.send(h11.Data(data=body))
+        return out + conn.send(h11.EndOfMessage())
 
 
 def _json(data: dict[str, Any]) -> bytes:

@@ -13,6 +13,8 @@ import os
 from pathlib import Path
 from typing import Any
 
+from .state import State
+
 STATE_FILE = "state.json"
 
 
@@ -40,12 +42,13 @@ class StateFile:
                 "emptyDir there (fsGroup or matching runAsUser) or pass --state-dir"
             )
 
-    def write(self, state: dict[str, Any], force: bool = False) -> bool:
+    def write(self, state: State, force: bool = False) -> bool:
         """Write ``state`` if it differs from the last write (``updated_at`` aside); True if written."""
-        comparable = {k: v for k, v in state.items() if k != "updated_at"}
+        fields = state.as_dict()
+        comparable = {k: v for k, v in fields.items() if k != "updated_at"}
         if not force and comparable == self._last:
             return False
-        data = (json.dumps(state, indent=2, sort_keys=False) + "\n").encode()
+        data = (json.dumps(fields, indent=2, sort_keys=False) + "\n").encode()
         tmp = self.directory / f".{STATE_FILE}.{os.getpid()}.tmp"
         try:
             fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)

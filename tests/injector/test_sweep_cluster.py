@@ -14,7 +14,7 @@ from kubernetes import client
 
 from sidecar.injector.kubeapi import ClusterApi
 from sidecar.kube.config import from_kubeconfig
-from sidecar.kube.leases import Conflict
+from sidecar.kube.errors import Conflict
 from tests.cluster import ControlPlane
 
 from .conftest import Injector, Tls, plain_pod, wait_for_default_service_account

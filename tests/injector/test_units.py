@@ -23,7 +23,7 @@ from sidecar.injector.webhookconfig import (
     ca_bundle_of,
     webhook_configuration,
 )
-from sidecar.kube.leases import ApiUnavailable, Conflict, NotFound
+from sidecar.kube.errors import ApiUnavailable, Conflict, NotFound
 from sidecar.logs import Logger
 
 from .conftest import EXE

@@ -8,7 +8,8 @@ from typing import Any
 import pytest
 
 from sidecar.kube.config import from_kubeconfig
-from sidecar.kube.leases import Conflict, LeaseStore, NotFound
+from sidecar.kube.errors import Conflict, NotFound
+from sidecar.kube.leases import LeaseStore
 from tests.cluster import ControlPlane
 
 
@@ -19,8 +20,8 @@ def test_requests_reuse_one_keep_alive_connection(cluster: ControlPlane, namespa
         try:
             for _ in range(5):
                 await store.list()
-                assert len(store.http._idle) == 1
-                seen.append(store.http._idle[0])
+                assert len(store.api.http._idle) == 1
+                seen.append(store.api.http._idle[0])
         finally:
             store.close()
         return seen

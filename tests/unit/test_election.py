@@ -314,3 +314,44 @@ def test_wait_forever_after_resign() -> None:
     e = make("a")
     e.resign()
     assert e.next_action(0) == Wait(math.inf)
+
+
+def test_vouched_until_is_anchored_at_the_claim_and_lapses_with_the_deadline() -> None:
+    clock = [0.0]
+    store = Store()
+    e = make("a", clock)
+    while not e.leading:
+        step(e, store, clock[0])
+    assert e.vouched_until(clock[0]) == EPOCH + dt.timedelta(seconds=10)
+    clock[0] = 5.0  # the renew is due: claimed at wall 5 s, sent at monotonic 5 s
+    step(e, store, clock[0])
+    assert e.vouched_until(5.1) == EPOCH + dt.timedelta(seconds=15)
+    # Stable between renews, and gone once the renew deadline passed without one.
+    assert e.vouched_until(9.0) == e.vouched_until(5.1)
+    assert e.vouched_until(15.0) is None
+
+
+def test_a_renew_that_started_before_a_later_one_does_not_move_the_anchor_back() -> None:
+    clock = [0.0]
+    store = Store()
+    e = make("a", clock)
+    while not e.leading:
+        step(e, store, clock[0])
+    clock[0] = 6.0
+    action = e.next_action(6.0)
+    assert isinstance(action, Write)
+    result = store.write(action)
+    assert isinstance(result, dict)
+    e.on_written(result, 6.0, 6.2)
+    anchored = e.vouched_until(6.2)
+    e.on_written(result, 5.5, 6.3)  # an answer to a write sent earlier arrives late
+    assert e.vouched_until(6.3) == anchored == EPOCH + dt.timedelta(seconds=16)
+
+
+def test_mark_stale_makes_the_next_action_a_read() -> None:
+    store = Store()
+    e = make("a")
+    while not e.leading:
+        step(e, store, 0.0)
+    e.mark_stale()
+    assert isinstance(e.next_action(0.1), Read)

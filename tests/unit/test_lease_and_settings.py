@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import datetime as dt
 import json
 from pathlib import Path
@@ -13,6 +14,7 @@ from hypothesis import strategies as st
 
 from sidecar.durations import format_duration, parse_duration
 from sidecar.lease import LeaseRecord, claim, format_microtime, lease_name, vacate
+from sidecar.publish.state import State
 from sidecar.publish.statefile import StateDirError, StateFile
 from sidecar.settings import SettingsError, run_settings
 
@@ -204,9 +206,14 @@ def test_settings_errors_name_the_flag_and_rule(
 def test_state_file_is_replaced_atomically(tmp_path: Path) -> None:
     sf = StateFile(tmp_path / "state")
     sf.check_writable()
-    assert sf.write({"is_leader": False, "updated_at": "a"})
-    assert not sf.write({"is_leader": False, "updated_at": "b"})  # nothing changed but the stamp
-    assert sf.write({"is_leader": True, "updated_at": "c"})
+    follower = State(
+        election="main", namespace="ns", lease="leader-main", identity="pod-0",
+        is_leader=False, holder=None, fencing_token=None, acquired_at=None,
+        renewed_at=None, valid_until=None, updated_at="a",
+    )  # fmt: skip
+    assert sf.write(follower)
+    assert not sf.write(dataclasses.replace(follower, updated_at="b"))  # only the stamp changed
+    assert sf.write(dataclasses.replace(follower, is_leader=True, updated_at="c"))
     assert json.loads((tmp_path / "state" / "state.json").read_text())["is_leader"] is True
     assert [p.name for p in (tmp_path / "state").iterdir()] == ["state.json"]
 

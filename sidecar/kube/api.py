@@ -1,0 +1,112 @@
+"""One way to talk to the API server, for the sidecar and the injector alike.
+
+Every request goes through ``KubeApi``: JSON in and out over one keep-alive
+connection, the credentials of the config (a token file is re-read once after
+a 401: a projected token may just have rotated), a timeout, and answers that
+are not 2xx raised as ``errors`` classes. URL paths are built here, by
+``path``, and nowhere else.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterator
+from typing import Any
+from urllib.parse import quote, urlencode
+
+from .config import ApiConfig, ConfigError
+from .errors import ApiUnavailable, Unauthorized, error_for
+from .http import HttpClient, Unreachable
+
+CORE = "/api/v1"
+COORDINATION = "/apis/coordination.k8s.io/v1"
+RBAC = "/apis/rbac.authorization.k8s.io/v1"
+
+
+def path(
+    group: str, resource: str, namespace: str | None = None, name: str | None = None, **query: str
+) -> str:
+    """``{group}/namespaces/{namespace}/{resource}/{name}?{query}``; all namespaces when None."""
+    out = group + (f"/namespaces/{quote(namespace)}" if namespace is not None else "")
+    out += f"/{resource}" + (f"/{quote(name)}" if name is not None else "")
+    return out + ("?" + urlencode(query) if query else "")
+
+
+def unless_changed(resource_version: str) -> dict[str, Any]:
+    """DeleteOptions that make a delete fail with 409 if the object changed since it was read."""
+    return {
+        "apiVersion": "v1",
+        "kind": "DeleteOptions",
+        "preconditions": {"resourceVersion": resource_version},
+    }
+
+
+class KubeApi:
+    """JSON requests to the API server named by ``config``."""
+
+    def __init__(self, config: ApiConfig, request_timeout: float = 10.0):
+        self.config = config
+        self.request_timeout = request_timeout
+        self.http = HttpClient(config.host, config.port, config.ssl_context if config.tls else None)
+
+    def _headers(self, force_reload: bool = False) -> list[tuple[str, str]]:
+        headers = [("Accept", "application/json")]
+        try:
+            auth = self.config.authorization(force_reload)
+        except ConfigError as err:
+            raise Unauthorized(str(err), status=401) from None
+        if auth:
+            headers.append(("Authorization", auth))
+        return headers
+
+    async def call(
+        self, method: str, url: str, what: str, body: Any = None, timeout: float | None = None
+    ) -> Any:
+        """The decoded answer to ``method url``; ``what`` ("get leases") names it in errors."""
+        verb = what.split(" ", 1)[0]
+        data = json.dumps(body, separators=(",", ":")).encode() if body is not None else None
+        for attempt in (0, 1):
+            headers = self._headers(force_reload=attempt == 1)
+            if data is not None:
+                headers.append(("Content-Type", "application/json"))
+            try:
+                resp = await self.http.request(
+                    method,
+                    self.config.base_path + url,
+                    headers,
+                    data,
+                    timeout=timeout or self.request_timeout,
+                )
+            except Unreachable as err:
+                raise ApiUnavailable(str(err), verb=verb) from None
+            if resp.status == 401 and attempt == 0 and self.config.token_file is not None:
+                continue  # the projected token may just have rotated: re-read it once
+            if resp.status >= 300:
+                raise error_for(resp.status, what, resp.body, resp.headers.get("retry-after"))
+            try:
+                return json.loads(resp.body) if resp.body else None
+            except ValueError:
+                raise ApiUnavailable(f"{what}: the answer is not JSON", verb=verb) from None
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    async def stream(self, url: str, what: str, idle_timeout: float) -> AsyncIterator[Any]:
+        """Each JSON line of a streamed answer (a watch); lines that are not JSON are skipped."""
+        verb = what.split(" ", 1)[0]
+        try:
+            async for status, line in self.http.stream_lines(
+                self.config.base_path + url,
+                self._headers(),
+                connect_timeout=self.request_timeout,
+                idle_timeout=idle_timeout,
+            ):
+                if status >= 300:
+                    raise error_for(status, what, line)
+                try:
+                    yield json.loads(line)
+                except ValueError:
+                    continue
+        except Unreachable as err:
+            raise ApiUnavailable(str(err), verb=verb) from None
+
+    def close(self) -> None:
+        self.http.close()

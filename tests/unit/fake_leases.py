@@ -1,0 +1,145 @@
+"""An in-memory, optimistic Lease store with the ``LeaseStore`` interface, for the driver in-process.
+
+Behaves like the API server where the driver can tell: resourceVersions go up
+with every write (and are checked on replace and on preconditioned delete,
+409 otherwise), a create of an existing Lease is a 409, a replace of a missing
+one a 404, a watch replays what happened after the version it starts from and
+ends after its timeout, and a version older than the compaction point is 410.
+``down = True`` makes every call fail as an unreachable server would.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import copy
+from collections.abc import AsyncIterator
+from typing import Any
+
+from sidecar.kube.errors import ApiUnavailable, Conflict, Gone, NotFound
+
+
+class FakeLeases:
+    def __init__(self, namespace: str = "ns") -> None:
+        self.namespace = namespace
+        self.request_timeout = 2.0
+        self.objects: dict[str, dict[str, Any]] = {}
+        self.history: list[tuple[int, str, dict[str, Any]]] = []  # (rv, type, object)
+        self.rv = 100
+        self.compacted = 0  # watches from a version below this get 410
+        self.down = False
+        self.writes: list[tuple[str, str]] = []  # (verb, holderIdentity)
+        self.lists = 0
+        self._generation = 0
+        self._changed = asyncio.Condition()
+
+    # ---- the LeaseStore interface -----------------------------------------
+    def _check(self, verb: str) -> None:
+        if self.down:
+            raise ApiUnavailable(f"{verb} leases: cannot connect", verb=verb)
+
+    async def _record(self, kind: str, obj: dict[str, Any]) -> None:
+        self.history.append((self.rv, kind, copy.deepcopy(obj)))
+        async with self._changed:
+            self._changed.notify_all()
+
+    def _stamp(self, body: dict[str, Any]) -> dict[str, Any]:
+        self.rv += 1
+        obj = copy.deepcopy(body)
+        obj["metadata"]["resourceVersion"] = str(self.rv)
+        obj["metadata"].setdefault("namespace", self.namespace)
+        return obj
+
+    async def get(self, name: str, timeout: float | None = None) -> dict[str, Any] | None:
+        self._check("get")
+        obj = self.objects.get(name)
+        return copy.deepcopy(obj) if obj is not None else None
+
+    async def list(
+        self, label_selector: str = "", field_selector: str = "", timeout: float | None = None
+    ) -> tuple[list[dict[str, Any]], str]:
+        self._check("list")
+        self.lists += 1
+        items = list(self.objects.values())
+        if field_selector.startswith("metadata.name="):
+            items = [o for o in items if o["metadata"]["name"] == field_selector.split("=", 1)[1]]
+        if label_selector:
+            key, value = label_selector.split("=", 1)
+            items = [o for o in items if (o["metadata"].get("labels") or {}).get(key) == value]
+        return copy.deepcopy(items), str(self.rv)
+
+    async def create(self, body: dict[str, Any], timeout: float | None = None) -> dict[str, Any]:
+        self._check("create")
+        name = body["metadata"]["name"]
+        if name in self.objects:
+            raise Conflict("create leases: HTTP 409", status=409, verb="create")
+        obj = self._stamp(body)
+        self.objects[name] = obj
+        self.writes.append(("create", obj["spec"].get("holderIdentity", "")))
+        await self._record("ADDED", obj)
+        return copy.deepcopy(obj)
+
+    async def replace(self, body: dict[str, Any], timeout: float | None = None) -> dict[str, Any]:
+        self._check("update")
+        name = body["metadata"]["name"]
+        current = self.objects.get(name)
+        if current is None:
+            raise NotFound("update leases: HTTP 404", status=404, verb="update")
+        if body["metadata"].get("resourceVersion") != current["metadata"]["resourceVersion"]:
+            raise Conflict("update leases: HTTP 409", status=409, verb="update")
+        obj = self._stamp(body)
+        self.objects[name] = obj
+        self.writes.append(("update", obj["spec"].get("holderIdentity", "")))
+        await self._record("MODIFIED", obj)
+        return copy.deepcopy(obj)
+
+    async def delete(self, name: str, resource_version: str, timeout: float | None = None) -> None:
+        self._check("delete")
+        current = self.objects.get(name)
+        if current is None:
+            raise NotFound("delete leases: HTTP 404", status=404, verb="delete")
+        if current["metadata"]["resourceVersion"] != resource_version:
+            raise Conflict("delete leases: HTTP 409", status=409, verb="delete")
+        del self.objects[name]
+        self.rv += 1
+        await self._record("DELETED", current)
+
+    async def watch(
+        self, name: str, resource_version: str, timeout_seconds: int
+    ) -> AsyncIterator[tuple[str, dict[str, Any]]]:
+        self._check("watch")
+        since = int(resource_version)
+        if since < self.compacted:
+            raise Gone("watch leases: HTTP 410", status=410, verb="watch")
+        deadline = asyncio.get_running_loop().time() + timeout_seconds
+        generation = self._generation
+        while True:
+            for rv, kind, obj in list(self.history):
+                if rv > since and obj["metadata"]["name"] == name:
+                    since = rv
+                    yield kind, copy.deepcopy(obj)
+            left = deadline - asyncio.get_running_loop().time()
+            if left <= 0 or self.down or generation != self._generation:
+                return
+            async with self._changed:
+                try:
+                    await asyncio.wait_for(self._changed.wait(), left)
+                except TimeoutError:
+                    return
+
+    def close(self) -> None:
+        pass
+
+    # ---- for tests ----------------------------------------------------------
+    async def compact(self) -> None:
+        """Forget history (as etcd compaction does): open watches end, and resuming from any
+        version seen so far is 410 Gone."""
+        self.rv += 1  # reads from now on see a version at the compaction point
+        self.compacted = self.rv
+        self.history.clear()
+        self._generation += 1
+        async with self._changed:
+            self._changed.notify_all()
+
+    def holder(self, name: str) -> str | None:
+        obj = self.objects.get(name)
+        return (obj["spec"].get("holderIdentity") or None) if obj is not None else None

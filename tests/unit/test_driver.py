@@ -1,0 +1,217 @@
+"""The real driver (``sidecar.runner.Sidecar``) in-process, on a fake store and a fake clock.
+
+The event loop runs on looptime's virtual time: every timer, wait and timeout
+of the driver is real code, but a minute of election passes in milliseconds,
+and the wall clock the driver writes is derived from the same virtual time.
+What the application would see is read from the real state file.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import datetime as dt
+import json
+from collections.abc import Callable, Coroutine
+from pathlib import Path
+from typing import Any, TypeVar
+
+import looptime
+
+from sidecar.lease import LeaseRecord, claim
+from sidecar.logs import Logger
+from sidecar.runner import Sidecar
+from sidecar.settings import RunSettings
+from sidecar.timing import Timing
+from tests.unit.fake_leases import FakeLeases
+
+EPOCH = dt.datetime(2026, 1, 1, tzinfo=dt.UTC)
+LEASE = "leader-main"
+T = TypeVar("T")
+
+
+class LoopClock:
+    """Monotonic = the loop's (virtual) time; wall = a fixed epoch plus it."""
+
+    def monotonic(self) -> float:
+        return asyncio.get_running_loop().time()
+
+    def wall(self) -> dt.datetime:
+        return EPOCH + dt.timedelta(seconds=self.monotonic())
+
+
+def settings(identity: str, state_dir: Path) -> RunSettings:
+    return RunSettings(
+        election="main",
+        lease=LEASE,
+        namespace="ns",
+        identity=identity,
+        timing=Timing(lease_duration=15, renew_deadline=10, retry_period=2),
+        state_dir=state_dir,
+        port=0,
+        kubeconfig=None,
+        log_level="error",
+    )
+
+
+class Candidate:
+    def __init__(self, identity: str, store: FakeLeases, tmp: Path) -> None:
+        self.sidecar = Sidecar(
+            settings(identity, tmp / identity),
+            "ns",
+            store,
+            Logger("error"),
+            clock=LoopClock(),  # type: ignore[arg-type]
+        )
+        self.state_path = tmp / identity / "state.json"
+        self.task: asyncio.Task[int] | None = None
+
+    async def start(self) -> Candidate:
+        await self.sidecar.start()
+        self.task = asyncio.create_task(self.sidecar.run())
+        return self
+
+    def state(self) -> dict[str, Any]:
+        data: dict[str, Any] = json.loads(self.state_path.read_text())
+        return data
+
+    def leads(self) -> bool:
+        """What a careful app concludes from the file: ``is_leader`` and ``valid_until`` ahead."""
+        state = self.state()
+        if not state["is_leader"]:
+            return False
+        until = dt.datetime.fromisoformat(state["valid_until"].replace("Z", "+00:00"))
+        return until > LoopClock().wall()
+
+    async def stop(self) -> int:
+        self.sidecar.request_stop()
+        assert self.task is not None
+        return await self.task
+
+
+def run(test: Callable[[], Coroutine[Any, Any, T]]) -> T:
+    loop = looptime.new_event_loop()
+    try:
+        return loop.run_until_complete(asyncio.wait_for(test(), 3600))
+    finally:
+        loop.close()
+
+
+async def until(check: Callable[[], bool], within: float, what: str) -> float:
+    """Virtual seconds until ``check()`` holds, polling every 10 ms; fails after ``within``."""
+    loop = asyncio.get_running_loop()
+    start = loop.time()
+    while not check():
+        if loop.time() - start > within:
+            raise AssertionError(f"not within {within}s: {what}")
+        await asyncio.sleep(0.01)
+    return loop.time() - start
+
+
+def test_acquires_then_renews_every_half_renew_deadline(tmp_path: Path) -> None:
+    async def scenario() -> None:
+        store = FakeLeases()
+        a = await Candidate("a", store, tmp_path).start()
+        took = await until(a.leads, 1, "a leads an empty election")
+        state = a.state()
+        assert state["holder"] == "a" and state["fencing_token"] == 0, state
+        assert store.writes == [("create", "a")]
+        writes_before = len(store.writes)
+        await asyncio.sleep(60)
+        renews = len(store.writes) - writes_before
+        assert 11 <= renews <= 13, store.writes  # one per 5 s (renew deadline / 2)
+        assert a.leads()
+        assert await a.stop() == 0
+        assert took < 0.5
+
+    run(scenario)
+
+
+def test_steps_down_by_the_renew_deadline_when_the_api_is_gone(tmp_path: Path) -> None:
+    async def scenario() -> None:
+        store = FakeLeases()
+        a = await Candidate("a", store, tmp_path).start()
+        await until(a.leads, 1, "a leads")
+        loop = asyncio.get_running_loop()
+        await asyncio.sleep(7)  # the renew at 5 s went through
+        last_renew_sent = 5.0
+        store.down = True
+        await until(lambda: not a.leads(), 20, "a steps down")
+        stepped_down = loop.time()
+        # By the deadline counted from the start of the last successful renew, not later.
+        assert stepped_down <= last_renew_sent + 10 + 0.05, stepped_down
+        await asyncio.sleep(0.01)  # the watchdog rewrites the file 1 ms after valid_until
+        state = a.state()
+        assert state["is_leader"] is False and state["fencing_token"] is None
+        await asyncio.sleep(30)
+        assert not a.leads()  # the API is still gone: no claim without a write
+        store.down = False
+        await until(a.leads, 30, "a leads again once the API is back")
+        await a.stop()
+
+    run(scenario)
+
+
+def test_a_follower_takes_over_through_the_watch_when_the_leader_releases(tmp_path: Path) -> None:
+    async def scenario() -> None:
+        store = FakeLeases()
+        a = await Candidate("a", store, tmp_path).start()
+        await until(a.leads, 1, "a leads")
+        b = await Candidate("b", store, tmp_path).start()
+        await asyncio.sleep(20)  # b has read and is watching; a renewed several times
+        assert a.leads() and not b.leads()
+        first_token = a.state()["fencing_token"]
+        assert await a.stop() == 0  # releases
+        assert store.holder(LEASE) == "b" or store.holder(LEASE) is None
+        took = await until(b.leads, 15, "b takes over")
+        # Woken by the watch, not by the lease running out (15 s).
+        assert took < 1.0, took
+        assert b.state()["fencing_token"] > first_token
+        assert not a.leads()
+        await b.stop()
+
+    run(scenario)
+
+
+def test_release_on_shutdown_vacates_the_lease_and_sweeps_expired_ones(tmp_path: Path) -> None:
+    async def scenario() -> None:
+        store = FakeLeases()
+        # An expired managed Lease of another election, last renewed an hour before the epoch.
+        old = claim(
+            None,
+            name="leader-old",
+            namespace="ns",
+            identity="gone-pod",
+            lease_duration=15,
+            now=EPOCH - dt.timedelta(hours=1),
+            acquire=True,
+        )
+        await store.create(old)
+        a = await Candidate("a", store, tmp_path).start()
+        await until(a.leads, 1, "a leads")
+        assert await a.stop() == 0
+        record = LeaseRecord.from_object(store.objects[LEASE])
+        assert record.holder is None and record.lease_duration == 1, record
+        assert "leader-old" not in store.objects  # swept
+        assert a.state()["is_leader"] is False
+
+    run(scenario)
+
+
+def test_a_watch_that_lost_its_place_re_reads_and_still_follows(tmp_path: Path) -> None:
+    async def scenario() -> None:
+        store = FakeLeases()
+        a = await Candidate("a", store, tmp_path).start()
+        await until(a.leads, 1, "a leads")
+        b = await Candidate("b", store, tmp_path).start()
+        await asyncio.sleep(3)
+        lists = store.lists
+        await store.compact()  # b's watch ends and cannot resume: 410
+        await until(lambda: store.lists > lists, 5, "a re-read after the 410")
+        await asyncio.sleep(3)
+        assert a.leads() and not b.leads()
+        await a.stop()
+        took = await until(b.leads, 15, "b takes over after re-reading")
+        assert took < 1.0, took  # through the resumed watch, not by expiry
+        await b.stop()
+
+    run(scenario)
