@@ -6,9 +6,12 @@ two rules marked * with import-linter, see ``[tool.importlinter]`` in pyproject.
 - ``defaults``, ``durations``, ``timing``, ``lease``, ``election``: pure logic, no
   I/O (unit-tested with a fake clock). * They import nothing of the layers below,
   nor h11/kopf/aiohttp/yaml.
-- ``kube``: API access (config, HTTP/1.1 client, the Lease store).
-- ``publish``: what the application sees (state file, HTTP endpoints, metrics).
-- ``runner``, ``cleanup``: the process that drives the election, and the sweep.
+- ``kube``: API access (config, HTTP/1.1 client, one call path, errors, the Lease
+  store and its watch).
+- ``publish``: what the application sees (the typed state, state file, HTTP
+  endpoints, metrics).
+- ``runner``, ``cleanup``, ``held_signals``: the driver of the election, the sweep,
+  and the signals that arrive before the driver can handle them.
 - ``cli``, ``commands``, ``options`` (the settings toolkit: flag, env, default,
   one-line errors), ``settings``, ``logs``: the command line.
 - ``injector``: the admission webhook. * Only it imports kopf and aiohttp, and

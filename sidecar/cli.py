@@ -10,7 +10,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from . import __version__, defaults
+from . import __version__, defaults, held_signals
 from .defaults import PROG
 from .options import SIDECAR_ENV, Parser, SettingsError, env_name
 
@@ -77,6 +77,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["run"]:
+        held_signals.hold()  # a SIGTERM during start-up becomes a graceful exit
     if argv[:1] == ["injector"]:
         from .injector.main import main as injector_main  # kopf is only imported here
 

@@ -30,7 +30,7 @@ import signal
 import time
 from typing import Any
 
-from . import cleanup
+from . import cleanup, held_signals
 from .election import Election, Read, Wait, Write
 from .kube.config import ApiConfig
 from .kube.errors import ApiError, Conflict, Forbidden, NotFound, Unauthorized
@@ -141,6 +141,8 @@ class Sidecar:
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, self._on_signal, sig)
+        for sig in held_signals.take():
+            self._on_signal(sig)
         self.log.info(
             "starting",
             election=self.settings.election,

@@ -32,8 +32,16 @@ def test_injector_replicas_ready_behind_the_service_and_helm_test_passes(
         # The image's own user and a read-only root, as the running process sees them.
         who = process_identity(e2e, RELEASE_NAMESPACE, pod["metadata"]["name"], container["name"])
         assert who == ["65532", "65532", "Read-only file system"], who
-        restarts = pod["status"]["containerStatuses"][0]["restartCount"]
-        assert restarts == 0, f"{pod['metadata']['name']} restarted {restarts} times"
+        status = pod["status"]["containerStatuses"][0]
+        if status["restartCount"]:
+            name = pod["metadata"]["name"]
+            previous = e2e.kubectl(
+                "logs", "-n", RELEASE_NAMESPACE, name, "--previous", "--tail=40", check=False
+            )
+            raise AssertionError(
+                f"{name} restarted {status['restartCount']} times; last state "
+                f"{status.get('lastState')}; its log:\n{previous.stdout}{previous.stderr}"
+            )
     endpoints = e2e.json(
         "get",
         "endpointslices",

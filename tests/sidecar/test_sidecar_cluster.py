@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+import os
 import signal
 import subprocess
 import time
@@ -110,6 +111,28 @@ def test_sigterm_publishes_not_leader_then_releases_and_a_follower_leads(
     lease = _lease(api, namespace)
     assert lease.spec.holder_identity in {p.identity for p in others}
     assert lease.spec.lease_transitions == transitions_before + 1
+
+
+def test_sigterm_during_start_up_is_a_graceful_exit(
+    spawn: Spawn, cluster: ControlPlane, tmp_path: Path
+) -> None:
+    """The kubelet may stop a container that has only just started: exit 0, not 143.
+
+    The kubeconfig is a FIFO, so start-up blocks reading it, after the imports and
+    before the event loop exists; SIGTERM lands there, then the file arrives.
+    """
+    fifo = tmp_path / "kubeconfig.fifo"
+    os.mkfifo(fifo)
+    proc = spawn("pod-0", kubeconfig=fifo)
+    time.sleep(1.0)
+    proc.signal(signal.SIGTERM)
+    time.sleep(0.2)
+    assert proc.alive, "SIGTERM during start-up killed the process (exit 143)"
+    fifo.write_bytes(Path(cluster.kubeconfig).read_bytes())
+    assert proc.wait(20) == 0
+    assert "stopped" in proc.messages()
+    state = proc.state()
+    assert state is not None and state["is_leader"] is False
 
 
 def test_sigkill_follower_takes_over_after_the_lease_duration(spawn: Spawn) -> None:
@@ -380,7 +403,10 @@ def test_env_settings_are_validated_too(cluster: ControlPlane) -> None:
         timeout=30,
     )
     assert out.returncode == 2
-    assert "renew-deadline" in out.stderr and len(out.stderr.strip().splitlines()) == 1
+    assert (
+        "GRELMICRO_SIDECAR_RENEW_DEADLINE=1h" in out.stderr
+        and len(out.stderr.strip().splitlines()) == 1
+    )
 
 
 def test_unwritable_state_dir_exits_1_with_a_clear_error(
