@@ -141,8 +141,8 @@ class Sidecar:
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, self._on_signal, sig)
-        for sig in held_signals.take():
-            self._on_signal(sig)
+        for held in held_signals.take():
+            self._on_signal(held)
         self.log.info(
             "starting",
             election=self.settings.election,
