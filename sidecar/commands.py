@@ -97,13 +97,13 @@ def status(args: argparse.Namespace) -> int:
     if not rows:
         print(f"No managed leases in namespace {namespace}.")
         return 0
-    headers = ["ELECTION", "LEASE", "HOLDER", "FENCING TOKEN", "RENEWED", "EXPIRES IN"]
+    headers = ["ELECTION", "LEASE", "HOLDER", "TRANSITIONS", "RENEWED", "EXPIRES IN"]
     table = [headers] + [
         [
             r["election"],
             r["lease"],
             r["holder"] or "<none>",
-            str(r["fencing_token"]),
+            str(r["lease_transitions"]),
             r["renewed_ago"],
             r["expires_in"],
         ]
@@ -139,7 +139,7 @@ async def _status_rows(config: ApiConfig, namespace: str) -> list[dict[str, Any]
                 "election": election_of(record.name),
                 "lease": record.name,
                 "holder": record.holder,
-                "fencing_token": record.transitions,
+                "lease_transitions": record.transitions,
                 "renewed_ago": _ago(record.renew_time, now),
                 "expires_in": expires_in,
             }

@@ -18,8 +18,9 @@ trusted for takeover: node clocks disagree.
 
 Not guaranteed: that the application stops its work at that instant. The
 sidecar publishes; the application must honour ``valid_until`` (or gate on the
-probe). For resources that can check it, the fencing token (``leaseTransitions``
-right after acquiring) orders leaders.
+probe). For resources that can check it, the fencing token (the resourceVersion
+of the write that began the term, ``lease.term_token``) orders leaders, also
+across a deletion of the Lease.
 
 Shape
 -----
@@ -38,7 +39,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from .lease import LeaseRecord, claim
+from .lease import LeaseRecord, claim, term_token
 from .timing import Timing
 
 
@@ -232,7 +233,13 @@ class Election:
         if self.record is not None and self.record.holder == self.identity and not self.resigned:
             if not self.leading:
                 self.leading = True
-                self.fencing_token = self.record.transitions
+                self.fencing_token = term_token(self.record.resource_version)
+                if self.fencing_token is None:
+                    self.events.append(
+                        Event(
+                            "problem", "resourceVersion is not a positive integer: no fencing token"
+                        )
+                    )
                 self.events.append(
                     Event("leading", "acquired the Lease", fencing_token=self.fencing_token)
                 )

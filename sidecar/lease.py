@@ -64,6 +64,21 @@ def parse_time(value: Any) -> dt.datetime | None:
     return parsed.astimezone(dt.UTC)
 
 
+def term_token(resource_version: str) -> int | None:
+    """The fencing token of a leadership term: the resourceVersion of the write that began it.
+
+    The API server gives every write a resourceVersion from one counter that
+    only grows (etcd's revision; comparable as integers for objects of one
+    resource since Kubernetes 1.35, KEP-5504). A later term begins with a later
+    write, so its token is larger, also when the Lease was deleted and created
+    again in between, which restarts ``leaseTransitions`` at 0. None when the
+    server's resourceVersion is not a canonical positive integer.
+    """
+    if resource_version.isdigit() and not resource_version.startswith("0"):
+        return int(resource_version)
+    return None
+
+
 @dataclass(frozen=True)
 class LeaseRecord:
     """What the election needs from a Lease object, read tolerantly."""
@@ -203,8 +218,8 @@ def claim(
     """The object that makes ``identity`` the holder.
 
     ``acquire``: a new leadership term (we were not leading), so
-    ``leaseTransitions`` moves on even when the record already names us; the
-    fencing token then differs between any two terms. A renew keeps it.
+    ``leaseTransitions`` moves on even when the record already names us (it
+    counts terms, as Kubernetes means it). A renew keeps it.
     """
     obj = _base(record, name, namespace)
     spec = obj["spec"]
@@ -222,8 +237,7 @@ def claim(
         spec["leaseTransitions"] = record.transitions
     else:
         # Any new term (a change of holder, from a released, empty holder too,
-        # or our own re-acquisition) moves the fencing token on, so a new
-        # leader never reuses its predecessor's.
+        # or our own re-acquisition) counts as a transition.
         spec["acquireTime"] = stamp
         spec["leaseTransitions"] = record.transitions + 1
     return obj

@@ -36,7 +36,7 @@ def _lease(api: Any, namespace: str, name: str = "leader-main") -> Any:
 
 
 def test_one_candidate_leads_within_a_second_and_all_views_agree(
-    spawn: Spawn, cluster: ControlPlane, namespace: str
+    spawn: Spawn, cluster: ControlPlane, api: Any, namespace: str
 ) -> None:
     a = spawn("pod-a", extra=())  # default timings 15s/10s/2s
     wait_for(a.leads, 15, what="pod-a to lead")
@@ -44,7 +44,11 @@ def test_one_candidate_leads_within_a_second_and_all_views_agree(
 
     state = a.state()
     assert state is not None
-    assert state["is_leader"] is True and state["holder"] == "pod-a" and state["fencing_token"] == 0
+    assert state["is_leader"] is True and state["holder"] == "pod-a"
+    # The token is the resourceVersion of the create that made pod-a leader (contract §2).
+    created = _lease(api, namespace)
+    assert 0 < state["fencing_token"] <= int(created.metadata.resource_version)
+    assert created.spec.lease_transitions == 0
     assert (state["election"], state["lease"], state["namespace"], state["identity"]) == (
         "main",
         "leader-main",
@@ -433,7 +437,7 @@ def test_unwritable_state_dir_exits_1_with_a_clear_error(
 
 def test_garbage_lease_is_taken_over_safely(spawn: Spawn, api: Any, namespace: str) -> None:
     coord = client.CoordinationV1Api(api)
-    coord.create_namespaced_lease(
+    garbage = coord.create_namespaced_lease(
         namespace,
         client.V1Lease(
             metadata=client.V1ObjectMeta(name="leader-main"),
@@ -452,7 +456,7 @@ def test_garbage_lease_is_taken_over_safely(spawn: Spawn, api: Any, namespace: s
     assert lease.spec.holder_identity == "pod-a" and lease.spec.lease_transitions == 8
     assert lease.metadata.labels["app.kubernetes.io/managed-by"] == "grelmicro"
     state = a.state()
-    assert state is not None and state["fencing_token"] == 8
+    assert state is not None and state["fencing_token"] > int(garbage.metadata.resource_version)
 
 
 def test_hand_edited_holder_makes_the_leader_step_down(

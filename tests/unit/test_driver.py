@@ -113,7 +113,9 @@ def test_acquires_then_renews_every_half_renew_deadline(tmp_path: Path) -> None:
         a = await Candidate("a", store, tmp_path).start()
         took = await until(a.leads, 1, "a leads an empty election")
         state = a.state()
-        assert state["holder"] == "a" and state["fencing_token"] == 0, state
+        created = store.history[0][2]  # the token is the resourceVersion of the create
+        assert state["holder"] == "a", state
+        assert state["fencing_token"] == int(created["metadata"]["resourceVersion"]), state
         assert store.writes == [("create", "a")]
         writes_before = len(store.writes)
         await asyncio.sleep(60)

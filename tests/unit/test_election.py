@@ -87,8 +87,9 @@ def test_first_candidate_creates_and_leads() -> None:
     assert isinstance(step(e, store, 0), Read)
     action = step(e, store, 0)
     assert isinstance(action, Write) and action.create
-    assert e.is_leader(0.0) and e.fencing_token == 0
     assert store.obj is not None and store.obj["spec"]["holderIdentity"] == "a"
+    # The token is the resourceVersion the create returned (the store's first is 101).
+    assert e.is_leader(0.0) and e.fencing_token == 101
     assert store.obj["metadata"]["labels"]["app.kubernetes.io/managed-by"] == "grelmicro"
     assert [ev.kind for ev in e.drain_events()] == ["holder", "leading"]
 
@@ -121,7 +122,8 @@ def test_follower_waits_for_expiry_on_its_own_clock() -> None:
     assert b.next_action(17.9) == Wait(18)
     action = step(b, store, 18)  # a never renewed: b takes over
     assert isinstance(action, Write) and action.purpose == "acquire"
-    assert b.is_leader(18) and b.fencing_token == 1
+    assert b.is_leader(18) and b.fencing_token == int(store.read()["metadata"]["resourceVersion"])
+    assert a.fencing_token is not None and b.fencing_token > a.fencing_token
     # a sees the change and steps down (it had already lapsed at t=10).
     a.observe(store.read(), 18.1)
     assert not a.is_leader(18.1)
@@ -144,6 +146,7 @@ def test_released_lease_is_taken_at_once_with_a_new_fencing_token() -> None:
     step(a, store, 0), step(a, store, 0)
     step(b, store, 1)
     assert isinstance(b.next_action(1), Wait)
+    a_token = a.fencing_token
     a.resign()
     assert not a.is_leader(2)
     released = vacate(LeaseRecord.from_object(store.read() or {}), now=EPOCH)
@@ -151,7 +154,7 @@ def test_released_lease_is_taken_at_once_with_a_new_fencing_token() -> None:
     b.observe(store.read(), 2)
     action = step(b, store, 2)
     assert isinstance(action, Write) and b.is_leader(2)
-    assert b.fencing_token == 1
+    assert b.fencing_token is not None and a_token is not None and b.fencing_token > a_token
     assert store.obj is not None and store.obj["spec"]["leaseTransitions"] == 1
 
 
@@ -355,3 +358,32 @@ def test_mark_stale_makes_the_next_action_a_read() -> None:
         step(e, store, 0.0)
     e.mark_stale()
     assert isinstance(e.next_action(0.1), Read)
+
+
+def test_token_grows_when_the_lease_is_deleted_and_created_again() -> None:
+    store, a, b = Store(), make("a"), make("b")
+    step(a, store, 0), step(a, store, 0)
+    first = a.fencing_token
+    a.resign()
+    store.obj = None  # kubectl delete lease; the store's counter goes on, as etcd's does
+    store.rv += 1
+    step(b, store, 1), step(b, store, 1)
+    assert b.is_leader(1) and store.obj is not None
+    assert store.obj["spec"]["leaseTransitions"] == 0
+    assert first is not None and b.fencing_token is not None and b.fencing_token > first
+
+
+def test_a_resource_version_that_is_not_a_number_gives_no_token_but_leadership_holds() -> None:
+    class OpaqueStore(Store):
+        def write(self, action: Write) -> dict[str, Any] | str:
+            written = super().write(action)
+            if isinstance(written, dict) and self.obj is not None:
+                self.obj["metadata"]["resourceVersion"] = written["metadata"]["resourceVersion"] = (
+                    f"x{self.rv}"
+                )
+            return written
+
+    store, e = OpaqueStore(), make("a")
+    step(e, store, 0), step(e, store, 0)
+    assert e.is_leader(0.0) and e.fencing_token is None
+    assert any(ev.kind == "problem" and "fencing token" in ev.detail for ev in e.drain_events())
