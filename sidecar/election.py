@@ -208,12 +208,36 @@ class Election:
         if self.leading and record.holder != self.identity:
             self._step_down(f"the Lease now names {record.holder or 'no holder'}")
 
-    def _observe_absent(self, now: float) -> None:
+    def observe_deleted(self, final: dict[str, Any], now: float) -> None:
+        """The watch saw the Lease deleted; ``final`` is its last state, as the API server sent it."""
+        record = LeaseRecord.from_object(final)
+        if self.record is not None:
+            if _older(record.resource_version, self.record.resource_version):
+                return  # a late event: the Lease was created again since
+            if not record.same_content(self.record):
+                self.observe(final, now)  # a write we had not seen: a sign of life
+        else:
+            self.observe(final, now)
+        self._observe_absent(now, last_known=True)
+
+    def _observe_absent(self, now: float, last_known: bool = False) -> None:
+        """The Lease does not exist. Who may still be publishing a claim decides the wait.
+
+        Free at once only when its last state is known (the watch's DELETED event
+        carries it) and named no holder, or us. Otherwise, when a read finds it
+        gone (and at start-up, with nothing seen before), anyone may have led
+        under a Lease we never saw: wait a lease duration from now, the longest
+        claim such a holder could still be publishing (contract §2). Reads that
+        find it still absent do not move that wait.
+        """
         if self.leading:
             self._step_down("the Lease was deleted")
         previous = self.record
-        if previous is None or previous.holder in (None, self.identity):
+        if last_known and previous is not None and previous.holder in (None, self.identity):
             self.expires_at = -math.inf
+        elif not last_known and (previous is not None or not self.known):
+            self.observed_at = now
+            self.expires_at = max(self.expires_at, now + self.timing.lease_duration)
         self.record = None
         self.known = True
         self.stale = False

@@ -295,7 +295,7 @@ class Sidecar:
             if isinstance(event, Changed):
                 self.election.observe(event.obj, now)
             elif isinstance(event, Deleted):
-                self.election.observe(None, now)
+                self.election.observe_deleted(event.obj, now)
             else:
                 self.log.debug("watch: resourceVersion too old; re-reading the lease")
                 self.election.mark_stale()

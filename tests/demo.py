@@ -220,6 +220,10 @@ class Demo:
             self.sidecars[name] = sidecar
 
         title("3. Who leads? (live: each sidecar's GET /leader and state file)")
+        say(
+            f"   No Lease exists yet: each waits one lease duration ({LEASE_SECONDS}s) before "
+            "creating it, in case someone led under a Lease that was deleted."
+        )
         if not self.watch(lambda: self.leader() is not None, 30):
             raise RuntimeError(f"nobody leads after 30s; logs in {self.workdir}")
         first = self.leader()

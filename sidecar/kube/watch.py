@@ -1,6 +1,6 @@
 """Following one Lease: a watch that says what changed, and hides how it is kept.
 
-``LeaseWatch.events`` yields ``Changed(obj)``, ``Deleted()`` or ``Lost()`` and
+``LeaseWatch.events`` yields ``Changed(obj)``, ``Deleted(obj)`` or ``Lost()`` and
 nothing else. Hidden here: the field selector on the Lease's name; the
 resourceVersion it resumes from (moved on by every event, bookmarks included;
 set by the caller's reads through ``resume_from``); bookmarks themselves; the
@@ -32,7 +32,7 @@ class Changed:
 
 @dataclass(frozen=True)
 class Deleted:
-    pass
+    obj: dict[str, Any]  # the Lease's last state, as the API server sends it
 
 
 @dataclass(frozen=True)
@@ -82,7 +82,7 @@ class LeaseWatch:
                     if kind in ("ADDED", "MODIFIED"):
                         yield Changed(obj)
                     elif kind == "DELETED":
-                        yield Deleted()
+                        yield Deleted(obj)
                 self.on_ok()
             except Gone:
                 self._version = None

@@ -80,8 +80,7 @@ def test_status_command_lists_managed_leases(
         "ELECTION",
         "LEASE",
         "HOLDER",
-        "FENCING",
-        "TOKEN",
+        "TRANSITIONS",
         "RENEWED",
         "EXPIRES",
         "IN",
@@ -89,6 +88,7 @@ def test_status_command_lists_managed_leases(
     assert row.split()[:4] == ["main", "leader-main", "pod-a", "0"]
     rows = json.loads(run("-o", "json").stdout)
     assert rows[0]["holder"] == "pod-a" and rows[0]["lease"] == "leader-main"
+    assert rows[0]["lease_transitions"] == 0
     empty = subprocess.run(
         [str(BIN), "status", "-n", "kube-public", f"--kubeconfig={cluster.kubeconfig}"],
         capture_output=True,

@@ -1,4 +1,4 @@
-"""The fencing token never goes back (contract §2), whoever deletes the Lease.
+"""After a deletion of the Lease: the fencing token never goes back, and nobody claims early (contract §2).
 
 A store that remembers the largest token it accepted refuses a late write from
 an old leader only if every newer leader carries a larger token. A token that
@@ -9,6 +9,7 @@ counts on ``leaseTransitions`` restarts at 0 when the Lease is recreated, after
 
 from __future__ import annotations
 
+import datetime as dt
 import signal
 from collections.abc import Callable
 from typing import Any
@@ -43,3 +44,32 @@ def test_token_grows_across_handovers_and_a_deleted_lease(
     third = _lead_and_leave(spawn("pod-2"))
     assert third > second, f"token went back from {second} to {third} after the Lease was deleted"
     assert coord.read_namespaced_lease("leader-main", namespace).spec.lease_transitions == 0
+
+
+def _stamp(value: str) -> float:
+    return dt.datetime.fromisoformat(value.replace("Z", "+00:00")).timestamp()
+
+
+def test_a_candidate_that_never_saw_the_lease_waits_out_a_paused_leader_after_a_deletion(
+    spawn: Spawn, api: Any, namespace: str
+) -> None:
+    """Deleted under a paused leader, the Lease is free to a newcomer only after that leader's claim."""
+    coord = client.CoordinationV1Api(api)
+    old = spawn("pod-0")
+    wait_for(old.leads, 20, what="pod-0 to lead")
+    old.signal(signal.SIGSTOP)
+    try:
+        frozen = old.state()
+        assert frozen is not None and frozen["is_leader"] and frozen["valid_until"]
+        vouched_until = _stamp(frozen["valid_until"])
+        coord.delete_namespaced_lease("leader-main", namespace)
+        new = spawn("pod-1")
+        wait_for(new.leads, 20, what="pod-1 to lead")
+        state = new.state()
+        assert state is not None
+        acquired = _stamp(state["acquired_at"])
+        assert acquired >= vouched_until, (
+            f"pod-1 acquired {vouched_until - acquired:.2f}s before the paused leader's claim ended"
+        )
+    finally:
+        old.signal(signal.SIGCONT)

@@ -35,12 +35,13 @@ def _lease(api: Any, namespace: str, name: str = "leader-main") -> Any:
     return client.CoordinationV1Api(api).read_namespaced_lease(name, namespace)
 
 
-def test_one_candidate_leads_within_a_second_and_all_views_agree(
+def test_one_candidate_leads_after_one_lease_duration_and_all_views_agree(
     spawn: Spawn, cluster: ControlPlane, api: Any, namespace: str
 ) -> None:
     a = spawn("pod-a", extra=())  # default timings 15s/10s/2s
-    wait_for(a.leads, 15, what="pod-a to lead")
-    assert _ts(_first(a, "leading")) - _ts(_first(a, "starting")) < 1.0
+    wait_for(a.leads, 30, what="pod-a to lead")
+    # No Lease yet, none seen before: a lease duration is waited out (contract §2), then at once.
+    assert 15.0 <= _ts(_first(a, "leading")) - _ts(_first(a, "starting")) < 16.5
 
     state = a.state()
     assert state is not None

@@ -111,7 +111,7 @@ def test_acquires_then_renews_every_half_renew_deadline(tmp_path: Path) -> None:
     async def scenario() -> None:
         store = FakeLeases()
         a = await Candidate("a", store, tmp_path).start()
-        took = await until(a.leads, 1, "a leads an empty election")
+        took = await until(a.leads, 16, "a leads an empty election")
         state = a.state()
         created = store.history[0][2]  # the token is the resourceVersion of the create
         assert state["holder"] == "a", state
@@ -123,7 +123,8 @@ def test_acquires_then_renews_every_half_renew_deadline(tmp_path: Path) -> None:
         assert 11 <= renews <= 13, store.writes  # one per 5 s (renew deadline / 2)
         assert a.leads()
         assert await a.stop() == 0
-        assert took < 0.5
+        # No Lease seen before: a lease duration waited out first (contract §2), then at once.
+        assert 15 <= took < 15.5
 
     run(scenario)
 
@@ -132,10 +133,11 @@ def test_steps_down_by_the_renew_deadline_when_the_api_is_gone(tmp_path: Path) -
     async def scenario() -> None:
         store = FakeLeases()
         a = await Candidate("a", store, tmp_path).start()
-        await until(a.leads, 1, "a leads")
+        await until(a.leads, 16, "a leads")
         loop = asyncio.get_running_loop()
-        await asyncio.sleep(7)  # the renew at 5 s went through
-        last_renew_sent = 5.0
+        led_at = loop.time()
+        await asyncio.sleep(7)  # the renew 5 s after acquiring went through
+        last_renew_sent = led_at + 5.0
         store.down = True
         await until(lambda: not a.leads(), 20, "a steps down")
         stepped_down = loop.time()
@@ -157,7 +159,7 @@ def test_a_follower_takes_over_through_the_watch_when_the_leader_releases(tmp_pa
     async def scenario() -> None:
         store = FakeLeases()
         a = await Candidate("a", store, tmp_path).start()
-        await until(a.leads, 1, "a leads")
+        await until(a.leads, 16, "a leads")
         b = await Candidate("b", store, tmp_path).start()
         await asyncio.sleep(20)  # b has read and is watching; a renewed several times
         assert a.leads() and not b.leads()
@@ -189,7 +191,7 @@ def test_release_on_shutdown_vacates_the_lease_and_sweeps_expired_ones(tmp_path:
         )
         await store.create(old)
         a = await Candidate("a", store, tmp_path).start()
-        await until(a.leads, 1, "a leads")
+        await until(a.leads, 16, "a leads")
         assert await a.stop() == 0
         record = LeaseRecord.from_object(store.objects[LEASE])
         assert record.holder is None and record.lease_duration == 1, record
@@ -203,7 +205,7 @@ def test_a_watch_that_lost_its_place_re_reads_and_still_follows(tmp_path: Path) 
     async def scenario() -> None:
         store = FakeLeases()
         a = await Candidate("a", store, tmp_path).start()
-        await until(a.leads, 1, "a leads")
+        await until(a.leads, 16, "a leads")
         b = await Candidate("b", store, tmp_path).start()
         await asyncio.sleep(3)
         lists = store.lists

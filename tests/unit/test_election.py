@@ -15,13 +15,30 @@ from sidecar.timing import Timing
 
 T = Timing(lease_duration=15, renew_deadline=10, retry_period=2)
 EPOCH = dt.datetime(2026, 1, 1, tzinfo=dt.UTC)
+RELEASED: dict[str, Any] = {
+    "apiVersion": "coordination.k8s.io/v1",
+    "kind": "Lease",
+    "metadata": {
+        "name": "leader-main",
+        "namespace": "ns",
+        "resourceVersion": "100",
+        "labels": {"app.kubernetes.io/managed-by": "grelmicro"},
+    },
+    "spec": {"holderIdentity": "", "leaseDurationSeconds": 1, "leaseTransitions": 0},
+}
 
 
 class Store:
     """An optimistic single-object store with etcd-like resourceVersions."""
 
-    def __init__(self) -> None:
-        self.obj: dict[str, Any] | None = None
+    def __init__(self, empty: bool = False) -> None:
+        """A store holding a released Lease, or (``empty``) none at all.
+
+        Most tests start from a released Lease, which a candidate may take at
+        once; with no Lease at all a candidate first waits a lease duration
+        (someone may have led under a Lease it never saw, contract §2).
+        """
+        self.obj: dict[str, Any] | None = None if empty else copy.deepcopy(RELEASED)
         self.rv = 100
 
     def read(self) -> dict[str, Any] | None:
@@ -82,14 +99,18 @@ def test_timing_rules() -> None:
     assert T.renew_interval == 5
 
 
-def test_first_candidate_creates_and_leads() -> None:
-    store, e = Store(), make("a")
+def test_first_candidate_waits_a_lease_duration_then_creates_and_leads() -> None:
+    store, e = Store(empty=True), make("a")
     assert isinstance(step(e, store, 0), Read)
-    action = step(e, store, 0)
+    # No Lease, and none seen before: someone may have led under one that was
+    # deleted and may still be publishing; its claim ends within a lease duration.
+    assert e.next_action(0) == Wait(15)
+    assert e.next_action(14.9) == Wait(15)
+    action = step(e, store, 15)
     assert isinstance(action, Write) and action.create
     assert store.obj is not None and store.obj["spec"]["holderIdentity"] == "a"
     # The token is the resourceVersion the create returned (the store's first is 101).
-    assert e.is_leader(0.0) and e.fencing_token == 101
+    assert e.is_leader(15.0) and e.fencing_token == 101
     assert store.obj["metadata"]["labels"]["app.kubernetes.io/managed-by"] == "grelmicro"
     assert [ev.kind for ev in e.drain_events()] == ["holder", "leading"]
 
@@ -155,7 +176,8 @@ def test_released_lease_is_taken_at_once_with_a_new_fencing_token() -> None:
     action = step(b, store, 2)
     assert isinstance(action, Write) and b.is_leader(2)
     assert b.fencing_token is not None and a_token is not None and b.fencing_token > a_token
-    assert store.obj is not None and store.obj["spec"]["leaseTransitions"] == 1
+    # Two terms on this Lease: a's (from the store's released Lease), then b's.
+    assert store.obj is not None and store.obj["spec"]["leaseTransitions"] == 2
 
 
 def test_conflict_triggers_a_reread_and_no_leadership() -> None:
@@ -184,17 +206,45 @@ def test_hand_edited_holder_makes_the_leader_step_down() -> None:
     assert a.next_action(2) == Wait(16)
 
 
-def test_deleted_lease_leader_steps_down_follower_keeps_waiting() -> None:
+def test_deleted_lease_seen_by_the_watch_leader_steps_down_follower_keeps_waiting() -> None:
+    store, a, b = Store(), make("a"), make("b")
+    step(a, store, 0), step(a, store, 0)
+    step(b, store, 1)
+    final = store.read()
+    assert final is not None
+    store.obj = None
+    a.observe_deleted(final, 2)
+    b.observe_deleted(final, 2)
+    assert not a.is_leader(2)
+    # Its last state named a: a may recreate at once; b must wait out a's lease.
+    assert isinstance(a.next_action(2), Write)
+    assert b.next_action(2) == Wait(16)
+
+
+def test_deleted_lease_found_by_a_read_is_waited_out_from_then() -> None:
     store, a, b = Store(), make("a"), make("b")
     step(a, store, 0), step(a, store, 0)
     step(b, store, 1)
     store.obj = None
     a.observe(None, 2)
     b.observe(None, 2)
+    # A read does not say who held it last (it may have changed hands unseen):
+    # both wait a lease duration from the read, a (which stepped down) too.
     assert not a.is_leader(2)
-    # a was the holder: it may recreate at once; b must wait out a's lease.
-    assert isinstance(a.next_action(2), Write)
-    assert b.next_action(2) == Wait(16)
+    assert a.next_action(2) == Wait(17) and b.next_action(2) == Wait(17)
+    b.observe(None, 10)  # reading it absent again does not push the wait
+    assert b.next_action(10) == Wait(17)
+
+
+def test_a_late_deleted_event_does_not_undo_a_newer_lease() -> None:
+    store, a, b = Store(), make("a"), make("b")
+    step(a, store, 0), step(a, store, 0)
+    old = store.read()
+    assert old is not None
+    step(a, store, 5)  # a renews: newer than the object the late event carries
+    step(b, store, 6)
+    b.observe_deleted(old, 6.1)
+    assert b.holder == "a" and b.next_action(6.1) == Wait(21)
 
 
 def test_late_watch_event_is_ignored() -> None:
@@ -367,8 +417,10 @@ def test_token_grows_when_the_lease_is_deleted_and_created_again() -> None:
     a.resign()
     store.obj = None  # kubectl delete lease; the store's counter goes on, as etcd's does
     store.rv += 1
-    step(b, store, 1), step(b, store, 1)
-    assert b.is_leader(1) and store.obj is not None
+    step(b, store, 1)
+    assert b.next_action(1) == Wait(16)
+    step(b, store, 16)
+    assert b.is_leader(16) and store.obj is not None
     assert store.obj["spec"]["leaseTransitions"] == 0
     assert first is not None and b.fencing_token is not None and b.fencing_token > first
 
