@@ -95,6 +95,8 @@ class Election:
     #: Wall time of the claim behind ``renewed_at``: where ``vouched_until`` is anchored.
     renewed_wall: dt.datetime | None = None
     fencing_token: int | None = None
+    #: resourceVersion of our last successful claim: the only Lease state we may release.
+    written_version: str | None = None
     not_before: float = -math.inf
     failures: int = 0
     resigned: bool = False
@@ -255,6 +257,7 @@ class Election:
         self.not_before = -math.inf
         self.observe(obj, now)
         if self.record is not None and self.record.holder == self.identity and not self.resigned:
+            self.written_version = self.record.resource_version
             if not self.leading:
                 self.leading = True
                 self.fencing_token = term_token(self.record.resource_version)
@@ -296,6 +299,16 @@ class Election:
         if retry_after is not None:
             delay = max(delay, min(retry_after, 4 * self.timing.retry_period))
         self.not_before = now + delay
+
+    def may_release(self, current: LeaseRecord) -> bool:
+        """Whether ``current`` is a claim this process wrote and nobody has touched since.
+
+        Releasing lets a successor take over at once. That is safe only for our
+        own term: a record that names us through a hand edit, a crashed earlier
+        run or a write whose answer we lost is left to be waited out, since
+        whoever led before may still be publishing.
+        """
+        return current.holder == self.identity and current.resource_version == self.written_version
 
     def resign(self) -> None:
         """Stop claiming leadership now (shutdown); nothing is written here."""

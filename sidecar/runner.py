@@ -124,7 +124,8 @@ class Sidecar:
         return state
 
     def healthy(self) -> bool:
-        return self._loop_task is not None and not self._loop_task.done()
+        """Liveness: all three tasks (election, watch, watchdog) still run."""
+        return bool(self._tasks) and not any(t.done() for t in self._tasks)
 
     # ---- start-up ---------------------------------------------------------
     async def start(self) -> None:
@@ -162,11 +163,14 @@ class Sidecar:
             asyncio.create_task(self._watchdog(), name="watchdog"),
         ]
         stop = asyncio.create_task(self._stop.wait())
-        done, _ = await asyncio.wait([stop, self._loop_task], return_when=asyncio.FIRST_COMPLETED)
-        if self._loop_task in done and not stop.done():
+        done, _ = await asyncio.wait([stop, *self._tasks], return_when=asyncio.FIRST_COMPLETED)
+        failed = next((t for t in self._tasks if t in done), None)
+        if failed is not None and not stop.done():
+            # None of the three ends on its own: one that did has a bug. Exit (the
+            # kubelet restarts the sidecar) rather than run on without it.
             stop.cancel()
-            err = self._loop_task.exception()
-            self.log.error("election loop failed; exiting", error=repr(err))
+            err = None if failed.cancelled() else failed.exception()
+            self.log.error(f"{failed.get_name()} task failed; exiting", error=repr(err))
             await self._shutdown()
             return 1
         return await self._shutdown()
@@ -400,6 +404,13 @@ class Sidecar:
             record = LeaseRecord.from_object(obj)
             if record.holder != self.settings.identity:
                 self.log.info("not holding the lease; nothing to release", holder=record.holder)
+                return
+            if not self.election.may_release(record):
+                self.log.info(
+                    "the lease names this pod but is not a claim this process wrote; "
+                    "leaving it to expire",
+                    lease=self.settings.lease,
+                )
                 return
             try:
                 await self.store.replace(vacate(record, now=self.clock.wall()), timeout=timeout)

@@ -23,6 +23,7 @@ from .leases import LeaseStore, jittered
 
 #: How long one watch request lasts before the server ends it (jittered ± 20 %).
 WATCH_SECONDS = 300
+MIN_WATCH_SECONDS = 1.0  # a watch that ends sooner, cleanly, is backed off like a failure
 
 
 @dataclass(frozen=True)
@@ -72,6 +73,7 @@ class LeaseWatch:
             if version is None:
                 self._known.clear()
                 continue
+            started = asyncio.get_running_loop().time()
             try:
                 async for kind, obj in self.store.watch(
                     self.name, version, int(jittered(WATCH_SECONDS))
@@ -84,12 +86,21 @@ class LeaseWatch:
                     elif kind == "DELETED":
                         yield Deleted(obj)
                 self.on_ok()
+                if asyncio.get_running_loop().time() - started < MIN_WATCH_SECONDS:
+                    # A stream that ends at once, cleanly (a proxy cutting it): back off
+                    # as after an error rather than reconnect in a tight loop.
+                    failures += 1
+                    await asyncio.sleep(_backoff(failures))
             except Gone:
                 self._version = None
                 self._known.clear()
                 yield Lost()
             except ApiError as err:
                 failures += 1
-                delay = min(10.0, 0.5 * 2 ** min(failures, 5)) * random.uniform(0.5, 1.0)
+                delay = _backoff(failures)
                 self.on_error(err, delay)
                 await asyncio.sleep(delay)
+
+
+def _backoff(failures: int) -> float:
+    return float(min(10.0, 0.5 * 2 ** min(failures, 5)) * random.uniform(0.5, 1.0))

@@ -307,3 +307,38 @@ def test_hand_edit_naming_a_live_follower_never_yields_two_claims(
     wait_for(
         lambda: leaders(procs) == [new.identity], 3 * LEASE, what="the named holder to lead alone"
     )
+
+
+def test_a_pod_that_never_led_does_not_release_a_lease_a_hand_edit_gave_it(
+    spawn: Spawn, api: Any, namespace: str
+) -> None:
+    """A hand edit names a follower, which then gets SIGTERM before it could ever lead.
+
+    Releasing would let a third pod take over at once while the old leader,
+    paused, still publishes its claim; the follower never led, so it has
+    nothing to release and leaves the record for the others to wait out.
+    """
+    old, follower = spawn("pod-a"), spawn("pod-b", start=False)
+    wait_for(old.leads, 20, what="pod-a to lead")
+    follower.start()
+    wait_for(lambda: (follower.state() or {}).get("holder") == "pod-a", 20, what="pod-b following")
+    old.signal(signal.SIGSTOP)
+    try:
+        got = lease(api, namespace)
+        got.spec.holder_identity = follower.identity
+        client.CoordinationV1Api(api).replace_namespaced_lease("leader-main", namespace, got)
+        wait_for(
+            lambda: (follower.state() or {}).get("holder") == follower.identity,
+            10,
+            what="the edit seen",
+        )
+        assert not follower.leads()
+        follower.signal(signal.SIGTERM)
+        assert follower.wait(20) == 0
+        after = lease(api, namespace)
+        assert after.spec.holder_identity == follower.identity, (
+            "released a Lease it never led under"
+        )
+        assert "released lease" not in follower.messages()
+    finally:
+        old.signal(signal.SIGCONT)

@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import datetime as dt
 import json
-from collections.abc import Callable, Coroutine
+from collections.abc import AsyncIterator, Callable, Coroutine
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -217,5 +217,57 @@ def test_a_watch_that_lost_its_place_re_reads_and_still_follows(tmp_path: Path) 
         took = await until(b.leads, 15, "b takes over after re-reading")
         assert took < 1.0, took  # through the resumed watch, not by expiry
         await b.stop()
+
+    run(scenario)
+
+
+class BrokenWatch(FakeLeases):
+    """A store whose watch fails with a bug (not an API error) once it has run."""
+
+    async def watch(  # type: ignore[override]
+        self, name: str, resource_version: str, timeout_seconds: int
+    ) -> AsyncIterator[tuple[str, dict[str, Any]]]:
+        raise RuntimeError("a bug in the watch")
+        yield  # pragma: no cover
+
+
+class CutWatch(FakeLeases):
+    """A store whose watch streams end at once, cleanly (a proxy cutting them)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.watches = 0
+
+    async def watch(  # type: ignore[override]
+        self, name: str, resource_version: str, timeout_seconds: int
+    ) -> AsyncIterator[tuple[str, dict[str, Any]]]:
+        self.watches += 1
+        return
+        yield  # pragma: no cover
+
+
+def test_a_watch_that_dies_of_a_bug_fails_liveness_and_exits_1(tmp_path: Path) -> None:
+    async def scenario() -> None:
+        store = BrokenWatch()
+        a = await Candidate("a", store, tmp_path).start()
+        assert a.task is not None
+        code = await asyncio.wait_for(a.task, 60)
+        assert code == 1
+        assert not a.sidecar.healthy()
+        assert a.state()["is_leader"] is False
+
+    run(scenario)
+
+
+def test_a_watch_cut_at_once_is_backed_off_not_reopened_in_a_loop(tmp_path: Path) -> None:
+    async def scenario() -> None:
+        store = CutWatch()
+        a = await Candidate("a", store, tmp_path).start()
+        await until(a.leads, 16, "a leads")
+        before = store.watches
+        await asyncio.sleep(60)
+        assert store.watches - before <= 60 / 2.5, store.watches - before  # backoff ≥ 2.5 s soon
+        assert a.leads()
+        assert await a.stop() == 0
 
     run(scenario)

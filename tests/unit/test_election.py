@@ -439,3 +439,19 @@ def test_a_resource_version_that_is_not_a_number_gives_no_token_but_leadership_h
     step(e, store, 0), step(e, store, 0)
     assert e.is_leader(0.0) and e.fencing_token is None
     assert any(ev.kind == "problem" and "fencing token" in ev.detail for ev in e.drain_events())
+
+
+def test_only_a_claim_this_process_wrote_may_be_released() -> None:
+    from sidecar.lease import LeaseRecord
+
+    store, a, b = Store(), make("a"), make("b")
+    step(a, store, 0), step(a, store, 0)
+    ours = LeaseRecord.from_object(store.read() or {})
+    assert a.may_release(ours)
+    # A hand edit names b, which never wrote it: b may not release it.
+    edited = store.read() or {}
+    edited["spec"]["holderIdentity"] = "b"
+    store.write(Write(edited, create=False, purpose="renew"))
+    b.on_read(store.read(), 1)
+    named_b = LeaseRecord.from_object(store.read() or {})
+    assert not b.may_release(named_b) and not a.may_release(named_b)
