@@ -19,8 +19,8 @@ trusted for takeover: node clocks disagree.
 Not guaranteed: that the application stops its work at that instant. The
 sidecar publishes; the application must honour ``valid_until`` (or gate on the
 probe). For resources that can check it, the fencing token (the resourceVersion
-of the write that began the term, ``lease.term_token``) orders leaders, also
-across a deletion of the Lease.
+of the write that began the term) orders leaders, also across a deletion of
+the Lease: a later term begins with a later write.
 
 Shape
 -----
@@ -39,7 +39,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from .lease import LeaseRecord, claim, term_token
+from .lease import LeaseRecord, claim, version_number
 from .timing import Timing
 
 
@@ -188,9 +188,7 @@ class Election:
         ):
             return  # a late watch event from before what we already know
         for problem in record.problems:
-            if problem not in self._problems_seen:
-                self._problems_seen.add(problem)
-                self.events.append(Event("problem", problem))
+            self._problem(problem)
         changed = self.record is None or (
             record.resource_version != self.record.resource_version
             or not record.same_content(self.record)
@@ -212,15 +210,18 @@ class Election:
 
     def observe_deleted(self, final: dict[str, Any], now: float) -> None:
         """The watch saw the Lease deleted; ``final`` is its last state, as the API server sent it."""
-        record = LeaseRecord.from_object(final)
-        if self.record is not None:
-            if _older(record.resource_version, self.record.resource_version):
-                return  # a late event: the Lease was created again since
-            if not record.same_content(self.record):
-                self.observe(final, now)  # a write we had not seen: a sign of life
-        else:
-            self.observe(final, now)
+        record, known = LeaseRecord.from_object(final), self.record
+        if known is not None and _older(record.resource_version, known.resource_version):
+            return  # a late event: the Lease was created again since
+        if known is None or not record.same_content(known):
+            self.observe(final, now)  # a write we had not seen: a sign of life
         self._observe_absent(now, last_known=True)
+
+    def _problem(self, problem: str) -> None:
+        """Report ``problem`` once per process: the driver logs each event."""
+        if problem not in self._problems_seen:
+            self._problems_seen.add(problem)
+            self.events.append(Event("problem", problem))
 
     def _observe_absent(self, now: float, last_known: bool = False) -> None:
         """The Lease does not exist. Who may still be publishing a claim decides the wait.
@@ -260,13 +261,10 @@ class Election:
             self.written_version = self.record.resource_version
             if not self.leading:
                 self.leading = True
-                self.fencing_token = term_token(self.record.resource_version)
+                # The token is the version of the write that began this term (contract §2).
+                self.fencing_token = version_number(self.record.resource_version)
                 if self.fencing_token is None:
-                    self.events.append(
-                        Event(
-                            "problem", "resourceVersion is not a positive integer: no fencing token"
-                        )
-                    )
+                    self._problem("resourceVersion is not a positive integer: no fencing token")
                 self.events.append(
                     Event("leading", "acquired the Lease", fencing_token=self.fencing_token)
                 )
@@ -328,6 +326,5 @@ class Election:
 
 def _older(candidate: str, current: str) -> bool:
     """Whether resourceVersion ``candidate`` is older than ``current`` (when both are numbers)."""
-    if candidate.isdigit() and current.isdigit():
-        return int(candidate) < int(current)
-    return False
+    older, newer = version_number(candidate), version_number(current)
+    return older is not None and newer is not None and older < newer

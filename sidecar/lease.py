@@ -64,15 +64,13 @@ def parse_time(value: Any) -> dt.datetime | None:
     return parsed.astimezone(dt.UTC)
 
 
-def term_token(resource_version: str) -> int | None:
-    """The fencing token of a leadership term: the resourceVersion of the write that began it.
+def version_number(resource_version: str) -> int | None:
+    """A resourceVersion as the integer it is, or None when it is not a canonical positive one.
 
     The API server gives every write a resourceVersion from one counter that
     only grows (etcd's revision; comparable as integers for objects of one
-    resource since Kubernetes 1.35, KEP-5504). A later term begins with a later
-    write, so its token is larger, also when the Lease was deleted and created
-    again in between, which restarts ``leaseTransitions`` at 0. None when the
-    server's resourceVersion is not a canonical positive integer.
+    resource since Kubernetes 1.35, KEP-5504). The election uses this to drop
+    late watch events and to make fencing tokens (contract §2).
     """
     if resource_version.isdigit() and not resource_version.startswith("0"):
         return int(resource_version)
