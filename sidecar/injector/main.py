@@ -17,6 +17,7 @@ from .. import defaults
 from ..kube.config import ConfigError
 from ..kube.config import load as load_config
 from ..logs import Logger
+from ..options import INJECTOR_ENV, Source
 from .settings import SettingsError, UsageError, check_files, injector_settings, parse_args
 from .webhookconfig import WEBHOOK_PATH, ca_bundle_of, webhook_configuration
 
@@ -49,17 +50,14 @@ def _print_webhook_config(args: argparse.Namespace) -> int:
     if url:
         config = webhook_configuration(ca_bundle_of(ca), url=url, excluded_namespaces=excluded)
     elif name and namespace:
-        port = get("service_port") or "443"
-        if not (port.isdigit() and 1 <= int(port) <= 65535):
-            raise SettingsError(
-                f"--service-port={port!r} is not valid; expected a port number 1-65535"
-            )
+        # The flags of --print-webhook-config only: no env variables here.
+        port = Source(args, INJECTOR_ENV, environ={}).port("service-port", 443)
         config = webhook_configuration(
             ca_bundle_of(ca),
             service={
                 "namespace": namespace,
                 "name": name,
-                "port": int(port),
+                "port": port,
                 "path": WEBHOOK_PATH,
             },
             excluded_namespaces=excluded,

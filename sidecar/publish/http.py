@@ -28,6 +28,7 @@ StateFn = Callable[[], State]
 MAX_CONNECTIONS = 32
 REQUEST_DEADLINE = 5.0
 MAX_REQUEST_BYTES = 16 * 1024
+TOO_LARGE = b"HTTP/1.1 431 Request Header Fields Too Large\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
 
 
 class StatusServer:
@@ -122,6 +123,7 @@ class StatusServer:
         conn = h11.Connection(h11.SERVER, max_incomplete_event_size=MAX_REQUEST_BYTES)
         loop = asyncio.get_running_loop()
         deadline = loop.time() + REQUEST_DEADLINE
+        received = 0  # bytes of the request being read: h11 bounds only an incomplete head
         self._idle[writer] = None
         while True:
             try:
@@ -135,6 +137,10 @@ class StatusServer:
             if event is h11.NEED_DATA:
                 async with asyncio.timeout_at(deadline):
                     data = await reader.read(8192)
+                received += len(data)
+                if received > MAX_REQUEST_BYTES:
+                    writer.write(TOO_LARGE)
+                    return
                 conn.receive_data(data)
             elif isinstance(event, h11.Request):
                 self._idle.pop(writer, None)
@@ -145,7 +151,7 @@ class StatusServer:
                 if conn.their_state is not h11.DONE:
                     return
                 conn.start_next_cycle()
-                deadline = loop.time() + REQUEST_DEADLINE
+                deadline, received = loop.time() + REQUEST_DEADLINE, 0
                 self._idle[writer] = None
             elif isinstance(event, h11.ConnectionClosed) or conn.our_state in (
                 h11.MUST_CLOSE,

@@ -95,3 +95,14 @@ def test_request_dribbled_a_byte_at_a_time_is_cut_off(spawn: Spawn) -> None:
     assert closed_after is not None, "a request that never completes held its connection for 30s"
     assert closed_after < 15, f"cut off only after {closed_after:.1f}s"
     assert proc.http("/healthz")[0] == 200
+
+
+def test_request_head_beyond_16_kib_is_refused_with_431(spawn: Spawn) -> None:
+    proc = spawn("pod-0")
+    wait_for(lambda: proc.http("/healthz")[0] == 200, 15, what="the status port")
+    with socket.create_connection(("127.0.0.1", proc.port), timeout=10) as conn:
+        with contextlib.suppress(OSError):
+            conn.sendall(b"GET /leader HTTP/1.1\r\nHost: x\r\nX-Big: " + b"a" * 20000 + b"\r\n\r\n")
+        answer = conn.recv(64)
+    assert answer.startswith(b"HTTP/1.1 431"), answer
+    assert proc.http("/healthz")[0] == 200

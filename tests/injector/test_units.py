@@ -138,6 +138,30 @@ def test_print_webhook_config(tmp_path: Path) -> None:
         excluded_namespaces=["kube-system", "ops"],
     )
     assert json.loads(done.stdout) == expected
+    for port, expected_code in (("8443", 0), ("0", 2), ("https", 2)):
+        done = subprocess.run(
+            [
+                str(EXE),
+                "injector",
+                "--print-webhook-config",
+                f"--ca-file={ca}",
+                "--service-name=inj",
+                "--service-namespace=ops",
+                f"--service-port={port}",
+            ],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        assert done.returncode == expected_code, done.stderr
+        if expected_code == 0:
+            hook = json.loads(done.stdout)["webhooks"][0]
+            assert hook["clientConfig"]["service"]["port"] == 8443
+        else:
+            assert done.stderr.strip() == (
+                f"grelmicro-sidecar injector: --service-port={port!r} is not valid; "
+                "expected a port number from 1 to 65535"
+            ), done.stderr
 
 
 # ---- webhook configuration ------------------------------------------------------------
