@@ -42,12 +42,13 @@ import socket
 import ssl
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
+from pathlib import Path
 from typing import Any
 
 import aiohttp.web
 import kopf
 
-from ..kube.config import SERVICE_ACCOUNT_DIR, ConfigError
+from ..kube.config import SERVICE_ACCOUNT_DIR, ConfigError, in_cluster
 from ..kube.config import load as load_config
 from ..kube.errors import ApiError, Forbidden
 from ..logs import Logger
@@ -65,6 +66,26 @@ SWEEP_RBAC_FIX = (
     "grant the injector's ServiceAccount a ClusterRole with list and delete on "
     "leases.coordination.k8s.io and get on pods"
 )
+
+
+def service_account_login(sa_dir: Path = SERVICE_ACCOUNT_DIR) -> Any:
+    """The pod's own credentials, with the API server's address from the environment.
+
+    kopf's ``login_with_service_account`` dials ``kubernetes.default.svc``, a
+    name only cluster DNS can resolve: an injector started before CoreDNS
+    answers (a new node, a DNS outage) could not reach the API server and was
+    restarted by its liveness probe. The kubelet puts the address in
+    ``KUBERNETES_SERVICE_HOST``/``PORT`` of every pod; client-go and the
+    sidecar dial that, and so does this. kopf calls login again after a 401, so
+    a rotated token is read anew.
+    """
+    config = in_cluster(sa_dir)
+    return kopf.ConnectionInfo(
+        server=config.server,
+        ca_path=str(sa_dir / "ca.crt"),
+        token=(config.authorization() or "").removeprefix("Bearer ") or None,
+        default_namespace=config.namespace,
+    )
 
 
 def own_identity() -> Any:
@@ -160,7 +181,9 @@ def build_registry(settings: InjectorSettings, log: Logger, metrics: InjectorMet
             os.environ["KUBECONFIG"] = settings.kubeconfig
             return kopf.login_with_kubeconfig(**kwargs)
         if os.environ.get("KUBERNETES_SERVICE_HOST") and (SERVICE_ACCOUNT_DIR / "token").exists():
-            return kopf.login_with_service_account(**kwargs)
+            credentials = service_account_login()
+            log.info("logged in with the service account", api_server=credentials.server)
+            return credentials
         return kopf.login_with_kubeconfig(**kwargs)
 
     if settings.auto_rbac:

@@ -7,6 +7,7 @@ chart's own TLS, and ``helm test --logs`` runs the chart's test pod for real.
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 from tests.e2e.conftest import RELEASE_NAMESPACE, Cluster, process_identity
@@ -42,6 +43,18 @@ def test_injector_replicas_ready_behind_the_service_and_helm_test_passes(
                 f"{name} restarted {status['restartCount']} times; last state "
                 f"{status.get('lastState')}; its log:\n{previous.stdout}{previous.stderr}"
             )
+        # The API server is dialled at the address the kubelet gives every pod, not
+        # at kubernetes.default.svc: an injector must not need cluster DNS to start.
+        log = e2e.kubectl("logs", "-n", RELEASE_NAMESPACE, pod["metadata"]["name"]).stdout
+        logins = [
+            json.loads(line)
+            for line in log.splitlines()
+            if "logged in with the service account" in line
+        ]
+        service = e2e.json("get", "service", "kubernetes", "-n", "default")["spec"]
+        assert logins and {entry["api_server"] for entry in logins} == {
+            f"https://{service['clusterIP']}:{service['ports'][0]['port']}"
+        }, log
     endpoints = e2e.json(
         "get",
         "endpointslices",

@@ -50,6 +50,25 @@ def test_in_cluster_reads_the_service_account_mount(
     assert cfg.authorization() == "Bearer tok-1"
 
 
+def test_injector_login_dials_the_address_the_kubelet_gives_not_a_dns_name(
+    tmp_path: Path, ca: CertificateAuthority, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from sidecar.injector.operator import service_account_login
+
+    (tmp_path / "ca.crt").write_bytes(ca.cert_pem)
+    (tmp_path / "token").write_text("tok-1\n")
+    (tmp_path / "namespace").write_text("grelmicro-system")
+    monkeypatch.setenv("KUBERNETES_SERVICE_HOST", "10.96.0.1")
+    monkeypatch.setenv("KUBERNETES_SERVICE_PORT", "443")
+    login = service_account_login(tmp_path)
+    assert (login.server, login.token, login.default_namespace) == (
+        "https://10.96.0.1:443",
+        "tok-1",
+        "grelmicro-system",
+    )
+    assert login.ca_path == str(tmp_path / "ca.crt")
+
+
 def test_token_file_is_reread_when_it_changes(tmp_path: Path) -> None:
     path = tmp_path / "token"
     path.write_text("one")
