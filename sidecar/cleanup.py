@@ -1,19 +1,32 @@
-"""The sweep of expired managed Leases (contract §5 step 3), shared by the sidecar and the injector.
+"""The sweep of expired managed Leases (contract §5 step 3), shared by the sidecar, ``cleanup`` and the injector.
 
-Deletes only what is provably abandoned: labelled ``managed-by: grelmicro``
-(checked again on the object, not only trusted to the label selector), and
-``renewTime + leaseDurationSeconds`` in the past by more than a skew margin
-(wall clocks of different nodes disagree; the margin absorbs that). Each
-delete carries the ``resourceVersion`` that was judged, so a Lease renewed
-between the list and the delete survives (409), and two sweepers at once are
-harmless (404/409). A Lease whose times cannot be read is never deleted, and
-neither is one a caller's ``still_needed`` check keeps (the injector keeps a
-Lease whose holder pod still exists) or cannot decide: when in doubt, keep it.
+Deletes only what is provably abandoned, whatever any node's clock says:
+
+- labelled ``managed-by: grelmicro`` (checked again on the object, not only
+  trusted to the label selector);
+- **seen by this process at the same ``resourceVersion`` for
+  ``leaseDurationSeconds + margin`` of its own monotonic clock** (``Sightings``).
+  A holder's claim ends ``leaseDurationSeconds`` after the write that renewed
+  it at the latest, and that write came before we first saw it, so the claim
+  ended at least ``margin`` ago. No wall clock enters this rule: a sweeper
+  whose clock runs ten minutes ahead sees a renewed Lease's version move and
+  keeps it;
+- and also ``renewTime + leaseDurationSeconds`` in the past by more than the
+  margin on the wall clock, the rule grelmicro and client-go peers apply (a
+  sweep never deletes what they would still call live);
+- a caller's ``still_needed`` check does not keep it (the injector keeps a
+  Lease whose holder pod still exists) and does not fail.
+
+Each delete carries the ``resourceVersion`` that was judged, so a Lease
+renewed between the list and the delete survives (409), and two sweepers at
+once are harmless (404/409). A Lease whose times cannot be read is never
+deleted: when in doubt, keep it.
 """
 
 from __future__ import annotations
 
 import datetime as dt
+import time
 from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
@@ -37,8 +50,43 @@ class SweepResult:
     kept_live: int = 0
     kept_unreadable: int = 0
     kept_needed: int = 0
+    kept_unconfirmed: int = 0  # expired by the wall clock, not yet seen unchanged long enough
+    confirm_in: float = 0.0  # seconds until the last of those could be confirmed abandoned
     skipped_changed: int = 0
     errors: int = 0
+
+
+class Sightings:
+    """When this process first saw each managed Lease at its current resourceVersion.
+
+    Times are this process's monotonic clock, so a judgement built on them
+    holds whatever the wall clocks of this node or the holders' nodes say
+    (the only assumption: clocks tick at about the same rate). A Lease missing
+    from a list is forgotten; one seen again at a new version starts over.
+    """
+
+    def __init__(self, monotonic: Callable[[], float] = time.monotonic):
+        self._monotonic = monotonic
+        self._first: dict[tuple[str, str], tuple[str, float]] = {}
+
+    def record(self, objects: Iterable[dict[str, Any]]) -> None:
+        """Remember what one complete list showed (and nothing it did not show)."""
+        now = self._monotonic()
+        seen: dict[tuple[str, str], tuple[str, float]] = {}
+        for obj in objects:
+            record = LeaseRecord.from_object(obj)
+            key = (_namespace(obj), record.name)
+            previous = self._first.get(key)
+            unchanged = previous is not None and previous[0] == record.resource_version
+            seen[key] = previous if unchanged and previous else (record.resource_version, now)
+        self._first = seen
+
+    def unchanged_for(self, namespace: str, record: LeaseRecord) -> float:
+        """Seconds this Lease has been seen at ``record``'s version (0 if never)."""
+        first = self._first.get((namespace, record.name))
+        if first is None or first[0] != record.resource_version:
+            return 0.0
+        return self._monotonic() - first[1]
 
 
 def _utcnow() -> dt.datetime:
@@ -60,12 +108,15 @@ async def sweep_objects(
     delete: Delete,
     log: Logger,
     *,
+    sightings: Sightings,
     margin: float = SWEEP_MARGIN,
     now: Now = _utcnow,
     still_needed: StillNeeded | None = None,
     on_delete: Callable[[str, LeaseRecord], None] | None = None,
 ) -> SweepResult:
-    """Judge each listed Lease object and delete the abandoned ones, one by one."""
+    """Judge each Lease of one complete list and delete the abandoned ones, one by one."""
+    objects = list(objects)
+    sightings.record(objects)
     result = SweepResult()
     for obj in objects:
         record = LeaseRecord.from_object(obj)
@@ -78,6 +129,13 @@ async def sweep_objects(
             continue
         if not is_expired(record, now(), margin):
             result.kept_live += 1
+            continue
+        unconfirmed = (
+            (record.lease_duration or 0) + margin - sightings.unchanged_for(namespace, record)
+        )
+        if unconfirmed > 0:
+            result.kept_unconfirmed += 1
+            result.confirm_in = max(result.confirm_in, unconfirmed)
             continue
         if still_needed is not None:
             try:
@@ -122,10 +180,17 @@ async def sweep_objects(
     return result
 
 
+async def sight(store: LeaseStore, sightings: Sightings) -> None:
+    """Record the namespace's managed Leases, so a later sweep can judge them (the sidecar at start)."""
+    items, _ = await store.list(label_selector=SELECTOR)
+    sightings.record(items)
+
+
 async def sweep(
     store: LeaseStore,
     log: Logger,
     *,
+    sightings: Sightings,
     margin: float = SWEEP_MARGIN,
     now: Now = _utcnow,
     on_delete: Callable[[LeaseRecord], None] | None = None,
@@ -140,6 +205,7 @@ async def sweep(
         items,
         delete,
         log,
+        sightings=sightings,
         margin=margin,
         now=now,
         on_delete=(lambda _ns, record: on_delete(record)) if on_delete is not None else None,

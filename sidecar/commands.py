@@ -9,7 +9,7 @@ import json
 import sys
 from typing import Any
 
-from .defaults import PROG, SWEEP_MARGIN
+from .defaults import MIN_SWEEP_MARGIN, PROG, SWEEP_MARGIN
 from .kube.config import ApiConfig, ConfigError, load
 from .kube.errors import ApiError, Forbidden
 from .kube.leases import LeaseStore
@@ -19,6 +19,10 @@ from .options import SIDECAR_ENV, Source
 from .publish.statefile import StateDirError
 from .runner import RBAC_FIX, Sidecar, resolve_namespace, store_for
 from .settings import run_settings
+
+#: ``cleanup`` watches expired-looking Leases at most this long before judging
+#: (a Lease with a longer duration is left to the injector's sweep or a later run).
+CLEANUP_MAX_WAIT = 300.0
 
 
 def _fail(message: str, code: int) -> int:
@@ -150,7 +154,7 @@ async def _status_rows(config: ApiConfig, namespace: str) -> list[dict[str, Any]
 def cleanup(args: argparse.Namespace) -> int:
     src = Source(args, SIDECAR_ENV)
     level = src.log_level("warning")
-    margin = src.duration("margin", SWEEP_MARGIN)
+    margin = src.duration("margin", SWEEP_MARGIN, at_least=MIN_SWEEP_MARGIN)
     try:
         config = _config(src)
     except ConfigError as err:
@@ -159,16 +163,30 @@ def cleanup(args: argparse.Namespace) -> int:
     log = Logger("info" if level == "warning" else level, namespace=namespace)
 
     async def go() -> int:
-        from .cleanup import sweep
+        from .cleanup import Sightings, sweep
 
         store = LeaseStore(config, namespace)
+        sightings = Sightings()
         try:
-            result = await sweep(store, log, margin=margin)
+            # No clock is trusted (contract §5): a Lease that looks expired is
+            # watched until it has stayed unchanged for its duration + margin.
+            result = await sweep(store, log, sightings=sightings, margin=margin)
+            if result.kept_unconfirmed:
+                wait = min(result.confirm_in, CLEANUP_MAX_WAIT)
+                print(
+                    f"watching {result.kept_unconfirmed} expired-looking lease(s) for "
+                    f"{wait:.0f}s to confirm nobody renews them",
+                    file=sys.stderr,
+                    flush=True,
+                )
+                await asyncio.sleep(wait)
+                result = await sweep(store, log, sightings=sightings, margin=margin)
         finally:
             store.close()
         print(
             f"deleted {len(result.deleted)} expired lease(s); kept {result.kept_live} live, "
-            f"{result.kept_unreadable} unreadable; {result.skipped_changed} changed under us"
+            f"{result.kept_unreadable} unreadable, {result.kept_unconfirmed} not yet confirmed; "
+            f"{result.skipped_changed} changed under us"
         )
         if result.errors:
             # The sweep went on past each failure (logged above); the job is not done.

@@ -23,7 +23,12 @@ MAX_DURATION = 86400
 #: Below this, an API outage turns every candidate into a load generator.
 MIN_RETRY_PERIOD = 0.1
 
-#: How long past expiry a Lease must be before a sweep deletes it (clock skew).
+#: How long past expiry a Lease must be before a sweep deletes it: by the wall
+#: clock (what grelmicro and client-go peers judge) and beyond its duration on
+#: the sweeper's monotonic clock (what no skew can fool; contract §5).
 SWEEP_MARGIN = 60.0
+#: Below this a margin is refused: it must cover the sweeper's own pauses
+#: between its look and its delete and the holder's last write in flight.
+MIN_SWEEP_MARGIN = 5.0
 
 LOG_LEVELS = ("debug", "info", "warning", "error")

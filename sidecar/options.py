@@ -84,7 +84,9 @@ class Source:
         raise SettingsError(f"{self.where(flag)}={value!r} is not valid; expected {accepted}")
 
     # ---- kinds of value ------------------------------------------------------
-    def duration(self, flag: str, default: float, *, zero_disables: bool = False) -> float:
+    def duration(
+        self, flag: str, default: float, *, zero_disables: bool = False, at_least: float = 0.0
+    ) -> float:
         raw = self.raw(flag)
         if raw is None:
             return default
@@ -99,6 +101,8 @@ class Source:
             self.fail(flag, raw, "a duration greater than 0, such as 15s" + disable)
         if value > defaults.MAX_DURATION:
             self.fail(flag, raw, f"a duration of at most {format_duration(defaults.MAX_DURATION)}")
+        if value < at_least:
+            self.fail(flag, raw, f"a duration of at least {format_duration(at_least)}" + disable)
         return value
 
     def port(self, flag: str, default: int, *, zero_disables: bool = False) -> int:

@@ -103,6 +103,9 @@ class Sidecar:
         )
         self._tasks: list[asyncio.Task[Any]] = []
         self._loop_task: asyncio.Task[Any] | None = None
+        # The shutdown sweep judges Leases on what this process saw since it started.
+        self.sightings = cleanup.Sightings(self.clock.monotonic)
+        self._sighting: asyncio.Task[None] | None = None
         self._signals = 0
 
     # ---- what the application sees ----------------------------------------
@@ -162,6 +165,7 @@ class Sidecar:
             asyncio.create_task(self._watch_loop(), name="watch"),
             asyncio.create_task(self._watchdog(), name="watchdog"),
         ]
+        self._sighting = asyncio.create_task(self._sight(), name="sighting")
         stop = asyncio.create_task(self._stop.wait())
         done, _ = await asyncio.wait([stop, *self._tasks], return_when=asyncio.FIRST_COMPLETED)
         failed = next((t for t in self._tasks if t in done), None)
@@ -174,6 +178,20 @@ class Sidecar:
             await self._shutdown()
             return 1
         return await self._shutdown()
+
+    async def _sight(self) -> None:
+        """One list of the namespace's managed Leases at start, for the shutdown sweep.
+
+        Without it the sweep could only trust wall clocks (contract §5). If it
+        fails, the shutdown sweep deletes nothing: the injector's sweep and
+        ``cleanup`` remain.
+        """
+        try:
+            await cleanup.sight(self.store, self.sightings)
+        except ApiError as err:
+            self.log.debug(
+                "could not list managed leases; the shutdown sweep will skip", error=str(err)
+            )
 
     def _on_signal(self, sig: int) -> None:
         self._signals += 1
@@ -363,9 +381,10 @@ class Sidecar:
         self.election.resign()
         self.publish(force=True)
         self.log.info("published not-leader", lease=self.settings.lease)
-        for task in self._tasks:
+        tasks = [*self._tasks, *([self._sighting] if self._sighting else [])]
+        for task in tasks:
             task.cancel()
-        for task in self._tasks:
+        for task in tasks:
             with contextlib.suppress(BaseException):
                 await task
         deadline = self.clock.monotonic() + SHUTDOWN_BUDGET
@@ -375,10 +394,16 @@ class Sidecar:
                 result = await cleanup.sweep(
                     self.store,
                     self.log,
+                    sightings=self.sightings,
                     now=self.clock.wall,
                     on_delete=lambda _r: self._count_swept(),
                 )
-                self.log.info("sweep done", deleted=len(result.deleted), kept_live=result.kept_live)
+                self.log.info(
+                    "sweep done",
+                    deleted=len(result.deleted),
+                    kept_live=result.kept_live,
+                    kept_unconfirmed=result.kept_unconfirmed,
+                )
         except TimeoutError:
             self.log.warning(
                 "shutdown budget spent; exiting without finishing release/sweep",

@@ -48,6 +48,7 @@ from typing import Any
 import aiohttp.web
 import kopf
 
+from ..cleanup import Sightings
 from ..kube.config import SERVICE_ACCOUNT_DIR, ConfigError, in_cluster
 from ..kube.config import load as load_config
 from ..kube.errors import ApiError, Forbidden
@@ -277,6 +278,7 @@ def _sweeper(
     settings: InjectorSettings, log: Logger, metrics: InjectorMetrics
 ) -> Callable[[], Awaitable[None]]:
     api_box: dict[str, ClusterApi] = {}
+    sightings = Sightings()  # kept across sweeps: a Lease is judged on what this replica saw
 
     def count(namespace: str, record: Any) -> None:
         metrics.swept += 1
@@ -286,7 +288,11 @@ def _sweeper(
             if "api" not in api_box:
                 api_box["api"] = ClusterApi(load_config(settings.kubeconfig))
             result = await sweep_cluster(
-                api_box["api"], log, margin=settings.sweep_margin, on_delete=count
+                api_box["api"],
+                log,
+                sightings=sightings,
+                margin=settings.sweep_margin,
+                on_delete=count,
             )
         except Forbidden as err:
             metrics.sweeps["error"] += 1

@@ -152,7 +152,9 @@ def injector_settings(
         ),
         excluded_namespaces=tuple(dict.fromkeys(excluded)),
         sweep_interval=src.duration("sweep-interval", 60.0, zero_disables=True),
-        sweep_margin=src.duration("sweep-margin", defaults.SWEEP_MARGIN, zero_disables=True),
+        sweep_margin=src.duration(
+            "sweep-margin", defaults.SWEEP_MARGIN, at_least=defaults.MIN_SWEEP_MARGIN
+        ),
         auto_rbac=src.boolean("auto-rbac", False),
         log_level=level,
         kubeconfig=src.raw("kubeconfig") or None,

@@ -4,8 +4,10 @@ Deletes a Lease only when all of these hold (contract §5's rules, plus one):
 
 - it carries ``app.kubernetes.io/managed-by: grelmicro`` (checked again on the
   object, not only trusted to the label selector);
-- ``renewTime + leaseDurationSeconds`` is in the past by more than the margin
-  (node clocks disagree; a Lease whose times cannot be read is kept);
+- this process has seen it unchanged for ``leaseDurationSeconds + margin``
+  across its sweeps (its monotonic clock: no node's wall clock is trusted),
+  and ``renewTime + leaseDurationSeconds`` is in the past by more than the
+  margin too (a Lease whose times cannot be read is kept);
 - its holder pod no longer exists in the Lease's namespace (a released Lease,
   with no holder, has none); an error while checking keeps the Lease;
 - the delete carries the ``resourceVersion`` that was judged, so a Lease
@@ -21,7 +23,7 @@ import datetime as dt
 from collections.abc import Callable
 from typing import Any, Protocol
 
-from ..cleanup import SELECTOR, SweepResult, sweep_objects
+from ..cleanup import SELECTOR, Sightings, SweepResult, sweep_objects
 from ..defaults import SWEEP_MARGIN
 from ..lease import LeaseRecord
 from ..logs import Logger
@@ -39,6 +41,7 @@ async def sweep_cluster(
     api: SweepApi,
     log: Logger,
     *,
+    sightings: Sightings,
     margin: float = SWEEP_MARGIN,
     now: Callable[[], dt.datetime] = lambda: dt.datetime.now(dt.UTC),
     on_delete: Callable[[str, LeaseRecord], None] | None = None,
@@ -53,6 +56,7 @@ async def sweep_cluster(
         await api.list_leases(SELECTOR),
         api.delete_lease,
         log,
+        sightings=sightings,
         margin=margin,
         now=now,
         still_needed=holder_exists,

@@ -268,10 +268,15 @@ def test_namespace_that_does_not_exist_is_logged_and_backed_off(
     [
         (["cleanup", "--margin=soon"], "--margin='soon' is not valid; expected a duration such as"),
         (["cleanup", "--margin=-5s"], "--margin='-5s' is not valid; expected a duration such as"),
-        # A zero margin trusts every node's clock to the second: refused.
+        # No margin at all: refused.
         (
             ["cleanup", "--margin=0s"],
             "--margin='0s' is not valid; expected a duration greater than 0",
+        ),
+        # The margin also covers the sweeper's own pauses: below 5 s is refused.
+        (
+            ["cleanup", "--margin=2s"],
+            "--margin='2s' is not valid; expected a duration of at least 5s",
         ),
         (["cleanup", "--log-level=loud"], "--log-level='loud' is not valid; expected one of"),
         (["status", "--log-level=loud"], "--log-level='loud' is not valid; expected one of"),

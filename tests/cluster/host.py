@@ -47,9 +47,9 @@ def unsupported_reason() -> str | None:
     return None
 
 
-def ensure_packages() -> None:
-    """Install the node's Debian packages that are missing (apt-get, quietly)."""
-    missing = [name for name, path in PACKAGES.items() if not Path(path).exists()]
+def ensure_packages(packages: dict[str, str] = PACKAGES) -> None:
+    """Install the Debian packages (the node's by default) that are missing (apt-get, quietly)."""
+    missing = [name for name, path in packages.items() if not Path(path).exists()]
     if not missing:
         return
     print(

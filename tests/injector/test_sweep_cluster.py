@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import datetime as dt
 import json
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -54,7 +55,8 @@ def test_sweep_deletes_only_abandoned_expired_managed_leases(
         # kept, each for one reason
         "leader-holder-alive": _lease("leader-holder-alive", "alive-pod", 300),
         "leader-live": _lease("leader-live", "ghost-pod", 0, duration=3600),
-        "leader-within-margin": _lease("leader-within-margin", "ghost-pod", 35),
+        # renewed every second by a holder whose clock runs 10 minutes behind
+        "leader-behind": _lease("leader-behind", "ghost-pod", 600),
         "leader-unlabelled": _lease("leader-unlabelled", "ghost-pod", 300, labels={}),
         "leader-other-owner": _lease(
             "leader-other-owner", "ghost-pod", 300, labels={"app.kubernetes.io/managed-by": "x"}
@@ -64,8 +66,19 @@ def test_sweep_deletes_only_abandoned_expired_managed_leases(
     for body in leases.values():
         coord.create_namespaced_lease(namespace, body)
 
+    stop_renewing = threading.Event()
+
+    def renew_with_a_clock_behind() -> None:
+        while not stop_renewing.wait(1.0):
+            lease = coord.read_namespaced_lease("leader-behind", namespace)
+            lease.spec.renew_time = dt.datetime.now(dt.UTC) - dt.timedelta(minutes=10)
+            coord.replace_namespaced_lease("leader-behind", namespace, lease)
+
+    renewer = threading.Thread(target=renew_with_a_clock_behind, daemon=True)
+    renewer.start()
     log = tmp_path / "injector.log"
-    sweeper = Injector(cluster, tls, log, "--sweep-interval=1s", "--sweep-margin=60s").start()
+    # A Lease is deleted once this replica saw it unchanged for its duration + 10 s.
+    sweeper = Injector(cluster, tls, log, "--sweep-interval=1s", "--sweep-margin=10s").start()
     try:
         deadline = time.monotonic() + 60
         remaining: set[str] = set(leases)
@@ -84,6 +97,8 @@ def test_sweep_deletes_only_abandoned_expired_managed_leases(
         assert left == set(leases) - {"leader-gone", "leader-released"}
         assert sweeper.metrics()["grelmicro_injector_swept_leases_total"] >= 2
     finally:
+        stop_renewing.set()
+        renewer.join()
         assert sweeper.stop() == 0
 
     lines = [json.loads(line) for line in log.read_text().splitlines() if line.startswith("{")]

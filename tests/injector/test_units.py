@@ -13,6 +13,7 @@ from typing import Any
 
 import pytest
 
+from sidecar.cleanup import Sightings
 from sidecar.injector import rbac
 from sidecar.injector.annotations import INJECT
 from sidecar.injector.settings import SettingsError, injector_settings, parse_args
@@ -84,6 +85,8 @@ def test_env_sets_each_flag_and_the_flag_wins() -> None:
             "--lease-duration=5s must be greater than renew-deadline 10s (the default)",
         ),
         (["--sweep-interval=often"], {}, "or 0 to disable"),
+        (["--sweep-margin=0"], {}, "--sweep-margin='0' is not valid; expected a duration such as"),
+        (["--sweep-margin=1s"], {}, "expected a duration of at least 5s"),
         (["--excluded-namespaces=Kube_System"], {}, "comma-separated list of namespace names"),
         (["--auto-rbac=maybe"], {}, "true or false"),
         (["--log-level=loud"], {}, "expected one of debug, info, warning, error"),
@@ -280,15 +283,25 @@ class FakeApi:
         self.deletes.append((namespace, name, resource_version))
 
 
-def _sweep(api: FakeApi, margin: float = 60) -> Any:
-    seen: list[str] = []
+def _sweep(api: FakeApi, margin: float = 60, seen_for: float = 1000) -> Any:
+    """One sweep by a replica that saw the same list ``seen_for`` seconds ago (its monotonic clock)."""
+    deleted: list[str] = []
     log = Logger("info", stream=io.StringIO())
+    clock = [0.0]
+    sightings = Sightings(lambda: clock[0])
+    sightings.record(api.leases)
+    clock[0] = seen_for
     result = asyncio.run(
         sweep_cluster(
-            api, log, margin=margin, now=lambda: NOW, on_delete=lambda ns, r: seen.append(r.name)
+            api,
+            log,
+            sightings=sightings,
+            margin=margin,
+            now=lambda: NOW,
+            on_delete=lambda ns, r: deleted.append(r.name),
         )
     )
-    return result, seen, log.stream.getvalue()  # type: ignore[union-attr]
+    return result, deleted, log.stream.getvalue()  # type: ignore[union-attr]
 
 
 def test_sweep_rules() -> None:
@@ -330,6 +343,34 @@ def test_sweep_keeps_what_changed_or_cannot_be_checked() -> None:
     result, seen, logs = _sweep(api)
     assert seen == [] and api.deletes == [] and result.errors == 1
     assert "keeping it" in logs
+
+
+def test_sweep_judges_on_what_it_saw_not_on_any_wall_clock() -> None:
+    # Both look expired by ten minutes on this clock; only one stayed unchanged.
+    moving, still = _lease("moving", "ghost", 600), _lease("still", "ghost", 600)
+    api = FakeApi([moving, still], pods=set())
+    clock = [0.0]
+    sightings = Sightings(lambda: clock[0])
+    log = Logger("info", stream=io.StringIO())
+
+    def sweep_at(t: float) -> Any:
+        clock[0] = t
+        return asyncio.run(sweep_cluster(api, log, sightings=sightings, margin=10, now=lambda: NOW))
+
+    first = sweep_at(0)  # first sight: nothing is confirmed yet
+    assert api.deletes == [] and first.kept_unconfirmed == 2 and first.confirm_in == 25
+    for t in (10, 20):  # a holder whose clock runs behind renews: the version moves
+        moving["metadata"]["resourceVersion"] = f"rv-moving-{t}"
+        assert sweep_at(t).kept_unconfirmed == 2
+    assert api.deletes == []
+    assert sweep_at(24.9).kept_unconfirmed == 2  # 15 s duration + 10 s margin not yet over
+    fourth = sweep_at(25)
+    assert api.deletes == [("ns", "still", "rv-still")]
+    assert fourth.kept_unconfirmed == 1 and fourth.confirm_in == 20  # moving: seen since t=20
+    api.leases = [moving]  # still is gone
+    assert sweep_at(44.9).kept_unconfirmed == 1
+    sweep_at(45)  # moving stopped at t=20: now it is abandoned too
+    assert api.deletes[1:] == [("ns", "moving", "rv-moving-20")]
 
 
 # ---- rbac ---------------------------------------------------------------------------------

@@ -187,29 +187,38 @@ def test_cleanup_deletes_only_expired_managed_leases(
     now = dt.datetime.now(dt.UTC)
     managed = {"app.kubernetes.io/managed-by": "grelmicro"}
 
-    def make(name: str, labels: dict[str, str] | None, renewed: dt.datetime | None) -> None:
+    def make(
+        name: str, labels: dict[str, str] | None, renewed: dt.datetime | None, duration: int = 15
+    ) -> None:
         coord.create_namespaced_lease(
             namespace,
             client.V1Lease(
                 metadata=client.V1ObjectMeta(name=name, labels=labels),
                 spec=client.V1LeaseSpec(
-                    holder_identity="x", lease_duration_seconds=15, renew_time=renewed
+                    holder_identity="x", lease_duration_seconds=duration, renew_time=renewed
                 ),
             ),
         )
 
     make("leader-expired", managed, now - dt.timedelta(minutes=10))
-    make("leader-live", managed, now)
+    make("leader-live", managed, now, duration=3600)
     make("leader-unmanaged", None, now - dt.timedelta(minutes=10))
     make("leader-no-times", managed, None)
     out = subprocess.run(
-        [str(BIN), "cleanup", f"--namespace={namespace}", f"--kubeconfig={cluster.kubeconfig}"],
+        [
+            str(BIN),
+            "cleanup",
+            f"--namespace={namespace}",
+            f"--kubeconfig={cluster.kubeconfig}",
+            "--margin=5s",  # the expired one is watched for its 15 s + 5 s before the delete
+        ],
         capture_output=True,
         text=True,
-        timeout=30,
+        timeout=60,
     )
     assert out.returncode == 0, out.stderr
     assert "deleted 1 expired lease(s)" in out.stdout
+    assert "watching 1 expired-looking lease(s) for 20s" in out.stderr
     names = {item.metadata.name for item in coord.list_namespaced_lease(namespace).items}
     assert names == {"leader-live", "leader-unmanaged", "leader-no-times"}
 
@@ -264,7 +273,10 @@ def test_cleanup_exits_1_and_says_so_when_a_delete_is_refused(
         ),
     )
     out = subprocess.run(
-        [str(BIN), "cleanup", f"--kubeconfig={config}"], capture_output=True, text=True, timeout=30
+        [str(BIN), "cleanup", f"--kubeconfig={config}", "--margin=5s"],
+        capture_output=True,
+        text=True,
+        timeout=60,
     )
     assert out.returncode == 1, (out.stdout, out.stderr)
     # One JSON warning per failed delete (the log), then one plain line that says what to do.
@@ -280,7 +292,7 @@ def test_sweep_spares_a_lease_renewed_between_list_and_delete(
 ) -> None:
     import asyncio
 
-    from sidecar.cleanup import sweep
+    from sidecar.cleanup import Sightings, sight, sweep
     from sidecar.kube.config import from_kubeconfig
     from sidecar.kube.leases import LeaseStore
     from sidecar.logs import Logger
@@ -307,8 +319,16 @@ def test_sweep_spares_a_lease_renewed_between_list_and_delete(
             coord.replace_namespaced_lease("leader-racy", namespace, lease)
             return result
 
+    # Seen unchanged long enough (a fake monotonic clock stands for the wait) ...
+    clock = [0.0]
+    sightings = Sightings(lambda: clock[0])
+    plain = LeaseStore(from_kubeconfig(cluster.kubeconfig), namespace)
+    asyncio.run(sight(plain, sightings))
+    plain.close()
+    clock[0] = 1000.0
+    # ... and renewed between the list that judged it and the delete.
     store = RenewAfterList(from_kubeconfig(cluster.kubeconfig), namespace)
-    result = asyncio.run(sweep(store, Logger("error")))
+    result = asyncio.run(sweep(store, Logger("error"), sightings=sightings))
     store.close()
     assert result.deleted == [] and result.skipped_changed == 1
     assert coord.read_namespaced_lease("leader-racy", namespace).metadata.name == "leader-racy"

@@ -192,11 +192,35 @@ def test_release_on_shutdown_vacates_the_lease_and_sweeps_expired_ones(tmp_path:
         await store.create(old)
         a = await Candidate("a", store, tmp_path).start()
         await until(a.leads, 16, "a leads")
+        # Swept only once a has seen it unchanged for its 15 s + the 60 s margin.
+        await asyncio.sleep(76)
         assert await a.stop() == 0
         record = LeaseRecord.from_object(store.objects[LEASE])
         assert record.holder is None and record.lease_duration == 1, record
         assert "leader-old" not in store.objects  # swept
         assert a.state()["is_leader"] is False
+
+    run(scenario)
+
+
+def test_shutdown_sweep_keeps_what_it_has_not_seen_unchanged_long_enough(tmp_path: Path) -> None:
+    async def scenario() -> None:
+        store = FakeLeases()
+        old = claim(
+            None,
+            name="leader-old",
+            namespace="ns",
+            identity="gone-pod",
+            lease_duration=15,
+            now=EPOCH - dt.timedelta(hours=1),
+            acquire=True,
+        )
+        await store.create(old)
+        a = await Candidate("a", store, tmp_path).start()
+        await until(a.leads, 16, "a leads")
+        await asyncio.sleep(30)  # 30 s < 15 s + 60 s: an hour old by the clock is not enough
+        assert await a.stop() == 0
+        assert "leader-old" in store.objects
 
     run(scenario)
 

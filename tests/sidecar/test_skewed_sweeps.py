@@ -1,0 +1,112 @@
+"""A sweeper whose wall clock runs ahead never deletes a live Lease (contract §5, issue 12 item 4).
+
+A node clock 10 minutes ahead makes every renewed Lease look long expired by
+``renewTime + leaseDurationSeconds``. The resourceVersion precondition does
+not help: nothing changed between the sweeper's list and its delete. What
+the sweeper can trust is its own monotonic clock: a Lease it has seen
+unchanged for ``leaseDurationSeconds + margin`` is abandoned, whatever any
+clock says; one whose resourceVersion keeps moving is alive.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import os
+import signal
+import subprocess
+import time
+from collections.abc import Callable
+from typing import Any
+
+from kubernetes import client
+
+from tests.cluster import ControlPlane
+from tests.sidecar.proc import BIN, SidecarProcess, wait_for
+from tests.skew import skewed_clock
+
+Spawn = Callable[..., SidecarProcess]
+MANAGED = {"app.kubernetes.io/managed-by": "grelmicro"}
+AHEAD = 600  # seconds: the 10 minutes the issue measured
+
+
+def _abandoned(coord: Any, namespace: str, name: str, duration: int) -> None:
+    """A managed Lease whose holder is gone: last renewed 10 minutes ago, by any clock."""
+    coord.create_namespaced_lease(
+        namespace,
+        client.V1Lease(
+            metadata=client.V1ObjectMeta(name=name, labels=MANAGED),
+            spec=client.V1LeaseSpec(
+                holder_identity="gone-pod",
+                lease_duration_seconds=duration,
+                renew_time=dt.datetime.now(dt.UTC) - dt.timedelta(minutes=10),
+            ),
+        ),
+    )
+
+
+def _uid(coord: Any, namespace: str, name: str) -> str:
+    return str(coord.read_namespaced_lease(name, namespace).metadata.uid)
+
+
+def test_shutdown_sweep_with_a_clock_ahead_spares_live_leases_and_still_sweeps_dead_ones(
+    spawn: Spawn, api: Any, namespace: str
+) -> None:
+    coord = client.CoordinationV1Api(api)
+    live = spawn("live-leader", election="busy")
+    wait_for(live.leads, 20, what="the live election's leader")
+    live_uid = _uid(coord, namespace, "leader-busy")
+    _abandoned(coord, namespace, "leader-dead", duration=3)
+
+    sweeper = spawn("ahead", election="other", env=skewed_clock(AHEAD))
+    wait_for(sweeper.leads, 30, what="the skewed sidecar to lead its own election")
+    state = sweeper.state()
+    assert state is not None
+    skew = dt.datetime.fromisoformat(state["updated_at"]) - dt.datetime.now(dt.UTC)
+    assert skew > dt.timedelta(seconds=AHEAD - 30), f"the sidecar's clock is not ahead: {skew}"
+    # The dead Lease must stay unchanged under its eyes for duration (3 s) + margin (60 s).
+    time.sleep(3 + 60 + 3 - (time.monotonic() - sweeper.started_at))
+    sweeper.signal(signal.SIGTERM)
+    assert sweeper.wait(30) == 0
+    deleted = [
+        line.get("lease")
+        for line in sweeper.logs()
+        if line.get("msg") == "sweep: deleted expired lease"
+    ]
+    assert deleted == ["leader-dead"], sweeper.raw_log()[-3000:]
+    assert live.leads()
+    assert _uid(coord, namespace, "leader-busy") == live_uid, "the live Lease was deleted"
+
+
+def test_cleanup_with_a_clock_ahead_spares_live_leases_and_still_sweeps_dead_ones(
+    spawn: Spawn, cluster: ControlPlane, api: Any, namespace: str
+) -> None:
+    coord = client.CoordinationV1Api(api)
+    live = spawn("live-leader", election="busy")
+    wait_for(live.leads, 20, what="the live election's leader")
+    live_uid = _uid(coord, namespace, "leader-busy")
+    _abandoned(coord, namespace, "leader-dead", duration=3)
+    started = time.monotonic()
+    out = subprocess.run(
+        [
+            str(BIN),
+            "cleanup",
+            f"--namespace={namespace}",
+            f"--kubeconfig={cluster.kubeconfig}",
+            "--margin=5s",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, **skewed_clock(AHEAD)},
+    )
+    took = time.monotonic() - started
+    assert out.returncode == 0, out.stderr
+    assert "deleted 1 expired lease(s)" in out.stdout, (out.stdout, out.stderr)
+    # It watched the candidates for duration + margin (3 s + 5 s) before deleting.
+    assert took >= 8, took
+    assert {i.metadata.name for i in coord.list_namespaced_lease(namespace).items} == {
+        "leader-busy"
+    }
+    assert _uid(coord, namespace, "leader-busy") == live_uid, "the live Lease was deleted"
+    assert live.leads()
+    assert "Traceback" not in out.stderr, out.stderr
