@@ -288,7 +288,33 @@ class Sidecar:
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(self._wake.wait(), timeout=min(timeout, 3600))
 
+    def _check_clock(self) -> None:
+        """Alarm once when this node's clock is certainly off by more than the contract tolerates.
+
+        Tolerated: ``lease_duration - renew_deadline`` (contract §2): a grelmicro
+        peer judging our ``renewTime`` on its own clock would otherwise take over
+        while we still vouch.
+        """
+        offset = self.store.clock_offset
+        if offset is None:
+            return
+        self.metrics.clock_skew = offset.estimate
+        timing = self.settings.timing
+        tolerated = timing.lease_duration - timing.renew_deadline
+        if offset.beyond(tolerated):
+            self.log.once(
+                "clock-skew",
+                "warning",
+                "this node's clock is off from the API server's by more than the contract tolerates",
+                skew_seconds=round(offset.estimate, 1),
+                tolerated_seconds=tolerated,
+                fix="sync the node's clock (NTP); grelmicro peers and valid_until readers use wall clocks",
+            )
+        elif not offset.beyond(tolerated / 2):
+            self.log.forget("clock-skew")
+
     def _after_step(self) -> None:
+        self._check_clock()
         for event in self.election.drain_events():
             if event.kind == "leading":
                 self._leading.set()

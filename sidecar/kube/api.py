@@ -10,6 +10,7 @@ are not 2xx raised as ``errors`` classes. URL paths are built here, by
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import AsyncIterator
 from typing import Any
 from urllib.parse import quote, urlencode
@@ -17,6 +18,7 @@ from urllib.parse import quote, urlencode
 from .config import ApiConfig, ConfigError
 from .errors import ApiUnavailable, Unauthorized, error_for
 from .http import HttpClient, Unreachable
+from .skew import ClockOffset, offset_from_date
 
 CORE = "/api/v1"
 COORDINATION = "/apis/coordination.k8s.io/v1"
@@ -48,6 +50,8 @@ class KubeApi:
         self.config = config
         self.request_timeout = request_timeout
         self.http = HttpClient(config.host, config.port, config.ssl_context if config.tls else None)
+        #: This node's clock against the API server's, from the last answer's Date.
+        self.clock_offset: ClockOffset | None = None
 
     def _headers(self, force_reload: bool = False) -> list[tuple[str, str]]:
         headers = [("Accept", "application/json")]
@@ -69,6 +73,7 @@ class KubeApi:
             headers = self._headers(force_reload=attempt == 1)
             if data is not None:
                 headers.append(("Content-Type", "application/json"))
+            sent = time.time()
             try:
                 resp = await self.http.request(
                     method,
@@ -79,6 +84,8 @@ class KubeApi:
                 )
             except Unreachable as err:
                 raise ApiUnavailable(str(err), verb=verb) from None
+            offset = offset_from_date(resp.headers.get("date"), sent, time.time())
+            self.clock_offset = offset or self.clock_offset
             if resp.status == 401 and attempt == 0 and self.config.token_file is not None:
                 continue  # the projected token may just have rotated: re-read it once
             if resp.status >= 300:

@@ -17,6 +17,7 @@ from typing import Any
 from .api import COORDINATION, KubeApi, path, unless_changed
 from .config import ApiConfig
 from .errors import NotFound, error_for
+from .skew import ClockOffset
 
 
 class LeaseStore:
@@ -27,6 +28,11 @@ class LeaseStore:
         self.namespace = namespace
         self.request_timeout = request_timeout
         self.api = KubeApi(config, request_timeout)
+
+    @property
+    def clock_offset(self) -> ClockOffset | None:
+        """This node's clock against the API server's, as the last answer showed it."""
+        return self.api.clock_offset
 
     def _path(self, name: str | None = None, **query: str) -> str:
         return path(COORDINATION, "leases", self.namespace, name, **query)

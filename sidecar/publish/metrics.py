@@ -1,4 +1,4 @@
-"""Prometheus text exposition, by hand: four metric families need no client library.
+"""Prometheus text exposition, by hand: a few metric families need no client library.
 
 ``leader_election_master_status`` keeps client-go's name so existing
 dashboards and alerts work unchanged.
@@ -23,6 +23,7 @@ class Metrics:
     renew_buckets: list[int] = field(default_factory=lambda: [0] * len(RENEW_BUCKETS))
     api_errors: Counter[str] = field(default_factory=Counter)
     swept: int = 0
+    clock_skew: float | None = None  # this node's clock minus the API server's, once measured
 
     def observe_renew(self, seconds: float) -> None:
         self.renew_count += 1
@@ -64,6 +65,13 @@ class Metrics:
             "# TYPE grelmicro_sidecar_swept_leases_total counter",
             f"grelmicro_sidecar_swept_leases_total{{{name}}} {self.swept}",
         ]
+        if self.clock_skew is not None:
+            lines += [
+                "# HELP grelmicro_sidecar_clock_skew_seconds This node's wall clock minus the "
+                "API server's (its Date header; about 1 s resolution).",
+                "# TYPE grelmicro_sidecar_clock_skew_seconds gauge",
+                f"grelmicro_sidecar_clock_skew_seconds{{{name}}} {self.clock_skew:.3f}",
+            ]
         return "\n".join(lines) + "\n"
 
 

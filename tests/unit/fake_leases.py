@@ -22,6 +22,7 @@ class FakeLeases:
     def __init__(self, namespace: str = "ns") -> None:
         self.namespace = namespace
         self.request_timeout = 2.0
+        self.clock_offset = None  # no Date headers here
         self.objects: dict[str, dict[str, Any]] = {}
         self.history: list[tuple[int, str, dict[str, Any]]] = []  # (rv, type, object)
         self.rv = 100

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import base64
+import datetime as dt
 import json
 from pathlib import Path
 
@@ -144,3 +145,20 @@ def test_yaml_kubeconfig(tmp_path: Path, ca: CertificateAuthority) -> None:
         "contexts:\n- name: c\n  context:\n    cluster: k\n    user: u\n"
     )
     assert from_kubeconfig(path).authorization() == "Bearer yaml-token"
+
+
+def test_the_api_servers_date_bounds_this_nodes_clock_offset() -> None:
+    from sidecar.kube.skew import offset_from_date
+
+    date = "Mon, 23 Nov 2026 12:00:00 GMT"
+    server = dt.datetime(2026, 11, 23, 12, tzinfo=dt.UTC).timestamp()
+    # Sent and received within the server's second: offset in [-1, +0.3], nothing certain.
+    same = offset_from_date(date, server + 0.1, server + 0.3)
+    assert same is not None and (same.low, same.high) == pytest.approx((-0.9, 0.3))
+    assert not same.beyond(0.5)
+    ahead = offset_from_date(date, server + 600.1, server + 600.2)
+    assert ahead is not None and ahead.beyond(5) and ahead.estimate == pytest.approx(599.65)
+    behind = offset_from_date(date, server - 30, server - 29.9)
+    assert behind is not None and behind.beyond(5) and not behind.beyond(31)
+    assert offset_from_date(None, 0, 0) is None
+    assert offset_from_date("yesterday", 0, 0) is None

@@ -1,4 +1,4 @@
-"""A sweeper whose wall clock runs ahead never deletes a live Lease (contract §5, issue 12 item 4).
+"""Node clocks that are off: sweeps never trust them (contract §5), and the sidecar reports them.
 
 A node clock 10 minutes ahead makes every renewed Lease look long expired by
 ``renewTime + leaseDurationSeconds``. The resourceVersion precondition does
@@ -21,6 +21,7 @@ from typing import Any
 from kubernetes import client
 
 from tests.cluster import ControlPlane
+from tests.metrics import samples
 from tests.sidecar.proc import BIN, SidecarProcess, wait_for
 from tests.skew import skewed_clock
 
@@ -110,3 +111,25 @@ def test_cleanup_with_a_clock_ahead_spares_live_leases_and_still_sweeps_dead_one
     assert _uid(coord, namespace, "leader-busy") == live_uid, "the live Lease was deleted"
     assert live.leads()
     assert "Traceback" not in out.stderr, out.stderr
+
+
+def test_a_clock_off_by_more_than_tolerated_is_reported_once_and_measured(spawn: Spawn) -> None:
+    ahead = spawn("ahead", election="one", env=skewed_clock(AHEAD))
+    right = spawn("right", election="two")
+    for proc in (ahead, right):
+        wait_for(proc.leads, 30, what=f"{proc.identity} to lead")
+    time.sleep(2)  # a few more renewals, each answer carrying a Date
+
+    def skew(proc: SidecarProcess) -> float:
+        status, text = proc.http("/metrics")
+        assert status == 200, text
+        lease = {"ahead": "leader-one", "right": "leader-two"}[proc.identity]
+        return samples(text)[f'grelmicro_sidecar_clock_skew_seconds{{name="{lease}"}}']
+
+    assert AHEAD - 3 < skew(ahead) < AHEAD + 3
+    assert abs(skew(right)) < 2
+    warned = [line for line in ahead.logs() if "clock is off" in line.get("msg", "")]
+    assert len(warned) == 1, warned  # once, not once per request
+    assert warned[0]["tolerated_seconds"] == 1.0  # FAST: lease 3 s - renew deadline 2 s
+    assert AHEAD - 3 < warned[0]["skew_seconds"] < AHEAD + 3
+    assert not [line for line in right.logs() if "clock is off" in line.get("msg", "")]
