@@ -71,7 +71,7 @@ Action = Read | Write | Wait
 class Event:
     """Something the driver should log or count."""
 
-    kind: Literal["leading", "stepped_down", "holder", "problem"]
+    kind: Literal["leading", "stepped_down", "holder", "problem", "rolled_back"]
     detail: str
     fencing_token: int | None = None
 
@@ -98,6 +98,8 @@ class Election:
     #: resourceVersion of our last successful claim: the only Lease state we may release.
     written_version: str | None = None
     not_before: float = -math.inf
+    #: After a rollback of the store, nobody's claim is judged free before this.
+    quarantine_until: float = -math.inf
     failures: int = 0
     resigned: bool = False
     events: list[Event] = field(default_factory=list)
@@ -152,6 +154,9 @@ class Election:
         return Wait(max(free, self.not_before))
 
     def _free_at(self) -> float:
+        return max(self._free_by_record(), self.quarantine_until)
+
+    def _free_by_record(self) -> float:
         record = self.record
         if record is None:
             return self.expires_at  # deleted: the last holder's expiry still stands
@@ -177,19 +182,29 @@ class Election:
         return Write(body=body, create=self.record is None, purpose=purpose)
 
     # ---- observations -----------------------------------------------------
-    def observe(self, obj: dict[str, Any] | None, now: float) -> None:
-        """A fresh view of the Lease (read or watch); None when it does not exist."""
+    def observe(self, obj: dict[str, Any] | None, now: float, quorum: bool = False) -> None:
+        """A fresh view of the Lease (read or watch); None when it does not exist.
+
+        ``quorum``: the view is a quorum read, the API server's current truth.
+        A watch event older than what we know is late and dropped; a quorum
+        read older than what we know means the store went back in time (etcd
+        restored from a backup) and is believed, not dropped: dropping it left
+        every sidecar re-reading in a loop until the revision caught up.
+        """
         if obj is None:
             self._observe_absent(now)
             return
         record = LeaseRecord.from_object(obj)
-        if self.record is not None and _older(
+        rolled_back = self.record is not None and _older(
             record.resource_version, self.record.resource_version
-        ):
+        )
+        if rolled_back and not quorum:
             return  # a late watch event from before what we already know
+        if rolled_back and self.record is not None:
+            self._rolled_back(self.record.resource_version, record.resource_version, now)
         for problem in record.problems:
             self._problem(problem)
-        changed = self.record is None or (
+        changed = rolled_back or self.record is None or (
             record.resource_version != self.record.resource_version
             or not record.same_content(self.record)
         )
@@ -216,6 +231,22 @@ class Election:
         if known is None or not record.same_content(known):
             self.observe(final, now)  # a write we had not seen: a sign of life
         self._observe_absent(now, last_known=True)
+
+    def _rolled_back(self, known: str, read: str, now: float) -> None:
+        """The store went back from ``known`` to ``read``: trust nothing it says is free.
+
+        Whoever led after the backup was taken may still be publishing, and the
+        restored record does not name it. Its renewals now fail (they carry a
+        version the store no longer has), so its claim ends within a renew
+        deadline of now: nobody, us included, claims for a lease duration.
+        """
+        self.events.append(
+            Event("rolled_back", f"resourceVersion went back from {known} to {read}")
+        )
+        if self.leading:
+            self._step_down("the Lease's store went back in time (restored from a backup)")
+        self.written_version = None
+        self.quarantine_until = now + self.timing.lease_duration
 
     def _problem(self, problem: str) -> None:
         """Report ``problem`` once per process: the driver logs each event."""
@@ -250,7 +281,7 @@ class Election:
         # that fails again (a missing namespace, a webhook denying it) must not
         # restart the backoff from its shortest step.
         self.not_before = -math.inf
-        self.observe(obj, now)
+        self.observe(obj, now, quorum=True)
 
     def on_written(self, obj: dict[str, Any], started_at: float, now: float) -> None:
         """A write succeeded; ``started_at`` is when it was sent (the safety clock starts there)."""

@@ -328,6 +328,14 @@ class Sidecar:
                 self.log.info(
                     "holder changed", lease=self.settings.lease, holder=event.detail or None
                 )
+            elif event.kind == "rolled_back":
+                self.log.warning(
+                    "the API server's store went back in time (etcd restored from a backup?); "
+                    "nobody may claim for one lease duration",
+                    lease=self.settings.lease,
+                    detail=event.detail,
+                    fix="restore etcd with --bump-revision, or fencing tokens can go back",
+                )
             elif event.kind == "problem":
                 self.log.warning(
                     "lease has an unusable field; treating it conservatively",

@@ -375,6 +375,25 @@ class ControlPlane:
         time.sleep(downtime)
         self.start_etcd()
 
+    def backup_etcd(self, dest: Path) -> None:
+        """A cold copy of etcd's data directory: the state a snapshot restore brings back."""
+        self.stop_process("etcd")
+        shutil.copytree(self.workdir / "etcd", dest)
+        self.start_etcd()
+
+    def restore_etcd(self, backup: Path) -> None:
+        """Restore etcd from ``backup`` as an operator does: API server stopped, data replaced.
+
+        Without ``--bump-revision`` (that needs ``etcdutl``): the revision goes
+        back to the backup's, the case the sidecar must survive.
+        """
+        self.stop_apiserver()
+        self.stop_process("etcd")
+        shutil.rmtree(self.workdir / "etcd")
+        shutil.copytree(backup, self.workdir / "etcd")
+        self.start_etcd()
+        self.start_apiserver()
+
     def stop(self) -> None:
         """Stop every process (controller-manager, API server, etcd, in that order)."""
         if self.state is None:

@@ -455,3 +455,33 @@ def test_only_a_claim_this_process_wrote_may_be_released() -> None:
     b.on_read(store.read(), 1)
     named_b = LeaseRecord.from_object(store.read() or {})
     assert not b.may_release(named_b) and not a.may_release(named_b)
+
+
+def test_a_store_restored_from_a_backup_is_believed_waited_out_and_never_re_read_in_a_loop() -> (
+    None
+):
+    """etcd restored from a snapshot: resourceVersions go back (issue 12 item 3)."""
+    store, a, b = Store(), make("a"), make("b")
+    step(a, store, 0), step(a, store, 0)  # a leads
+    backup = copy.deepcopy(store.obj)  # the snapshot: a leading at version 101
+    for t in (5, 10, 15):
+        step(a, store, t)  # renewals: 102, 103, 104
+    step(b, store, 15)  # b follows at 104
+    b.drain_events()
+    # The restore: the store is back at the snapshot's state and revision.
+    store.obj, store.rv = backup, 101
+    b.mark_stale()  # the watch broke with the API server's restart
+    assert isinstance(step(b, store, 16), Read)
+    # The quorum read is the truth now: believed, reported, and not read again at once.
+    assert b.record is not None and b.record.resource_version == "101"
+    assert [ev.kind for ev in b.drain_events()] == ["rolled_back"]
+    assert b.next_action(16) == Wait(31)  # nobody is trusted free for a lease duration
+    # a's renewal carries 104, which the store no longer has: 409, then a read.
+    assert isinstance(step(a, store, 20), Write) and a.stale
+    assert isinstance(step(a, store, 20), Read)
+    assert not a.is_leader(20), "a leader whose store went back steps down"
+    assert a.next_action(20) == Wait(35)
+    # b claims after its wait; a stays out until its own has passed.
+    assert isinstance(step(b, store, 31), Write) and b.is_leader(31)
+    step(a, store, 35)
+    assert not a.is_leader(35) and b.is_leader(35)
