@@ -78,11 +78,22 @@ def pods(e2e: Cluster, namespace: str, name: str) -> list[dict[str, Any]]:
 
 
 def view_from_app(e2e: Cluster, namespace: str, pod: str) -> tuple[dict[str, Any], str]:
-    """The state file and the /leader status code, read inside the app container."""
-    script = 'cat "$LEADER_ELECTION_STATE_FILE"; echo; curl -s -o /dev/null -w "%{http_code}" "$LEADER_ELECTION_URL"'
-    out = e2e.kubectl("exec", "-n", namespace, pod, "-c", "app", "--", "sh", "-c", script).stdout
-    state, code = out.rsplit("\n", 1)
-    return json.loads(state), code.strip()
+    """The state file and the /leader status code, read inside the app container.
+
+    The file is read before and after the probe: if it changed in between
+    (leadership moved while we looked), the two views are of different moments
+    and are read again, so the caller compares views of one moment.
+    """
+    script = (
+        'f="$LEADER_ELECTION_STATE_FILE"; cat "$f"; echo "@@"; '
+        'curl -s -o /dev/null -w "%{http_code}" "$LEADER_ELECTION_URL"; echo "@@"; cat "$f"'
+    )
+    for _ in range(5):
+        out = e2e.kubectl("exec", "-n", namespace, pod, "-c", "app", "--", "sh", "-c", script)
+        before, code, after = out.stdout.split("@@")
+        if json.loads(before) == json.loads(after):
+            break
+    return json.loads(before), code.strip()
 
 
 def lease(e2e: Cluster, namespace: str) -> dict[str, Any]:
