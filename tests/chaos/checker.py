@@ -303,11 +303,22 @@ def probe_conflicts(claims: list[Claim], probes: Iterable[Probe]) -> list[Violat
     return out
 
 
-def fencing(claims: list[Claim]) -> list[Violation]:
+def fencing(claims: list[Claim], restores: Iterable[float] = ()) -> list[Violation]:
+    """Violation 3. ``restores``: when an etcd restore without ``--bump-revision`` ended.
+
+    Such a restore takes the cluster's revision back, and with it the tokens:
+    the contract assumes restores bump the revision, and the harness cannot
+    (it has no ``etcdutl``). So the order of tokens is checked within each
+    stretch between restores; the overlap rules still hold across them.
+    """
     out = []
     highest: int | None = None
     previous: Claim | None = None
+    pending = sorted(restores)
     for c in sorted(claims, key=lambda c: c.start):
+        while pending and pending[0] <= c.start:
+            pending.pop(0)
+            highest, previous = None, None
         token = c.version.fencing_token
         if (
             previous is not None
@@ -453,7 +464,8 @@ def check(
     """Judge a run. Leaderless gaps are counted up to ``gaps_until`` (the start of
     the final shutdown, after which nobody is meant to lead), violations to ``end``."""
     claims = claims_of(versions)
-    violations = overlaps(claims) + probe_conflicts(claims, probes) + fencing(claims)
+    restores = [f.end for f in faults if f.kind == "restore"]
+    violations = overlaps(claims) + probe_conflicts(claims, probes) + fencing(claims, restores)
     for v in violations:
         v.timeline = timeline(v.start, versions, probes, faults, logs)
     if torn_reads:

@@ -16,6 +16,10 @@ one fault at a time, with a quiet spell after each, from this menu:
 ``delay``           slow a sidecar's link (0.2-1.5 s each way) for a few seconds
 ``drop``            a flaky link: cut 30 % of chunks/connections for a few seconds
 ``reset``           reset every open connection of a sidecar at once
+``deleted-paused``  SIGSTOP the leader, ``kubectl delete lease`` while it sleeps, SIGCONT
+``flood``           500 idle half-sent requests on a sidecar's status port for seconds
+``restore``         (long run only) back up etcd's data, let the election move on,
+                    restore it: resourceVersions go back (no ``--bump-revision``)
 ==================  ==========================================================
 
 The short run (CI) first plays every kind once in a random order, then random
@@ -26,9 +30,12 @@ one process lives through the whole run for the fd/RSS trend.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import random
+import shutil
 import signal
+import socket
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -53,10 +60,15 @@ KINDS = (
     "delay",
     "drop",
     "reset",
+    "deleted-paused",
+    "flood",
 )
+#: Restoring the shared CI cluster would take other tests' objects back in time.
+LONG_KINDS = (*KINDS, "restore")
 PROCESS_KINDS = ("sigkill", "sigterm", "sigstop", "sigstop-short")
 #: Kinds that take seconds, not tens of seconds (a kube-apiserver restart takes 10-25 s here).
 CHEAP_KINDS = tuple(k for k in KINDS if k not in ("apiserver", "etcd"))
+FLOOD_CONNECTIONS = 500
 
 
 @dataclass
@@ -179,15 +191,19 @@ class ChaosRun:
             time.sleep(0.05)
 
     def run(
-        self, seconds: float, every_kind_first: bool = True, menu: tuple[str, ...] = KINDS
+        self,
+        seconds: float,
+        every_kind_first: bool = True,
+        menu: tuple[str, ...] = KINDS,
+        kinds: tuple[str, ...] = KINDS,
     ) -> None:
         """Inject faults until ``seconds`` have passed (the last fault may overrun a little).
 
-        ``every_kind_first`` plays each kind once (random order) before
+        ``every_kind_first`` plays each of ``kinds`` once (random order) before
         drawing from ``menu``.
         """
         deadline = time.monotonic() + seconds
-        plan = list(KINDS) if every_kind_first else []
+        plan = list(kinds) if every_kind_first else []
         self.rng.shuffle(plan)
         while time.monotonic() < deadline:
             kind = plan.pop(0) if plan else self.rng.choice(menu)
@@ -273,7 +289,11 @@ class ChaosRun:
             )
         elif kind == "partition":
             target = leader or self._wait_leader() or rng.choice(list(self.procs))
-        elif kind in ("apiserver", "etcd"):
+        elif kind == "deleted-paused":
+            # The witness takes no process fault: then a follower sleeps through it.
+            others = [w for w in self.procs if w != self.witness]
+            target = leader if leader in others else rng.choice(others)
+        elif kind in ("apiserver", "etcd", "restore"):
             target = "cluster"
         else:
             target = leader if leader and rng.random() < 0.5 else rng.choice(list(self.procs))
@@ -354,6 +374,30 @@ class ChaosRun:
             self.proxies[target].set("drop", drop_rate=0.3)
             time.sleep(hold)
             self.proxies[target].set("pass")
+        elif kind == "deleted-paused":
+            assert proc is not None
+            pause = t.lease + rng.uniform(0.5, 2.0)
+            detail = f"paused {pause:.1f}s, lease deleted"
+            proc.signal(signal.SIGSTOP)
+            t0 = time.monotonic()
+            self.cluster.kubectl(
+                "delete", "lease", "-n", self.namespace, "leader-main", "--ignore-not-found"
+            )
+            time.sleep(max(0.0, pause - (time.monotonic() - t0)))
+            proc.signal(signal.SIGCONT)
+        elif kind == "flood":
+            assert proc is not None
+            hold = rng.uniform(2.0, 5.0)
+            opened = _flood(proc.port, FLOOD_CONNECTIONS, hold)
+            detail = f"{opened} connections for {hold:.1f}s"
+        elif kind == "restore":
+            backup = self.workdir / f"etcd-backup-{len(self.faults)}"
+            self.cluster.backup_etcd(backup)
+            time.sleep(rng.uniform(2.0, 6.0))  # the election moves on past the backup
+            t0 = time.monotonic()
+            self.cluster.restore_etcd(backup)
+            shutil.rmtree(backup, ignore_errors=True)
+            detail = f"restored in {time.monotonic() - t0:.1f}s"
         elif kind == "reset":
             self.proxies[target].set("reset")
             time.sleep(rng.uniform(0.2, 1.0))
@@ -421,3 +465,22 @@ class ChaosRun:
                         (ts, who, f"{rec.get('level')}: {msg} {rec.get('error', '')}"[:160])
                     )
         return events, problems
+
+
+def _flood(port: int, connections: int, hold: float) -> int:
+    """Open ``connections`` to a status port, each with half a request head; hold; close."""
+    socks: list[socket.socket] = []
+    try:
+        for _ in range(connections):
+            try:
+                sock = socket.create_connection(("127.0.0.1", port), timeout=1.0)
+                sock.sendall(b"GET /leader HTTP/1.1\r\nHost: flood\r\n")
+            except OSError:
+                continue  # refused or cut: the server protects itself
+            socks.append(sock)
+        time.sleep(hold)
+    finally:
+        for sock in socks:
+            with contextlib.suppress(OSError):
+                sock.close()
+    return len(socks)
