@@ -505,3 +505,15 @@ def test_install_yaml_is_the_chart_rendered() -> None:
     )
     assert not [o for o in objects if is_hook(o)]
     assert "PRIVATE KEY" not in committed  # nothing secret in a file everyone applies
+
+
+def test_renders_with_helms_defaults_for_offline_and_gitops_use() -> None:
+    """No --kube-version: helm renders with its built-in version (older than 1.30).
+
+    The version is checked only against a real cluster (the template's lookup
+    finds kube-system), so offline rendering still yields every manifest.
+    """
+    result = helm("template", "t", str(CHART), check=False)
+    assert result.returncode == 0, result.stderr
+    kinds = {d["kind"] for d in docs(result.stdout)}
+    assert {"Deployment", "Service", "MutatingWebhookConfiguration"} <= kinds, kinds

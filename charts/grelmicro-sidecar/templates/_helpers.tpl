@@ -103,6 +103,15 @@ app.kubernetes.io/component: injector
 
 {{/* contract §3, checked before anything reaches the cluster (the injector checks them again at start-up). */}}
 {{- define "grelmicro-sidecar.validate" -}}
+{{- /*
+Kubernetes 1.30 or newer (native sidecars, webhook matchConditions). Checked
+only when the chart talks to a real cluster (lookup finds kube-system):
+`helm template` and `helm lint` render with helm's built-in version, which is
+older, and must still produce manifests for offline and GitOps use.
+*/ -}}
+{{- if and (lookup "v1" "Namespace" "" "kube-system") (semverCompare "<1.30.0-0" .Capabilities.KubeVersion.Version) }}
+{{- fail (printf "grelmicro-sidecar needs Kubernetes 1.30 or newer (native sidecar containers, webhook matchConditions); this cluster runs %s" .Capabilities.KubeVersion.Version) }}
+{{- end }}
 {{- $s := .Values.sidecar }}
 {{- $lease := include "grelmicro-sidecar.millis" $s.leaseDuration | float64 }}
 {{- $renew := include "grelmicro-sidecar.millis" $s.renewDeadline | float64 }}
