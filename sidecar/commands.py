@@ -12,6 +12,7 @@ from typing import Any
 from .defaults import MIN_SWEEP_MARGIN, PROG, SWEEP_MARGIN
 from .kube.config import ApiConfig, ConfigError, load
 from .kube.errors import ApiError, Forbidden
+from .kube.events import EventRecorder, api_poster
 from .kube.leases import LeaseStore
 from .lease import LeaseRecord, election_of
 from .logs import Logger
@@ -47,7 +48,10 @@ def run(args: argparse.Namespace) -> int:
 
 async def _run(settings: Any, config: ApiConfig, namespace: str, log: Logger) -> int:
     store = store_for(settings, config, namespace)
-    sidecar = Sidecar(settings, namespace, store, log, source=config.source)
+    events = EventRecorder(
+        api_poster(config, namespace, store.request_timeout), namespace, settings.identity, log
+    )
+    sidecar = Sidecar(settings, namespace, store, log, source=config.source, events=events)
     try:
         await sidecar.start()
     except StateDirError as err:

@@ -204,9 +204,13 @@ class Election:
             self._rolled_back(self.record.resource_version, record.resource_version, now)
         for problem in record.problems:
             self._problem(problem)
-        changed = rolled_back or self.record is None or (
-            record.resource_version != self.record.resource_version
-            or not record.same_content(self.record)
+        changed = (
+            rolled_back
+            or self.record is None
+            or (
+                record.resource_version != self.record.resource_version
+                or not record.same_content(self.record)
+            )
         )
         if changed:
             # Any write counts as a sign of life, even one that left renewTime

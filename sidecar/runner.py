@@ -34,6 +34,7 @@ from . import cleanup, held_signals
 from .election import Election, Read, Wait, Write
 from .kube.config import ApiConfig
 from .kube.errors import ApiError, Conflict, Forbidden, NotFound, Unauthorized
+from .kube.events import EventRecorder
 from .kube.leases import LeaseStore
 from .kube.watch import Changed, Deleted, LeaseWatch
 from .lease import LeaseRecord, vacate
@@ -77,6 +78,7 @@ class Sidecar:
         log: Logger,
         clock: Clock | None = None,
         source: str = "",
+        events: EventRecorder | None = None,
     ):
         self.settings = settings
         self.namespace = namespace
@@ -84,6 +86,7 @@ class Sidecar:
         self.store = store
         self.clock = clock or Clock()
         self.source = source
+        self.events = events
         self.election = Election(
             identity=settings.identity,
             lease=settings.lease,
@@ -313,6 +316,17 @@ class Sidecar:
         elif not offset.beyond(tolerated / 2):
             self.log.forget("clock-skew")
 
+    def _record(self, action: str, what: str) -> None:
+        """An Event on the Lease for ``kubectl describe lease`` (never waited for)."""
+        if self.events is not None:
+            record = self.election.record
+            self.events.record(
+                record.raw if record is not None else None,
+                self.settings.lease,
+                action,
+                f"{self.settings.identity} {what}",
+            )
+
     def _after_step(self) -> None:
         self._check_clock()
         for event in self.election.drain_events():
@@ -322,8 +336,10 @@ class Sidecar:
                 self.log.info(
                     "leading", lease=self.settings.lease, fencing_token=event.fencing_token
                 )
+                self._record("Acquire", f"became leader (fencing token {event.fencing_token})")
             elif event.kind == "stepped_down":
                 self.log.warning("stepped down", lease=self.settings.lease, reason=event.detail)
+                self._record("StepDown", f"stopped leading: {event.detail}")
             elif event.kind == "holder":
                 self.log.info(
                     "holder changed", lease=self.settings.lease, holder=event.detail or None
@@ -412,6 +428,8 @@ class Sidecar:
     # ---- shutdown -----------------------------------------------------------
     async def _shutdown(self) -> int:
         """contract §5: publish not-leader, release, sweep; bounded in time."""
+        if self.election.leading:
+            self._record("StepDown", "stopped leading: shutting down")
         self.election.resign()
         self.publish(force=True)
         self.log.info("published not-leader", lease=self.settings.lease)
@@ -445,6 +463,8 @@ class Sidecar:
             )
         except ApiError as err:
             self.log.warning("shutdown: API request failed", error=str(err))
+        if self.events is not None:
+            await self.events.close()
         if self.server is not None:
             await self.server.close()
         self.store.close()

@@ -1,4 +1,4 @@
-"""``--auto-rbac``: a Role and RoleBinding on Leases for an injected pod's ServiceAccount.
+"""``--auto-rbac``: a Role and RoleBinding on Leases (and Events) for an injected pod's ServiceAccount.
 
 Off by default: it needs the injector to hold the very permissions it grants
 (Kubernetes forbids granting what one does not have), cluster-wide, which a
@@ -17,6 +17,7 @@ from typing import Any, Protocol
 ROLE_NAME = "grelmicro-sidecar-leases"
 MANAGED_BY = {"app.kubernetes.io/managed-by": "grelmicro-sidecar-injector"}
 VERBS = ["get", "list", "watch", "create", "update", "patch", "delete"]
+EVENT_VERBS = ["create", "patch"]  # Events on the Lease (kubectl describe lease)
 
 
 class CreateApi(Protocol):
@@ -28,7 +29,10 @@ def role(namespace: str) -> dict[str, Any]:
         "apiVersion": "rbac.authorization.k8s.io/v1",
         "kind": "Role",
         "metadata": {"name": ROLE_NAME, "namespace": namespace, "labels": dict(MANAGED_BY)},
-        "rules": [{"apiGroups": ["coordination.k8s.io"], "resources": ["leases"], "verbs": VERBS}],
+        "rules": [
+            {"apiGroups": ["coordination.k8s.io"], "resources": ["leases"], "verbs": VERBS},
+            {"apiGroups": [""], "resources": ["events"], "verbs": EVENT_VERBS},
+        ],
     }
 
 

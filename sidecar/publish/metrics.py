@@ -65,13 +65,13 @@ class Metrics:
             "# TYPE grelmicro_sidecar_swept_leases_total counter",
             f"grelmicro_sidecar_swept_leases_total{{{name}}} {self.swept}",
         ]
-        if self.clock_skew is not None:
-            lines += [
-                "# HELP grelmicro_sidecar_clock_skew_seconds This node's wall clock minus the "
-                "API server's (its Date header; about 1 s resolution).",
-                "# TYPE grelmicro_sidecar_clock_skew_seconds gauge",
-                f"grelmicro_sidecar_clock_skew_seconds{{{name}}} {self.clock_skew:.3f}",
-            ]
+        skew = "NaN" if self.clock_skew is None else f"{self.clock_skew:.3f}"  # NaN: not yet
+        lines += [
+            "# HELP grelmicro_sidecar_clock_skew_seconds This node's wall clock minus the "
+            "API server's (its Date header; about 1 s resolution).",
+            "# TYPE grelmicro_sidecar_clock_skew_seconds gauge",
+            f"grelmicro_sidecar_clock_skew_seconds{{{name}}} {skew}",
+        ]
         return "\n".join(lines) + "\n"
 
 

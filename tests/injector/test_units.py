@@ -376,14 +376,15 @@ def test_sweep_judges_on_what_it_saw_not_on_any_wall_clock() -> None:
 # ---- rbac ---------------------------------------------------------------------------------
 
 
-def test_rbac_objects_grant_exactly_the_lease_verbs() -> None:
+def test_rbac_objects_grant_exactly_the_lease_and_event_verbs() -> None:
     role = rbac.role("ns")
     assert role["rules"] == [
         {
             "apiGroups": ["coordination.k8s.io"],
             "resources": ["leases"],
             "verbs": ["get", "list", "watch", "create", "update", "patch", "delete"],
-        }
+        },
+        {"apiGroups": [""], "resources": ["events"], "verbs": ["create", "patch"]},
     ]
     binding = rbac.role_binding("ns", "app")
     assert binding["roleRef"]["name"] == role["metadata"]["name"]

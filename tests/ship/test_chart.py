@@ -478,6 +478,10 @@ def test_injector_cluster_role_grows_only_with_auto_rbac() -> None:
         "verbs": ["create", "get"],
     } in auto
     assert {"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "list", "watch"]} in auto
+    # ... and the Event verbs the Role grants too.
+    events = next(r for r in auto if r["resources"] == ["events"])
+    assert set(injector_rbac.EVENT_VERBS) <= set(events["verbs"])
+    assert not any(r["resources"] == ["events"] for r in base)
 
 
 def test_install_yaml_is_the_chart_rendered() -> None:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import datetime as dt
+import io
 import json
 from collections.abc import AsyncIterator, Callable, Coroutine
 from pathlib import Path
@@ -293,5 +294,51 @@ def test_a_watch_cut_at_once_is_backed_off_not_reopened_in_a_loop(tmp_path: Path
         assert store.watches - before <= 60 / 2.5, store.watches - before  # backoff ≥ 2.5 s soon
         assert a.leads()
         assert await a.stop() == 0
+
+    run(scenario)
+
+
+def test_events_are_rate_limited_and_a_403_ends_them() -> None:
+    from sidecar.kube.errors import Forbidden
+    from sidecar.kube.events import EventRecorder
+
+    async def scenario() -> None:
+        posted: list[dict[str, Any]] = []
+        deny = [False]
+
+        async def post(body: dict[str, Any]) -> None:
+            if deny[0]:
+                raise Forbidden("403", status=403)
+            posted.append(body)
+
+        clock = [0.0]
+        log = Logger("info", stream=io.StringIO())
+        events = EventRecorder(post, "ns", "pod-a", log, monotonic=lambda: clock[0])
+        lease = {"metadata": {"name": "leader-main", "uid": "u-1"}}
+        for i in range(10):  # a flapping candidate
+            events.record(lease, "leader-main", "Acquire", f"pod-a became leader ({i})")
+        await asyncio.sleep(0)
+        assert len(posted) == 5 and events.dropped == 5  # the burst, then nothing
+        assert posted[0]["involvedObject"] == {
+            "apiVersion": "coordination.k8s.io/v1",
+            "kind": "Lease",
+            "name": "leader-main",
+            "namespace": "ns",
+            "uid": "u-1",
+        }
+        clock[0] += 30  # one more after the refill period
+        events.record(lease, "leader-main", "StepDown", "pod-a stopped leading")
+        events.record(lease, "leader-main", "StepDown", "pod-a stopped leading")
+        await asyncio.sleep(0)
+        assert len(posted) == 6
+        deny[0], clock[0] = True, 1000.0
+        for _ in range(3):
+            events.record(lease, "leader-main", "Acquire", "pod-a became leader")
+            await asyncio.sleep(0)
+        await events.close()
+        warnings = [json.loads(line) for line in log.stream.getvalue().splitlines()]  # type: ignore[union-attr]
+        assert [w["msg"] for w in warnings] == [
+            "cannot record Events on the Lease: forbidden; leadership is unaffected"
+        ]
 
     run(scenario)
