@@ -29,15 +29,25 @@ import datetime as dt
 import time
 from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 from .defaults import SWEEP_MARGIN
 from .kube.errors import ApiError, Conflict, NotFound
-from .kube.leases import LeaseStore
 from .lease import MANAGED_BY_LABEL, MANAGED_BY_VALUE, LeaseRecord
 from .logs import Logger
 
 SELECTOR = f"{MANAGED_BY_LABEL}={MANAGED_BY_VALUE}"
+
+
+class Leases(Protocol):
+    """The Lease reads and deletes a sweep needs (``LeaseStore``, or the official client's)."""
+
+    async def list(
+        self, label_selector: str = "", field_selector: str = "", timeout: float | None = None
+    ) -> tuple[list[dict[str, Any]], str]: ...
+
+    async def delete(self, name: str, resource_version: str) -> None: ...
+
 
 Now = Callable[[], dt.datetime]
 Delete = Callable[[str, str, str], Awaitable[None]]  # (namespace, name, resourceVersion)
@@ -180,14 +190,14 @@ async def sweep_objects(
     return result
 
 
-async def sight(store: LeaseStore, sightings: Sightings) -> None:
+async def sight(store: Leases, sightings: Sightings) -> None:
     """Record the namespace's managed Leases, so a later sweep can judge them (the sidecar at start)."""
     items, _ = await store.list(label_selector=SELECTOR)
     sightings.record(items)
 
 
 async def sweep(
-    store: LeaseStore,
+    store: Leases,
     log: Logger,
     *,
     sightings: Sightings,

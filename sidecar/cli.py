@@ -29,6 +29,13 @@ def _add_connection(p: argparse.ArgumentParser) -> None:
     p.add_argument("--log-level", help="debug, info, warning or error (default info)")
 
 
+def _add_kubectl_flags(p: argparse.ArgumentParser) -> None:
+    """kubectl's own flags for the human-facing commands (the official client does the work)."""
+    p.add_argument("--context", help="the kubeconfig context to use (default: its current one)")
+    p.add_argument("--as", metavar="USER", help="impersonate this user")
+    p.add_argument("--as-group", action="append", metavar="GROUP", help="impersonate this group")
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = Parser(prog=PROG, description="Kubernetes leader election over Leases, as a sidecar.")
     parser.add_argument("--version", action="version", version=f"{PROG} {__version__}")
@@ -63,9 +70,11 @@ def build_parser() -> argparse.ArgumentParser:
 
     status = sub.add_parser("status", help="show the managed Leases of a namespace")
     _add_connection(status)
+    _add_kubectl_flags(status)
     status.add_argument("--output", "-o", choices=("table", "json"), default="table")
 
     clean = sub.add_parser("cleanup", help="delete expired managed Leases of a namespace, once")
+    _add_kubectl_flags(clean)
     _add_connection(clean)
     clean.add_argument("--margin", help="how long past expiry a Lease must be (default 60s)")
 

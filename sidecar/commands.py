@@ -6,8 +6,9 @@ import argparse
 import asyncio
 import datetime as dt
 import json
+import os
 import sys
-from typing import Any
+from typing import Any, Protocol
 
 from .defaults import MIN_SWEEP_MARGIN, PROG, SWEEP_MARGIN
 from .kube.config import ApiConfig, ConfigError, load
@@ -29,10 +30,6 @@ CLEANUP_MAX_WAIT = 300.0
 def _fail(message: str, code: int) -> int:
     print(f"{PROG}: {message}", file=sys.stderr)
     return code
-
-
-def _config(src: Source) -> ApiConfig:
-    return load(src.raw("kubeconfig") or None)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -64,8 +61,46 @@ async def _run(settings: Any, config: ApiConfig, namespace: str, log: Logger) ->
     return await sidecar.run()
 
 
-def _namespace(src: Source, config: ApiConfig) -> str:
-    return resolve_namespace(src.namespace(), config)
+class HumanStore(Protocol):
+    """What ``status`` and ``cleanup`` do with Leases: list, delete, close."""
+
+    async def list(
+        self, label_selector: str = "", field_selector: str = "", timeout: float | None = None
+    ) -> tuple[list[dict[str, Any]], str]: ...
+
+    async def delete(self, name: str, resource_version: str) -> None: ...
+
+    def close(self) -> None: ...
+
+
+def _human_store(src: Source) -> tuple[HumanStore, str]:
+    """The Leases of ``status``/``cleanup`` and their namespace; ConfigError when unusable.
+
+    With the official client installed, kubectl's kubeconfig semantics
+    (``kube.kubectl``); without it, the built-in loader, which refuses what it
+    does not implement.
+    """
+    from .kube import kubectl
+
+    context, as_user = src.raw("context") or None, src.raw("as") or None
+    groups = tuple(getattr(src.args, "as_group", None) or ())
+    explicit = src.raw("kubeconfig") or None
+    if kubectl.available():
+        target = kubectl.connect(explicit, context, as_user, groups)
+        namespace = (
+            src.namespace()
+            or (target.namespace if target.in_cluster else None)
+            or os.environ.get("POD_NAMESPACE")
+            or target.namespace
+            or "default"
+        )
+        return kubectl.OfficialLeases(target, namespace), namespace
+    if context or as_user or groups:
+        flag = "--context" if context else "--as"
+        raise ConfigError(f"{flag} needs the official client: {kubectl.INSTALL_HINT}")
+    config = load(explicit)
+    namespace = resolve_namespace(src.namespace(), config)
+    return LeaseStore(config, namespace), namespace
 
 
 def _ago(when: dt.datetime | None, now: dt.datetime) -> str:
@@ -89,12 +124,11 @@ def status(args: argparse.Namespace) -> int:
     src = Source(args, SIDECAR_ENV)
     src.log_level("warning")
     try:
-        config = _config(src)
+        store, namespace = _human_store(src)
     except ConfigError as err:
         return _fail(str(err), 2)
-    namespace = _namespace(src, config)
     try:
-        rows = asyncio.run(_status_rows(config, namespace))
+        rows = asyncio.run(_status_rows(store))
     except Forbidden as err:
         return _fail(f"forbidden: cannot {err.verb} leases in {namespace}; {RBAC_FIX}", 1)
     except ApiError as err:
@@ -123,10 +157,9 @@ def status(args: argparse.Namespace) -> int:
     return 0
 
 
-async def _status_rows(config: ApiConfig, namespace: str) -> list[dict[str, Any]]:
+async def _status_rows(store: HumanStore) -> list[dict[str, Any]]:
     from .cleanup import SELECTOR
 
-    store = LeaseStore(config, namespace)
     try:
         items, _ = await store.list(label_selector=SELECTOR)
     finally:
@@ -160,16 +193,14 @@ def cleanup(args: argparse.Namespace) -> int:
     level = src.log_level("warning")
     margin = src.duration("margin", SWEEP_MARGIN, at_least=MIN_SWEEP_MARGIN)
     try:
-        config = _config(src)
+        store, namespace = _human_store(src)
     except ConfigError as err:
         return _fail(str(err), 2)
-    namespace = _namespace(src, config)
     log = Logger("info" if level == "warning" else level, namespace=namespace)
 
     async def go() -> int:
         from .cleanup import Sightings, sweep
 
-        store = LeaseStore(config, namespace)
         sightings = Sightings()
         try:
             # No clock is trusted (contract §5): a Lease that looks expired is

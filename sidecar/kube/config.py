@@ -24,6 +24,9 @@ from typing import Any
 from urllib.parse import urlsplit
 
 SERVICE_ACCOUNT_DIR = Path("/var/run/secrets/kubernetes.io/serviceaccount")
+#: kubeconfig fields the built-in loader does not implement: refused, never ignored.
+UNSUPPORTED_USER = ("as", "as-groups", "as-uid", "as-user-extra", "username", "password")
+UNSUPPORTED_CLUSTER = ("proxy-url", "tls-server-name")
 
 
 class ConfigError(Exception):
@@ -251,6 +254,15 @@ def from_kubeconfig(path: Path, context: str | None = None) -> ApiConfig:
         raise doc.error(
             f"user {user_name!r} uses an exec/auth-provider plugin, which this sidecar does not "
             "run; use a token, token file or client certificate"
+        )
+    # Nothing is silently ignored: a field that would change who we are or how
+    # we connect is refused (status and cleanup read it with the official client).
+    unsupported = [k for k in UNSUPPORTED_USER if user.get(k)]
+    unsupported += [k for k in UNSUPPORTED_CLUSTER if cluster.get(k)]
+    if unsupported:
+        raise doc.error(
+            f"{', '.join(unsupported)} is not supported by run's built-in loader; use a kubeconfig "
+            "without it (status and cleanup accept it with pip install 'grelmicro-sidecar[kubectl]')"
         )
     token_file = None
     tf_name = doc.text(user, "tokenFile", "user")

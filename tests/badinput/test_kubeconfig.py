@@ -110,6 +110,18 @@ UNUSABLE: dict[str, tuple[Any, str]] = {
         "client certificate/key",
     ),
     "exec-plugin": (doc(user={"exec": {"command": "aws"}}), "exec/auth-provider"),
+    # Fields run's loader does not implement are refused, never ignored (it acted
+    # as the real user under `as`, and connected directly under `proxy-url`).
+    "impersonation": (doc(user={"token": "t", "as": "alice"}), "as is not supported"),
+    "proxy-url": (
+        doc(cluster={"server": "https://x", "proxy-url": "http://proxy:3128"}),
+        "proxy-url is not supported",
+    ),
+    "tls-server-name": (
+        doc(cluster={"server": "https://x", "tls-server-name": "api.internal"}),
+        "tls-server-name is not supported",
+    ),
+    "basic-auth": (doc(user={"username": "u", "password": "p"}), "username, password is not"),
     "unknown-context": (doc(**{"current-context": "nope"}), "no context named 'nope'"),
     "no-current-context": (doc(**{"current-context": ""}), "has no current-context"),
 }

@@ -1,0 +1,158 @@
+"""``status`` and ``cleanup`` with the kubeconfigs platform teams really have (issue 13 item 1).
+
+Against the real API server: an exec credential plugin (what EKS, GKE and AKS
+write), a ``KUBECONFIG`` list whose context lives in the second file,
+``--context``, and ``--as`` impersonation. Each used to be refused, or worse,
+silently ignored (``as``: it acted as the real user).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import pytest
+from kubernetes import client
+
+from tests import accounts
+from tests.cluster import ControlPlane
+from tests.sidecar.proc import BIN
+
+MANAGED = {"app.kubernetes.io/managed-by": "grelmicro"}
+
+
+@pytest.fixture
+def one_lease(api: Any, namespace: str) -> str:
+    client.CoordinationV1Api(api).create_namespaced_lease(
+        namespace,
+        client.V1Lease(
+            metadata=client.V1ObjectMeta(name="leader-web", labels=MANAGED),
+            spec=client.V1LeaseSpec(holder_identity="web-0", lease_duration_seconds=15),
+        ),
+    )
+    return "leader-web"
+
+
+@pytest.fixture
+def reader_token(api: Any, namespace: str) -> str:
+    accounts.service_account(api, namespace)
+    accounts.grant_leases(api, namespace)
+    return accounts.token(api, namespace)
+
+
+def _status(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    base = {k: v for k, v in os.environ.items() if not k.startswith(("GRELMICRO_", "KUBE"))}
+    return subprocess.run(
+        [str(BIN), "status", "-o", "json", *args],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={**base, **(env or {})},
+    )
+
+
+def _holders(out: subprocess.CompletedProcess[str]) -> list[str]:
+    assert out.returncode == 0, out.stderr
+    return [row["holder"] for row in json.loads(out.stdout)]
+
+
+@pytest.mark.parametrize("version", ["v1", "v1beta1"])
+def test_exec_credential_plugin(
+    cluster: ControlPlane,
+    namespace: str,
+    one_lease: str,
+    reader_token: str,
+    tmp_path: Path,
+    version: str,
+) -> None:
+    plugin = tmp_path / "get-token"
+    credential = {
+        "apiVersion": f"client.authentication.k8s.io/{version}",
+        "kind": "ExecCredential",
+        "status": {"token": reader_token},
+    }
+    plugin.write_text(f"#!/bin/sh\ncat <<'EOF'\n{json.dumps(credential)}\nEOF\n")
+    plugin.chmod(0o755)
+    user = {
+        "exec": {
+            "apiVersion": f"client.authentication.k8s.io/{version}",
+            "command": str(plugin),
+            "interactiveMode": "Never",
+        }
+    }
+    config = accounts.kubeconfig(tmp_path / "kc", cluster.server, cluster.ca_file, user, namespace)
+    assert _holders(_status(f"--kubeconfig={config}")) == ["web-0"]
+
+
+def test_kubeconfig_list_is_merged_and_context_picks_one(
+    cluster: ControlPlane, namespace: str, one_lease: str, reader_token: str, tmp_path: Path
+) -> None:
+    first = accounts.kubeconfig(
+        tmp_path / "first", cluster.server, cluster.ca_file, {"token": reader_token}, namespace
+    )
+    doc = json.loads(first.read_text())
+    # The first file's current context is defined only in the second file.
+    doc["current-context"] = "from-second"
+    doc["contexts"] = []
+    first.write_text(json.dumps(doc))
+    second = tmp_path / "second"
+    second.write_text(
+        json.dumps(
+            {
+                "apiVersion": "v1",
+                "kind": "Config",
+                "contexts": [
+                    {
+                        "name": "from-second",
+                        "context": {"cluster": "c", "user": "u", "namespace": namespace},
+                    },
+                    {"name": "broken", "context": {"cluster": "nowhere", "user": "u"}},
+                ],
+                "clusters": [{"name": "nowhere", "cluster": {"server": "https://127.0.0.1:1"}}],
+            }
+        )
+    )
+    merged = {"KUBECONFIG": f"{first}{os.pathsep}{second}"}
+    assert _holders(_status(env=merged)) == ["web-0"]
+    assert _holders(_status("--context=from-second", env=merged)) == ["web-0"]
+    unknown = _status("--context=nope", env=merged)
+    assert unknown.returncode == 2, unknown.stderr
+    assert len(unknown.stderr.strip().splitlines()) == 1 and "nope" in unknown.stderr
+    assert "Traceback" not in unknown.stderr
+    broken = _status("--context=broken", "-n", namespace, env=merged)
+    assert broken.returncode == 1 and "Traceback" not in broken.stderr, broken.stderr
+
+
+def test_as_impersonates_instead_of_acting_as_the_real_user(
+    api: Any, cluster: ControlPlane, namespace: str, one_lease: str, reader_token: str
+) -> None:
+    admin = f"--kubeconfig={cluster.kubeconfig}"
+    assert _holders(_status(admin, "-n", namespace)) == ["web-0"]
+    elector = f"system:serviceaccount:{namespace}:elector"
+    assert _holders(_status(admin, "-n", namespace, f"--as={elector}")) == ["web-0"]
+    accounts.service_account(api, namespace, "nobody")
+    denied = _status(admin, "-n", namespace, f"--as=system:serviceaccount:{namespace}:nobody")
+    assert denied.returncode == 1, denied.stdout
+    assert "forbidden: cannot list leases" in denied.stderr, denied.stderr
+
+
+def test_without_the_official_client_the_built_in_loader_serves_and_says_what_it_lacks(
+    cluster: ControlPlane, namespace: str, one_lease: str, reader_token: str, tmp_path: Path
+) -> None:
+    """The image has no official client (``run`` does not need it): status still works there."""
+    shadow = tmp_path / "no-client" / "kubernetes"
+    shadow.mkdir(parents=True)
+    (shadow / "__init__.py").write_text("raise ImportError('not installed')\n")
+    without = {"PYTHONPATH": f"{shadow.parent}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
+    config = accounts.kubeconfig(
+        tmp_path / "kc", cluster.server, cluster.ca_file, {"token": reader_token}, namespace
+    )
+    assert _holders(_status(f"--kubeconfig={config}", env=without)) == ["web-0"]
+    refused = _status(f"--kubeconfig={config}", "--context=x", env=without)
+    assert refused.returncode == 2
+    assert "--context needs the official client: pip install 'grelmicro-sidecar[kubectl]'" in (
+        refused.stderr
+    )
