@@ -13,9 +13,11 @@ import argparse
 import base64
 import hashlib
 import ipaddress
+from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 from cryptography import x509
 
 from sidecar.injector import rbac as injector_rbac
@@ -521,3 +523,17 @@ def test_renders_with_helms_defaults_for_offline_and_gitops_use() -> None:
     assert result.returncode == 0, result.stderr
     kinds = {d["kind"] for d in docs(result.stdout)}
     assert {"Deployment", "Service", "MutatingWebhookConfiguration"} <= kinds, kinds
+
+
+def test_helm_package_carries_the_release_version(tmp_path: Path) -> None:
+    """The archive a user pushes (README: helm push ... oci://) names this release's version."""
+    from sidecar import __version__
+
+    helm("package", str(CHART), f"--destination={tmp_path}")
+    archive = tmp_path / f"grelmicro-sidecar-{__version__}.tgz"
+    assert archive.exists(), list(tmp_path.iterdir())
+    shown = yaml.safe_load(helm("show", "chart", str(archive)).stdout)
+    assert (shown["version"], shown["appVersion"]) == (__version__, __version__)
+    # The image the chart installs by default is the same release.
+    values = yaml.safe_load(helm("show", "values", str(archive)).stdout)
+    assert values["image"].get("tag") in ("", None, __version__), values["image"]
