@@ -71,7 +71,15 @@ def build_parser() -> argparse.ArgumentParser:
     status = sub.add_parser("status", help="show the managed Leases of a namespace")
     _add_connection(status)
     _add_kubectl_flags(status)
-    status.add_argument("--output", "-o", choices=("table", "json"), default="table")
+    status.add_argument(
+        "--output", "-o", choices=("table", "wide", "json", "yaml"), default="table"
+    )
+    status.add_argument(
+        "-A", "--all-namespaces", action="store_true", help="the managed Leases of every namespace"
+    )
+    status.add_argument(
+        "-w", "--watch", action="store_true", help="then print each change, like kubectl get -w"
+    )
 
     clean = sub.add_parser("cleanup", help="delete expired managed Leases of a namespace, once")
     _add_kubectl_flags(clean)
@@ -100,7 +108,7 @@ def main(argv: list[str] | None = None) -> int:
 
             return run(args)
         if args.command == "status":
-            from .commands import status
+            from .status import status
 
             return status(args)
         if args.command == "cleanup":
@@ -118,3 +126,12 @@ def main(argv: list[str] | None = None) -> int:
 
 if __name__ == "__main__":  # pragma: no cover
     sys.exit(main())
+
+
+def kubectl_plugin() -> int:
+    """``kubectl grelmicro status|cleanup ...``: kubectl finds ``kubectl-grelmicro`` on PATH."""
+    argv = sys.argv[1:]
+    if argv[:1] not in (["status"], ["cleanup"]) and argv[:1] not in (["-h"], ["--help"]):
+        print("usage: kubectl grelmicro status|cleanup [flags] (see --help)", file=sys.stderr)
+        return 2
+    return main(argv)

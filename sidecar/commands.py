@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import datetime as dt
-import json
 import os
 import sys
 from typing import Any, Protocol
@@ -15,7 +13,6 @@ from .kube.config import ApiConfig, ConfigError, load
 from .kube.errors import ApiError, Forbidden
 from .kube.events import EventRecorder, api_poster
 from .kube.leases import LeaseStore
-from .lease import LeaseRecord, election_of
 from .logs import Logger
 from .options import SIDECAR_ENV, Source
 from .publish.statefile import StateDirError
@@ -27,7 +24,7 @@ from .settings import run_settings
 CLEANUP_MAX_WAIT = 300.0
 
 
-def _fail(message: str, code: int) -> int:
+def fail(message: str, code: int) -> int:
     print(f"{PROG}: {message}", file=sys.stderr)
     return code
 
@@ -38,7 +35,7 @@ def run(args: argparse.Namespace) -> int:
     try:
         config = load(settings.kubeconfig)
     except ConfigError as err:
-        return _fail(str(err), 2)
+        return fail(str(err), 2)
     namespace = resolve_namespace(settings.namespace, config)
     return asyncio.run(_run(settings, config, namespace, log))
 
@@ -53,11 +50,11 @@ async def _run(settings: Any, config: ApiConfig, namespace: str, log: Logger) ->
         await sidecar.start()
     except StateDirError as err:
         log.error(str(err))
-        return _fail(str(err), 1)
+        return fail(str(err), 1)
     except OSError as err:
         message = f"cannot listen on port {settings.port}: {err.strerror}; pick another with --port"
         log.error(message)
-        return _fail(message, 1)
+        return fail(message, 1)
     return await sidecar.run()
 
 
@@ -73,8 +70,10 @@ class HumanStore(Protocol):
     def close(self) -> None: ...
 
 
-def _human_store(src: Source) -> tuple[HumanStore, str]:
+def human_store(src: Source, all_namespaces: bool = False) -> tuple[HumanStore, str]:
     """The Leases of ``status``/``cleanup`` and their namespace; ConfigError when unusable.
+
+    ``all_namespaces``: the store lists every namespace (``status -A``).
 
     With the official client installed, kubectl's kubeconfig semantics
     (``kube.kubectl``); without it, the built-in loader, which refuses what it
@@ -94,98 +93,13 @@ def _human_store(src: Source) -> tuple[HumanStore, str]:
             or target.namespace
             or "default"
         )
-        return kubectl.OfficialLeases(target, namespace), namespace
+        return kubectl.OfficialLeases(target, "" if all_namespaces else namespace), namespace
     if context or as_user or groups:
         flag = "--context" if context else "--as"
         raise ConfigError(f"{flag} needs the official client: {kubectl.INSTALL_HINT}")
     config = load(explicit)
     namespace = resolve_namespace(src.namespace(), config)
-    return LeaseStore(config, namespace), namespace
-
-
-def _ago(when: dt.datetime | None, now: dt.datetime) -> str:
-    if when is None:
-        return "-"
-    seconds = (now - when).total_seconds()
-    return _human(seconds)
-
-
-def _human(seconds: float) -> str:
-    sign = "-" if seconds < 0 else ""
-    s = abs(seconds)
-    if s < 120:
-        return f"{sign}{s:.0f}s"
-    if s < 7200:
-        return f"{sign}{s / 60:.0f}m"
-    return f"{sign}{s / 3600:.0f}h"
-
-
-def status(args: argparse.Namespace) -> int:
-    src = Source(args, SIDECAR_ENV)
-    src.log_level("warning")
-    try:
-        store, namespace = _human_store(src)
-    except ConfigError as err:
-        return _fail(str(err), 2)
-    try:
-        rows = asyncio.run(_status_rows(store))
-    except Forbidden as err:
-        return _fail(f"forbidden: cannot {err.verb} leases in {namespace}; {RBAC_FIX}", 1)
-    except ApiError as err:
-        return _fail(f"cannot list leases in {namespace}: {err}", 1)
-    if args.output == "json":
-        print(json.dumps(rows, indent=2))
-        return 0
-    if not rows:
-        print(f"No managed leases in namespace {namespace}.")
-        return 0
-    headers = ["ELECTION", "LEASE", "HOLDER", "TRANSITIONS", "RENEWED", "EXPIRES IN"]
-    table = [headers] + [
-        [
-            r["election"],
-            r["lease"],
-            r["holder"] or "<none>",
-            str(r["lease_transitions"]),
-            r["renewed_ago"],
-            r["expires_in"],
-        ]
-        for r in rows
-    ]
-    widths = [max(len(row[i]) for row in table) for i in range(len(headers))]
-    for row in table:
-        print("   ".join(cell.ljust(widths[i]) for i, cell in enumerate(row)).rstrip())
-    return 0
-
-
-async def _status_rows(store: HumanStore) -> list[dict[str, Any]]:
-    from .cleanup import SELECTOR
-
-    try:
-        items, _ = await store.list(label_selector=SELECTOR)
-    finally:
-        store.close()
-    now = dt.datetime.now(dt.UTC)
-    rows = []
-    for obj in sorted(items, key=lambda o: str((o.get("metadata") or {}).get("name", ""))):
-        record = LeaseRecord.from_object(obj)
-        expiry = record.wall_expiry()
-        expires_in = "-"
-        if record.holder is None:
-            expires_in = "released"
-        elif expiry is not None:
-            left = (expiry - now).total_seconds()
-            expires_in = _human(left) if left > 0 else f"expired {_human(-left)} ago"
-        rows.append(
-            {
-                "election": election_of(record.name),
-                "lease": record.name,
-                "holder": record.holder,
-                "lease_transitions": record.transitions,
-                "renewed_ago": _ago(record.renew_time, now),
-                "expires_in": expires_in,
-            }
-        )
-    return rows
+    return LeaseStore(config, "" if all_namespaces else namespace), namespace
 
 
 def cleanup(args: argparse.Namespace) -> int:
@@ -193,9 +107,9 @@ def cleanup(args: argparse.Namespace) -> int:
     level = src.log_level("warning")
     margin = src.duration("margin", SWEEP_MARGIN, at_least=MIN_SWEEP_MARGIN)
     try:
-        store, namespace = _human_store(src)
+        store, namespace = human_store(src)
     except ConfigError as err:
-        return _fail(str(err), 2)
+        return fail(str(err), 2)
     log = Logger("info" if level == "warning" else level, namespace=namespace)
 
     async def go() -> int:
@@ -225,7 +139,7 @@ def cleanup(args: argparse.Namespace) -> int:
         )
         if result.errors:
             # The sweep went on past each failure (logged above); the job is not done.
-            return _fail(
+            return fail(
                 f"could not delete {result.errors} expired lease(s) in {namespace} "
                 "(the warnings above say why); if forbidden, allow delete on "
                 "leases.coordination.k8s.io for this account",
@@ -236,6 +150,6 @@ def cleanup(args: argparse.Namespace) -> int:
     try:
         return asyncio.run(go())
     except Forbidden as err:
-        return _fail(f"forbidden: cannot {err.verb} leases in {namespace}; {RBAC_FIX}", 1)
+        return fail(f"forbidden: cannot {err.verb} leases in {namespace}; {RBAC_FIX}", 1)
     except ApiError as err:
-        return _fail(f"cleanup failed in {namespace}: {err}", 1)
+        return fail(f"cleanup failed in {namespace}: {err}", 1)

@@ -149,13 +149,15 @@ class OfficialLeases:
         self, label_selector: str = "", field_selector: str = "", timeout: Any = None
     ) -> tuple[list[dict[str, Any]], str]:
         def call() -> Any:
-            return self._leases.list_namespaced_lease(
-                self.namespace,
-                label_selector=label_selector,
-                field_selector=field_selector,
-                _preload_content=False,
-                _request_timeout=timeout or 30,
-            )
+            options = {
+                "label_selector": label_selector,
+                "field_selector": field_selector,
+                "_preload_content": False,
+                "_request_timeout": timeout or 30,
+            }
+            if not self.namespace:  # status -A
+                return self._leases.list_lease_for_all_namespaces(**options)
+            return self._leases.list_namespaced_lease(self.namespace, **options)
 
         data = json.loads((await self._call(call, "list leases")).data)
         meta = data.get("metadata") or {}

@@ -35,7 +35,8 @@ class LeaseStore:
         return self.api.clock_offset
 
     def _path(self, name: str | None = None, **query: str) -> str:
-        return path(COORDINATION, "leases", self.namespace, name, **query)
+        # An empty namespace lists every namespace (status -A); the election always has one.
+        return path(COORDINATION, "leases", self.namespace or None, name, **query)
 
     async def _call(
         self, method: str, verb: str, url: str, body: Any = None, timeout: float | None = None

@@ -10,18 +10,21 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 from kubernetes import client
 
 from tests import accounts
-from tests.cluster import ControlPlane
+from tests.cluster import ControlPlane, binaries
 from tests.sidecar.proc import BIN
 
 MANAGED = {"app.kubernetes.io/managed-by": "grelmicro"}
+pytestmark = pytest.mark.timeout(180)  # a watch that never prints must not hang the run
 
 
 @pytest.fixture
@@ -156,3 +159,82 @@ def test_without_the_official_client_the_built_in_loader_serves_and_says_what_it
     assert "--context needs the official client: pip install 'grelmicro-sidecar[kubectl]'" in (
         refused.stderr
     )
+
+
+def _plugin_env(cluster: ControlPlane) -> dict[str, str]:
+    base = {k: v for k, v in os.environ.items() if not k.startswith(("GRELMICRO_", "KUBE"))}
+    return {**base, "KUBECONFIG": str(cluster.kubeconfig), "PATH": f"{BIN.parent}:{base['PATH']}"}
+
+
+def _kubectl(cluster: ControlPlane, *args: str) -> subprocess.CompletedProcess[str]:
+    kubectl = cluster.bins.get("kubectl") or binaries.ensure("kubernetes")["kubectl"]
+    return subprocess.run(
+        [str(kubectl), *args], capture_output=True, text=True, timeout=60, env=_plugin_env(cluster)
+    )
+
+
+def test_kubectl_plugin_lists_like_kubectl_get(
+    api: Any, cluster: ControlPlane, namespace: str, one_lease: str
+) -> None:
+    core = client.CoreV1Api(api)
+    other = f"{namespace}-b"
+    core.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=other)))
+    try:
+        client.CoordinationV1Api(api).create_namespaced_lease(
+            other,
+            client.V1Lease(
+                metadata=client.V1ObjectMeta(name="leader-jobs", labels=MANAGED),
+                spec=client.V1LeaseSpec(holder_identity="jobs-1", lease_duration_seconds=15),
+            ),
+        )
+        table = _kubectl(cluster, "grelmicro", "status", "-n", namespace)
+        assert table.returncode == 0, table.stderr
+        assert table.stdout.split("\n")[0].split() == [
+            "ELECTION", "LEASE", "HOLDER", "TRANSITIONS", "RENEWED", "EXPIRES", "IN",
+        ]  # fmt: skip
+        assert "web-0" in table.stdout and "jobs-1" not in table.stdout
+        every = _kubectl(cluster, "grelmicro", "status", "-A")
+        lines = [line.split() for line in every.stdout.splitlines()]
+        assert lines[0][0] == "NAMESPACE"
+        assert [namespace, "web", "leader-web", "web-0"] in [line[:4] for line in lines]
+        assert [other, "jobs", "leader-jobs", "jobs-1"] in [line[:4] for line in lines]
+        wide = _kubectl(cluster, "grelmicro", "status", "-n", namespace, "-o", "wide")
+        assert wide.stdout.split("\n")[0].split()[-2:] == ["ACQUIRED", "DURATION"]
+        as_yaml = yaml.safe_load(
+            _kubectl(cluster, "grelmicro", "status", "-A", "-o", "yaml").stdout
+        )
+        assert {(r["namespace"], r["holder"]) for r in as_yaml} >= {
+            (namespace, "web-0"),
+            (other, "jobs-1"),
+        }
+    finally:
+        core.delete_namespace(other)
+
+
+def test_status_watch_prints_each_change_and_ends_on_ctrl_c(
+    api: Any, cluster: ControlPlane, namespace: str, one_lease: str
+) -> None:
+    kubectl = cluster.bins.get("kubectl") or binaries.ensure("kubernetes")["kubectl"]
+    watch = subprocess.Popen(
+        [str(kubectl), "grelmicro", "status", "-n", namespace, "--watch"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=_plugin_env(cluster),
+    )
+    try:
+        assert watch.stdout is not None
+        assert watch.stdout.readline().split()[:3] == ["ELECTION", "LEASE", "HOLDER"]
+        assert "web-0" in watch.stdout.readline()
+        coord = client.CoordinationV1Api(api)
+        lease = coord.read_namespaced_lease("leader-web", namespace)
+        lease.spec.holder_identity, lease.spec.lease_transitions = "web-1", 1
+        coord.replace_namespaced_lease("leader-web", namespace, lease)
+        changed = watch.stdout.readline()  # blocks until the next poll prints it
+        assert changed.split()[:4] == ["web", "leader-web", "web-1", "1"], changed
+        watch.send_signal(signal.SIGINT)
+        assert watch.wait(10) == 0
+        assert "Traceback" not in (watch.stderr.read() if watch.stderr else "")
+    finally:
+        if watch.poll() is None:
+            watch.kill()
