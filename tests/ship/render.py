@@ -1,4 +1,4 @@
-"""Renders manifests/install.yaml from the chart: ``python -m tests.ship.render`` (``make manifests``).
+"""Renders manifests/install.yaml (and copies the Grafana dashboard) from the chart: ``python -m tests.ship.render`` (``make manifests``).
 
 install.yaml is the chart with its default values, in namespace
 ``grelmicro-system``, with one exception: TLS comes from cert-manager
@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import sys
 
-from tests.ship.tools import MANIFESTS, NAMESPACE, template
+from tests.ship.tools import CHART, MANIFESTS, NAMESPACE, template
 
 VALUES = {"tls.certManager.enabled": True}
 
@@ -43,6 +43,10 @@ def main() -> int:
     path = MANIFESTS / "install.yaml"
     path.write_text(install_yaml())
     print(f"wrote {path.relative_to(MANIFESTS.parent)}")
+    # The chart's Grafana dashboard, for users who import it by hand.
+    dashboard = MANIFESTS / "grafana-dashboard.json"
+    dashboard.write_text((CHART / "dashboards" / "grelmicro-sidecar.json").read_text())
+    print(f"wrote {dashboard.relative_to(MANIFESTS.parent)}")
     return 0
 
 

@@ -13,6 +13,7 @@ import argparse
 import base64
 import hashlib
 import ipaddress
+import json
 from pathlib import Path
 from typing import Any
 
@@ -44,6 +45,12 @@ VALUE_SETS: dict[str, dict[str, Any]] = {
         ],
     },
     "one-replica-no-pdb": {"injector.replicas": 1, "injector.podDisruptionBudget.enabled": False},
+    "monitoring-and-network-policy": {
+        "monitoring.serviceMonitor.enabled": True,
+        "monitoring.podMonitor.enabled": True,
+        "monitoring.dashboard.enabled": True,
+        "networkPolicy.enabled": True,
+    },
 }
 
 
@@ -537,3 +544,72 @@ def test_helm_package_carries_the_release_version(tmp_path: Path) -> None:
     # The image the chart installs by default is the same release.
     values = yaml.safe_load(helm("show", "values", str(archive)).stdout)
     assert values["image"].get("tag") in ("", None, __version__), values["image"]
+
+
+MONITORING_ON = {
+    "monitoring.serviceMonitor.enabled": True,
+    "monitoring.serviceMonitor.labels": {"release": "prom"},
+    "monitoring.podMonitor.enabled": True,
+    "monitoring.dashboard.enabled": True,
+    "networkPolicy.enabled": True,
+    "networkPolicy.webhookFrom": [{"ipBlock": {"cidr": "10.0.0.1/32"}}],
+}
+
+
+def test_monitoring_and_network_policy_are_off_by_default_and_fit_the_chart_when_on() -> None:
+    from sidecar.injector.patch import PORT_NAME
+
+    optional = {"ServiceMonitor", "PodMonitor", "NetworkPolicy"}
+    assert not optional & {o["kind"] for o in render()}
+    assert not [o for o in render() if o["metadata"]["name"].endswith("-dashboard")]
+    objects = render(MONITORING_ON)
+    service = find(objects, "Service")
+    container = find(objects, "Deployment")["spec"]["template"]["spec"]["containers"][0]
+    monitor = find(objects, "ServiceMonitor")
+    assert monitor["metadata"]["labels"]["release"] == "prom"
+    assert monitor["spec"]["selector"]["matchLabels"] == service["spec"]["selector"]
+    assert {e["port"] for e in monitor["spec"]["endpoints"]} <= {
+        p["name"] for p in service["spec"]["ports"]
+    }
+    pods = find(objects, "PodMonitor")
+    assert pods["spec"]["namespaceSelector"] == {"any": True}
+    assert [e["port"] for e in pods["spec"]["podMetricsEndpoints"]] == [PORT_NAME]
+    policy = find(objects, "NetworkPolicy")
+    assert policy["spec"]["podSelector"]["matchLabels"] == service["spec"]["selector"]
+    named = {p["name"] for p in container["ports"]}
+    rules = policy["spec"]["ingress"]
+    assert {p["port"] for rule in rules for p in rule["ports"]} == named == {"webhook", "health"}
+    webhook = next(r for r in rules if r["ports"][0]["port"] == "webhook")
+    assert webhook["from"] == [{"ipBlock": {"cidr": "10.0.0.1/32"}}]
+    dashboard = find(objects, "ConfigMap", "grelmicro-sidecar-dashboard")
+    assert dashboard["metadata"]["labels"]["grafana_dashboard"] == "1"
+    assert json.loads(dashboard["data"]["grelmicro-sidecar.json"]) == _dashboard()
+
+
+def _dashboard() -> dict[str, Any]:
+    return dict(json.loads((CHART / "dashboards" / "grelmicro-sidecar.json").read_text()))
+
+
+def test_every_dashboard_query_uses_metrics_the_product_serves() -> None:
+    """Each metric a panel queries is one that /metrics of the sidecar or the injector exposes."""
+    import re
+
+    from sidecar.injector.metrics import InjectorMetrics
+    from sidecar.publish.metrics import Metrics
+    from tests.metrics import samples
+
+    sidecar = Metrics("leader-x")
+    sidecar.api_errors["500"] += 1  # a counter with labels shows samples once it has one
+    served = {
+        name.split("{", 1)[0]
+        for name in [*samples(sidecar.render()), *samples(InjectorMetrics().render())]
+    }
+    queries = [t["expr"] for p in _dashboard()["panels"] for t in p["targets"]]
+    assert len(queries) >= 8
+    functions = {"max", "sum", "by", "increase", "rate", "histogram_quantile", "abs", "le"}
+    for expr in queries:
+        names = set(re.findall(r"\b([a-z_]+_(?:total|status|seconds|bucket|transitions))\b", expr))
+        assert names, expr
+        assert names - functions <= served, (expr, names - served)
+    # The manifests carry the same dashboard for users without the chart.
+    assert json.loads((MANIFESTS / "grafana-dashboard.json").read_text()) == _dashboard()

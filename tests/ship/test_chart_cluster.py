@@ -436,3 +436,17 @@ def test_deleting_the_tls_secret_and_upgrading_rotates_and_rolls_out(
         assert all(a != b for a, b in zip(before, after, strict=True))
     finally:
         helm("uninstall", release, f"--namespace={namespace}", kubeconfig=cluster.kubeconfig)
+
+
+def test_network_policy_and_dashboard_pass_server_side_dry_run(
+    cluster: ControlPlane, namespace: str
+) -> None:
+    values = {"networkPolicy.enabled": True, "monitoring.dashboard.enabled": True}
+    objects = [
+        o
+        for o in docs(template(values, release="np", namespace=namespace).stdout)
+        if o["kind"] == "NetworkPolicy" or o["metadata"]["name"].endswith("-dashboard")
+    ]
+    assert sorted(o["kind"] for o in objects) == ["ConfigMap", "NetworkPolicy"]
+    out = _dry_run(cluster, "\n---\n".join(json.dumps(o) for o in objects))
+    assert out.count("(server dry run)") == 2, out
