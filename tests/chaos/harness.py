@@ -17,6 +17,8 @@ one fault at a time, with a quiet spell after each, from this menu:
 ``drop``            a flaky link: cut 30 % of chunks/connections for a few seconds
 ``reset``           reset every open connection of a sidecar at once
 ``deleted-paused``  SIGSTOP the leader, ``kubectl delete lease`` while it sleeps, SIGCONT
+``skew``            restart a sidecar with its wall clock 30 s-10 min ahead or behind
+                    (libfaketime) for a few leases, then restart it with the host's
 ``flood``           500 idle half-sent requests on a sidecar's status port for seconds
 ``restore``         (long run only) back up etcd's data, let the election move on,
                     restore it: resourceVersions go back (no ``--bump-revision``)
@@ -44,6 +46,7 @@ from typing import Any
 
 from tests.cluster import ControlPlane
 from tests.sidecar.proc import SidecarProcess
+from tests.skew import skewed_clock
 
 from .checker import Fault, Report, check, parse_ts
 from .proxy import FaultProxy, proxy_loop
@@ -62,10 +65,11 @@ KINDS = (
     "reset",
     "deleted-paused",
     "flood",
+    "skew",
 )
 #: Restoring the shared CI cluster would take other tests' objects back in time.
 LONG_KINDS = (*KINDS, "restore")
-PROCESS_KINDS = ("sigkill", "sigterm", "sigstop", "sigstop-short")
+PROCESS_KINDS = ("sigkill", "sigterm", "sigstop", "sigstop-short", "skew")
 #: Kinds that take seconds, not tens of seconds (a kube-apiserver restart takes 10-25 s here).
 CHEAP_KINDS = tuple(k for k in KINDS if k not in ("apiserver", "etcd"))
 FLOOD_CONNECTIONS = 500
@@ -398,6 +402,14 @@ class ChaosRun:
             self.cluster.restore_etcd(backup)
             shutil.rmtree(backup, ignore_errors=True)
             detail = f"restored in {time.monotonic() - t0:.1f}s"
+        elif kind == "skew":
+            assert proc is not None
+            skew = rng.choice((-1, 1)) * rng.uniform(30, 600)
+            hold = rng.uniform(2, 4) * t.lease
+            detail = f"clock {skew:+.0f}s for {hold:.1f}s"
+            self._restart(target, skew)
+            time.sleep(hold)
+            self._restart(target, 0.0)
         elif kind == "reset":
             self.proxies[target].set("reset")
             time.sleep(rng.uniform(0.2, 1.0))
@@ -410,6 +422,23 @@ class ChaosRun:
         self.faults.append(fault)
         self.say(f"fault {kind:9} on {target:7} {fault.end - fault.start:5.1f}s {fault.detail}")
         return fault
+
+    def _restart(self, who: str, skew: float) -> None:
+        """SIGTERM ``who`` (a graceful exit), then start it with its wall clock ``skew`` off."""
+        proc = self.procs[who]
+        assert proc.proc is not None
+        pid = proc.proc.pid
+        self.expected_exit.add(pid)
+        proc.signal(signal.SIGTERM)
+        rc = proc.wait(20)
+        if rc != 0:
+            self.crashes.append(Crash(who, pid, rc, f"SIGTERM before a clock change: exit {rc}"))
+        time.sleep(0.1)  # the recorder reads the last file under the old clock first
+        proc.env = {k: v for k, v in proc.env.items() if not k.startswith(("FAKETIME", "LD_PRE"))}
+        if skew:
+            proc.env.update(skewed_clock(round(skew)))
+        next(t for t in self.recorder.targets if t.who == who).skew = round(skew)
+        proc.start()
 
     def _wait_leader(self, timeout: float = 5.0) -> str | None:
         deadline = time.monotonic() + timeout

@@ -14,6 +14,7 @@ It only observes; the checker (``checker.py``) judges. Test support only.
 from __future__ import annotations
 
 import contextlib
+import datetime as dt
 import http.client
 import json
 import os
@@ -26,13 +27,31 @@ from .checker import FileVersion, Probe, Resource, parse_ts
 
 
 class Target:
-    """What the recorder needs of one sidecar: its name, file, port and current pid."""
+    """What the recorder needs of one sidecar: its name, file, port and current pid.
+
+    ``skew``: how far the sidecar's wall clock is ahead of the host's (the
+    ``skew`` fault runs it under libfaketime). Its application, on its node,
+    would read ``valid_until`` with that same clock, so the recorder takes the
+    skew out of every time it publishes: claims are judged in one time base.
+    """
 
     def __init__(self, who: str, state_file: Path, port: int, pid: Callable[[], int | None]):
         self.who = who
         self.state_file = state_file
         self.port = port
         self.pid = pid
+        self.skew = 0.0
+
+
+def _unskew(state: dict[str, object], skew: float) -> dict[str, object]:
+    if not skew:
+        return state
+    out = dict(state)
+    for key in ("updated_at", "valid_until"):
+        t = parse_ts(out.get(key))
+        if t is not None:
+            out[key] = dt.datetime.fromtimestamp(t - skew, dt.UTC).isoformat()
+    return out
 
 
 class Recorder:
@@ -116,7 +135,9 @@ class Recorder:
             return
         self._last[target.who] = data
         with self._lock:
-            self.versions.append(FileVersion.from_state(target.who, seen, state))
+            self.versions.append(
+                FileVersion.from_state(target.who, seen, _unskew(state, target.skew))
+            )
 
     def _probes(self) -> None:
         while not self._stop.is_set():
@@ -138,7 +159,7 @@ class Recorder:
             conn.close()
         updated = valid = None
         with contextlib.suppress(ValueError, AttributeError):
-            data = json.loads(body)
+            data = _unskew(json.loads(body), target.skew)
             updated, valid = parse_ts(data.get("updated_at")), parse_ts(data.get("valid_until"))
         with self._lock:
             self.probes.append(Probe(target.who, sent, time.time(), status, updated, valid))
