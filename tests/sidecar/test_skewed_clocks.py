@@ -45,6 +45,14 @@ def _abandoned(coord: Any, namespace: str, name: str, duration: int) -> None:
     )
 
 
+def _live_and_dead(spawn: Spawn, coord: Any, namespace: str) -> tuple[SidecarProcess, str]:
+    """A leader renewing leader-busy (and its uid), and leader-dead abandoned 10 minutes ago."""
+    live = spawn("live-leader", election="busy")
+    wait_for(live.leads, 20, what="the live election's leader")
+    _abandoned(coord, namespace, "leader-dead", duration=3)
+    return live, _uid(coord, namespace, "leader-busy")
+
+
 def _uid(coord: Any, namespace: str, name: str) -> str:
     return str(coord.read_namespaced_lease(name, namespace).metadata.uid)
 
@@ -53,10 +61,7 @@ def test_shutdown_sweep_with_a_clock_ahead_spares_live_leases_and_still_sweeps_d
     spawn: Spawn, api: Any, namespace: str
 ) -> None:
     coord = client.CoordinationV1Api(api)
-    live = spawn("live-leader", election="busy")
-    wait_for(live.leads, 20, what="the live election's leader")
-    live_uid = _uid(coord, namespace, "leader-busy")
-    _abandoned(coord, namespace, "leader-dead", duration=3)
+    live, live_uid = _live_and_dead(spawn, coord, namespace)
 
     sweeper = spawn("ahead", election="other", env=skewed_clock(AHEAD))
     wait_for(sweeper.leads, 30, what="the skewed sidecar to lead its own election")
@@ -82,10 +87,7 @@ def test_cleanup_with_a_clock_ahead_spares_live_leases_and_still_sweeps_dead_one
     spawn: Spawn, cluster: ControlPlane, api: Any, namespace: str
 ) -> None:
     coord = client.CoordinationV1Api(api)
-    live = spawn("live-leader", election="busy")
-    wait_for(live.leads, 20, what="the live election's leader")
-    live_uid = _uid(coord, namespace, "leader-busy")
-    _abandoned(coord, namespace, "leader-dead", duration=3)
+    live, live_uid = _live_and_dead(spawn, coord, namespace)
     started = time.monotonic()
     out = subprocess.run(
         [

@@ -177,20 +177,25 @@ def test_a_follower_takes_over_through_the_watch_when_the_leader_releases(tmp_pa
     run(scenario)
 
 
+async def _with_an_abandoned_lease() -> FakeLeases:
+    """A store holding an expired managed Lease of another election, renewed an hour before the epoch."""
+    store = FakeLeases()
+    old = claim(
+        None,
+        name="leader-old",
+        namespace="ns",
+        identity="gone-pod",
+        lease_duration=15,
+        now=EPOCH - dt.timedelta(hours=1),
+        acquire=True,
+    )
+    await store.create(old)
+    return store
+
+
 def test_release_on_shutdown_vacates_the_lease_and_sweeps_expired_ones(tmp_path: Path) -> None:
     async def scenario() -> None:
-        store = FakeLeases()
-        # An expired managed Lease of another election, last renewed an hour before the epoch.
-        old = claim(
-            None,
-            name="leader-old",
-            namespace="ns",
-            identity="gone-pod",
-            lease_duration=15,
-            now=EPOCH - dt.timedelta(hours=1),
-            acquire=True,
-        )
-        await store.create(old)
+        store = await _with_an_abandoned_lease()
         a = await Candidate("a", store, tmp_path).start()
         await until(a.leads, 16, "a leads")
         # Swept only once a has seen it unchanged for its 15 s + the 60 s margin.
@@ -206,17 +211,7 @@ def test_release_on_shutdown_vacates_the_lease_and_sweeps_expired_ones(tmp_path:
 
 def test_shutdown_sweep_keeps_what_it_has_not_seen_unchanged_long_enough(tmp_path: Path) -> None:
     async def scenario() -> None:
-        store = FakeLeases()
-        old = claim(
-            None,
-            name="leader-old",
-            namespace="ns",
-            identity="gone-pod",
-            lease_duration=15,
-            now=EPOCH - dt.timedelta(hours=1),
-            acquire=True,
-        )
-        await store.create(old)
+        store = await _with_an_abandoned_lease()
         a = await Candidate("a", store, tmp_path).start()
         await until(a.leads, 16, "a leads")
         await asyncio.sleep(30)  # 30 s < 15 s + 60 s: an hour old by the clock is not enough
