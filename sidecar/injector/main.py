@@ -15,7 +15,7 @@ from pathlib import Path
 
 from .. import defaults
 from ..kube.config import ConfigError
-from ..kube.config import load as load_config
+from ..kube.kubectl import load as load_config
 from ..logs import Logger
 from ..options import INJECTOR_ENV, Source
 from .settings import SettingsError, UsageError, check_files, injector_settings, parse_args

@@ -49,9 +49,10 @@ import aiohttp.web
 import kopf
 
 from ..cleanup import Sightings
+from ..kube import kubectl
 from ..kube.config import SERVICE_ACCOUNT_DIR, ConfigError, in_cluster
-from ..kube.config import load as load_config
 from ..kube.errors import ApiError, Forbidden
+from ..kube.kubectl import load as load_config
 from ..logs import Logger
 from . import rbac
 from .annotations import INJECT
@@ -67,6 +68,37 @@ SWEEP_RBAC_FIX = (
     "grant the injector's ServiceAccount a ClusterRole with list and delete on "
     "leases.coordination.k8s.io and get on pods"
 )
+
+
+def kubeconfig_login(kubeconfig: str | None) -> Any:
+    """Outside a pod: the kubeconfig as kubectl reads it (exec plugins included).
+
+    The same loader as the injector's own calls (``kube.kubectl``). kopf's
+    ``login_via_client`` cannot serve: the official client fixes its default
+    kubeconfig path when first imported, before ``--kubeconfig`` is known.
+    kopf calls login again after a 401, which runs an exec plugin anew.
+    """
+    target = kubectl.connect(kubeconfig)
+    cfg = target.api.configuration
+    header = cfg.get_api_key_with_prefix("BearerToken") or cfg.get_api_key_with_prefix(
+        "authorization"
+    )
+    scheme, _, token = str(header or "").partition(" ")
+    return kopf.ConnectionInfo(
+        server=str(cfg.host),
+        ca_path=cfg.ssl_ca_cert,
+        scheme=scheme or None,
+        token=token or None,
+        certificate_path=cfg.cert_file,
+        private_key_path=cfg.key_file,
+        default_namespace=target.namespace,
+    )
+
+
+def in_pod() -> bool:
+    return (
+        bool(os.environ.get("KUBERNETES_SERVICE_HOST")) and (SERVICE_ACCOUNT_DIR / "token").exists()
+    )
 
 
 def service_account_login(sa_dir: Path = SERVICE_ACCOUNT_DIR) -> Any:
@@ -177,15 +209,15 @@ def build_registry(settings: InjectorSettings, log: Logger, metrics: InjectorMet
     @kopf.on.login(id="login", registry=registry)
     def login(**kwargs: Any) -> Any:
         if settings.kubeconfig:
-            # kopf's kubeconfig login reads only $KUBECONFIG; main has already
-            # checked this file with the project's own loader.
+            # kopf's logins read only $KUBECONFIG; main has already checked the file.
             os.environ["KUBECONFIG"] = settings.kubeconfig
+        if not in_pod() and kubectl.available():
+            return kubeconfig_login(settings.kubeconfig)
+        if settings.kubeconfig or not in_pod():
             return kopf.login_with_kubeconfig(**kwargs)
-        if os.environ.get("KUBERNETES_SERVICE_HOST") and (SERVICE_ACCOUNT_DIR / "token").exists():
-            credentials = service_account_login()
-            log.info("logged in with the service account", api_server=credentials.server)
-            return credentials
-        return kopf.login_with_kubeconfig(**kwargs)
+        credentials = service_account_login()
+        log.info("logged in with the service account", api_server=credentials.server)
+        return credentials
 
     if settings.auto_rbac:
         api_box: dict[str, ClusterApi] = {}

@@ -18,6 +18,7 @@ import json
 import os
 import ssl
 import tempfile
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -69,6 +70,8 @@ class ApiConfig:
     token_file: TokenFile | None = None
     namespace: str | None = None
     source: str = ""
+    #: A token that another loader keeps fresh (an exec credential plugin's).
+    token_source: Callable[[], str | None] | None = None
 
     @property
     def host(self) -> str:
@@ -88,6 +91,9 @@ class ApiConfig:
         return urlsplit(self.server).scheme == "https"
 
     def authorization(self, force_reload: bool = False) -> str | None:
+        if self.token_source is not None:
+            token = self.token_source()
+            return f"Bearer {token}" if token else None
         if self.token_file is not None:
             token = self.token_file.token(force=force_reload)
             return f"Bearer {token}" if token else None

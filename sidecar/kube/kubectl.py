@@ -21,6 +21,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import ssl
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -28,7 +29,8 @@ from typing import Any
 import yaml
 
 from .api import unless_changed
-from .config import SERVICE_ACCOUNT_DIR, ConfigError
+from .config import SERVICE_ACCOUNT_DIR, ApiConfig, ConfigError
+from .config import load as load_builtin
 from .errors import ApiUnavailable, error_for
 
 INSTALL_HINT = "pip install 'grelmicro-sidecar[kubectl]'"
@@ -189,3 +191,61 @@ class OfficialLeases:
 
     def close(self) -> None:
         self._api.close()
+
+
+def api_config(target: Target) -> ApiConfig:
+    """The project's own connection settings from what the official client loaded.
+
+    For the injector outside a cluster: its calls keep the project's call path,
+    while the kubeconfig is read as kubectl reads it. The token (an exec
+    plugin's) is asked of the client's loader on each request, which runs the
+    plugin again when it expires. What that call path cannot do (a proxy, a
+    TLS server name, impersonation) is refused with one line.
+    """
+    cfg = target.api.configuration
+    if getattr(cfg, "proxy", None):
+        raise ConfigError("proxy-url is not supported by the injector; connect directly")
+    if getattr(cfg, "tls_server_name", None):
+        raise ConfigError("tls-server-name is not supported by the injector")
+    if "Impersonate-User" in target.api.default_headers:
+        raise ConfigError("impersonation (as) is not supported by the injector")
+    if not cfg.verify_ssl:
+        raise ConfigError("insecure-skip-tls-verify is set; the injector always verifies TLS")
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+    context.minimum_version = ssl.TLSVersion.TLSv1_2
+    try:
+        if cfg.ssl_ca_cert:
+            context.load_verify_locations(cafile=cfg.ssl_ca_cert)
+        else:
+            context.load_default_certs()
+        if cfg.cert_file and cfg.key_file:
+            context.load_cert_chain(cfg.cert_file, cfg.key_file)
+    except (OSError, ssl.SSLError) as err:
+        raise ConfigError(f"{target.source}: cannot load its certificates: {err}") from None
+
+    def token() -> str | None:
+        # Runs the refresh hook (the exec plugin again once its token expired);
+        # newer clients keep the token under BearerToken, older ones under authorization.
+        header = cfg.get_api_key_with_prefix("BearerToken") or cfg.get_api_key_with_prefix(
+            "authorization"
+        )
+        return str(header or "").removeprefix("Bearer ").strip() or None
+
+    return ApiConfig(
+        server=str(cfg.host).rstrip("/"),
+        ssl_context=context,
+        token_source=token,
+        namespace=target.namespace,
+        source=target.source,
+    )
+
+
+def load(kubeconfig: str | None) -> ApiConfig:
+    """In a pod without ``--kubeconfig``: its service account; else the kubeconfig as kubectl reads it.
+
+    Falls back to the built-in loader when the official client is not installed.
+    """
+    in_pod = os.environ.get("KUBERNETES_SERVICE_HOST") and (SERVICE_ACCOUNT_DIR / "token").exists()
+    if (kubeconfig or not in_pod) and available():
+        return api_config(connect(kubeconfig))
+    return load_builtin(kubeconfig)

@@ -131,3 +131,57 @@ def test_a_stale_judgement_cannot_delete_a_renewed_lease(
     with pytest.raises(Conflict):
         asyncio.run(delete_as_judged())
     assert coord.read_namespaced_lease("leader-renewed", namespace).spec.holder_identity == "ghost"
+
+
+def test_injector_outside_a_cluster_reads_an_exec_plugin_kubeconfig(
+    cluster: ControlPlane, api: Any, namespace: str, tls: Tls, tmp_path: Path
+) -> None:
+    """Issue 13: the injector run by hand uses the kubeconfig a managed cluster gives (exec plugin)."""
+    from tests import accounts
+
+    accounts.service_account(api, namespace, "operator")
+    client.RbacAuthorizationV1Api(api).create_cluster_role_binding(
+        client.V1ClusterRoleBinding(
+            metadata=client.V1ObjectMeta(name=f"{namespace}-operator"),
+            role_ref=client.V1RoleRef(
+                api_group="rbac.authorization.k8s.io", kind="ClusterRole", name="cluster-admin"
+            ),
+            subjects=[
+                client.RbacV1Subject(kind="ServiceAccount", name="operator", namespace=namespace)
+            ],
+        )
+    )
+    try:
+        token = accounts.token(api, namespace, "operator")
+        plugin = tmp_path / "get-token"
+        calls = tmp_path / "calls"
+        credential = {
+            "apiVersion": "client.authentication.k8s.io/v1",
+            "kind": "ExecCredential",
+            "status": {"token": token},
+        }
+        plugin.write_text(f"#!/bin/sh\necho x >> {calls}\necho '{json.dumps(credential)}'\n")
+        plugin.chmod(0o755)
+        exec_user = {
+            "exec": {
+                "apiVersion": "client.authentication.k8s.io/v1",
+                "command": str(plugin),
+                "interactiveMode": "Never",
+            }
+        }
+        config = accounts.kubeconfig(tmp_path / "kc", cluster.server, cluster.ca_file, exec_user)
+        log = tmp_path / "injector.log"
+        sweeper = Injector(cluster, tls, log, "--sweep-interval=1s", kubeconfig=config).start()
+        try:
+            deadline = time.monotonic() + 30
+            while sweeper.metrics().get('grelmicro_injector_sweeps_total{result="ok"}', 0) < 2:
+                assert time.monotonic() < deadline, sweeper.tail()
+                time.sleep(0.3)
+            assert sweeper.metrics().get('grelmicro_injector_sweeps_total{result="error"}', 0) == 0
+        finally:
+            assert sweeper.stop() == 0
+        assert calls.exists(), "the exec plugin never ran"
+        errors = [line for line in log.read_text().splitlines() if '"level": "error"' in line]
+        assert not errors, errors
+    finally:
+        client.RbacAuthorizationV1Api(api).delete_cluster_role_binding(f"{namespace}-operator")
