@@ -367,15 +367,28 @@ def gaps_of(
     return out
 
 
+#: After a flood of a status port ends, the server has closed its side within this.
+FLOOD_SETTLE = 6.0
+
+
 def trends_of(
-    resources: Iterable[Resource], warmup: float = 10.0, min_seconds: float = 45.0
+    resources: Iterable[Resource],
+    warmup: float = 10.0,
+    min_seconds: float = 45.0,
+    floods: Iterable[Fault] = (),
 ) -> list[Trend]:
     """Per process, after warm-up: fds as the *most* open in the first 40 % of its life
     against the most in the last 20 % (an API outage closes connections and only
     lowers the count, so the upper envelope is what a leak raises); RSS as the
-    median of the first fifth against the median of the last fifth."""
+    median of the first fifth against the median of the last fifth.
+
+    Samples taken while a ``flood`` fault held a sidecar's status port open (up
+    to its 32 connections) are not its own growth, and are left out."""
+    windows = [(f.target, f.start, f.end + FLOOD_SETTLE) for f in floods]
     by_pid: dict[tuple[str, int], list[Resource]] = {}
     for r in resources:
+        if any(r.who == who and start <= r.t <= end for who, start, end in windows):
+            continue
         by_pid.setdefault((r.who, r.pid), []).append(r)
     out = []
     for (who, pid), seq in sorted(by_pid.items()):
@@ -505,7 +518,7 @@ def check(
         claims=claims,
         violations=violations,
         gaps=gaps,
-        trends=trends_of(resources),
+        trends=trends_of(resources, floods=[f for f in faults if f.kind == "flood"]),
         faults=Counter(f.kind for f in faults),
         acquisitions=acquisitions,
         handovers=handovers,

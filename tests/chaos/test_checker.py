@@ -127,6 +127,14 @@ def test_trends_see_a_leak() -> None:
     outage = [Resource("c", 3, T + i, 7 if 10 <= i < 30 else 10, 26000) for i in range(100)]
     (c,) = trends_of(outage)
     assert c.fd_growth == 0
+    # A flood late in the life holds 32 connections for a while: not a leak, unless
+    # the connections stay open after it (then the samples after the settle count).
+    flooded = [Resource("d", 4, T + i, 42 if 90 <= i < 95 else 10, 26000) for i in range(100)]
+    flood = Fault("flood", "d", T + 90, T + 94)
+    assert trends_of(flooded)[0].fd_growth == 32
+    assert trends_of(flooded, floods=[flood])[0].fd_growth == 0
+    stuck = [Resource("e", 5, T + i, 42 if i >= 90 else 10, 26000) for i in range(110)]
+    assert trends_of(stuck, floods=[Fault("flood", "e", T + 90, T + 94)])[0].fd_growth == 32
 
 
 def test_a_new_leader_must_carry_a_larger_fencing_token() -> None:

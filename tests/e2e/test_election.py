@@ -217,6 +217,14 @@ def test_deleting_the_leader_pod_releases_and_a_successor_leads(
         lambda: len(leaders(e2e, ns, "worker")) == 1, 30, "exactly one leader after the handover"
     )
 
+    # kubectl describe lease tells the story, from Events the sidecars recorded in their pods.
+    def described() -> str | None:
+        text = e2e.kubectl("describe", "lease", "-n", ns, "leader-worker").stdout
+        return text if f"{new} became leader" in text else None
+
+    story = wait_for(described, 30, "the successor's Event on the Lease")
+    assert f"{old} stopped leading: shutting down" in story, story
+
 
 def test_rollout_restart_completes_with_one_leader_at_a_time(
     e2e: Cluster, workload_namespace: str
