@@ -46,6 +46,7 @@ from .publish.statefile import StateDirError, StateFile
 from .settings import RunSettings
 
 SHUTDOWN_BUDGET = 10.0  # release + sweep, well inside the default 30 s grace period
+TASK_STOP_SECONDS = 2.0  # how long the shutdown waits for cancelled tasks
 RBAC_FIX = (
     "grant the pod's ServiceAccount a Role with get, list, watch, create, update, patch, delete "
     "on leases.coordination.k8s.io in this namespace (see manifests/rbac.yaml)"
@@ -288,8 +289,12 @@ class Sidecar:
         timeout = until - self.clock.monotonic()
         if timeout <= 0:
             return
+        # asyncio.timeout, not wait_for: on Python 3.11 wait_for returns the inner
+        # result when a cancellation lands in the same step as the wake-up, so the
+        # shutdown's cancel was lost and the loop waited on (CI hit it).
         with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(self._wake.wait(), timeout=min(timeout, 3600))
+            async with asyncio.timeout(min(timeout, 3600)):
+                await self._wake.wait()
 
     def _check_clock(self) -> None:
         """Alarm once when this node's clock is certainly off by more than the contract tolerates.
@@ -436,9 +441,13 @@ class Sidecar:
         tasks = [*self._tasks, *([self._sighting] if self._sighting else [])]
         for task in tasks:
             task.cancel()
-        for task in tasks:
-            with contextlib.suppress(BaseException):
-                await task
+        # Bounded: a task that ignores its cancellation must not keep the Lease held.
+        stopped, stuck = await asyncio.wait(tasks, timeout=TASK_STOP_SECONDS) if tasks else ((), ())
+        for task in stopped:
+            if not task.cancelled():
+                task.exception()  # retrieved: a failed task was reported by run() already
+        for task in stuck:
+            self.log.warning("a task did not stop when cancelled", task=task.get_name())
         deadline = self.clock.monotonic() + SHUTDOWN_BUDGET
         try:
             async with asyncio.timeout(SHUTDOWN_BUDGET):

@@ -301,7 +301,9 @@ async def _health_server(
 async def _every(interval: float, job: Callable[[], Awaitable[None]], stop: asyncio.Event) -> None:
     while not stop.is_set():
         with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(stop.wait(), interval * random.uniform(0.9, 1.1))
+            # Not wait_for: on 3.11 it can swallow a cancellation (see runner._wait).
+            async with asyncio.timeout(interval * random.uniform(0.9, 1.1)):
+                await stop.wait()
         if not stop.is_set():
             await job()
 

@@ -337,3 +337,27 @@ def test_events_are_rate_limited_and_a_403_ends_them() -> None:
         ]
 
     run(scenario)
+
+
+def test_stop_is_not_lost_when_the_loop_is_woken_at_the_same_moment(tmp_path: Path) -> None:
+    """CI hit it: a watch event woke the election loop as SIGTERM cancelled it.
+
+    Python 3.11's ``asyncio.wait_for`` returns the inner result instead of
+    raising when both land in the same step, so the cancellation was lost, the
+    loop went on waiting, and shutdown waited for it for ever (exit timed out).
+    """
+
+    async def scenario() -> None:
+        store = FakeLeases()
+        a = await Candidate("a", store, tmp_path).start()
+        await until(a.leads, 16, "a leads")
+        await asyncio.sleep(1)  # the loop now waits for its next renewal
+        a.sidecar.request_stop()  # SIGTERM ...
+        a.sidecar._wake.set()  # ... and a watch event, in the same step
+        assert a.task is not None
+        done, _ = await asyncio.wait([a.task], timeout=30)
+        assert done, "shutdown hung: the election loop swallowed its cancellation"
+        assert a.task.result() == 0
+        assert LeaseRecord.from_object(store.objects[LEASE]).holder is None  # released
+
+    run(scenario)
