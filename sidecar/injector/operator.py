@@ -50,7 +50,7 @@ import kopf
 
 from ..cleanup import Sightings
 from ..kube import kubectl
-from ..kube.config import SERVICE_ACCOUNT_DIR, ConfigError, in_cluster
+from ..kube.config import SERVICE_ACCOUNT_DIR, ConfigError, in_cluster, in_pod
 from ..kube.errors import ApiError, Forbidden
 from ..kube.kubectl import load as load_config
 from ..logs import Logger
@@ -71,33 +71,22 @@ SWEEP_RBAC_FIX = (
 
 
 def kubeconfig_login(kubeconfig: str | None) -> Any:
-    """Outside a pod: the kubeconfig as kubectl reads it (exec plugins included).
+    """The kubeconfig as kubectl reads it (exec plugins included), as kopf wants it.
 
-    The same loader as the injector's own calls (``kube.kubectl``). kopf's
-    ``login_via_client`` cannot serve: the official client fixes its default
-    kubeconfig path when first imported, before ``--kubeconfig`` is known.
-    kopf calls login again after a 401, which runs an exec plugin anew.
+    The same connection as the injector's own calls (``kube.kubectl.shared``).
+    kopf's ``login_via_client`` cannot serve: the official client fixes its
+    default kubeconfig path when first imported, before ``--kubeconfig`` is
+    known. kopf calls login again after a 401, which refreshes the token.
     """
-    target = kubectl.connect(kubeconfig)
+    target = kubectl.shared(kubeconfig)
     cfg = target.api.configuration
-    header = cfg.get_api_key_with_prefix("BearerToken") or cfg.get_api_key_with_prefix(
-        "authorization"
-    )
-    scheme, _, token = str(header or "").partition(" ")
     return kopf.ConnectionInfo(
         server=str(cfg.host),
         ca_path=cfg.ssl_ca_cert,
-        scheme=scheme or None,
-        token=token or None,
+        token=kubectl.bearer_token(cfg),
         certificate_path=cfg.cert_file,
         private_key_path=cfg.key_file,
         default_namespace=target.namespace,
-    )
-
-
-def in_pod() -> bool:
-    return (
-        bool(os.environ.get("KUBERNETES_SERVICE_HOST")) and (SERVICE_ACCOUNT_DIR / "token").exists()
     )
 
 
@@ -208,12 +197,12 @@ def build_registry(settings: InjectorSettings, log: Logger, metrics: InjectorMet
 
     @kopf.on.login(id="login", registry=registry)
     def login(**kwargs: Any) -> Any:
-        if settings.kubeconfig:
-            # kopf's logins read only $KUBECONFIG; main has already checked the file.
-            os.environ["KUBECONFIG"] = settings.kubeconfig
-        if not in_pod() and kubectl.available():
+        # The same choice as the injector's own calls make (kube.kubectl.load).
+        if kubectl.reads_kubeconfig(settings.kubeconfig):
             return kubeconfig_login(settings.kubeconfig)
-        if settings.kubeconfig or not in_pod():
+        if settings.kubeconfig or not in_pod():  # no official client: kopf's own reader
+            if settings.kubeconfig:
+                os.environ["KUBECONFIG"] = settings.kubeconfig  # the only path it reads
             return kopf.login_with_kubeconfig(**kwargs)
         credentials = service_account_login()
         log.info("logged in with the service account", api_server=credentials.server)

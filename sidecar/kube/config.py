@@ -100,7 +100,8 @@ class ApiConfig:
         return f"Bearer {self.token}" if self.token else None
 
 
-def _context(cafile: str | None = None, cadata: str | None = None) -> ssl.SSLContext:
+def tls_context(cafile: str | None = None, cadata: str | None = None) -> ssl.SSLContext:
+    """A client TLS context that verifies the server: the given CA, else the system's."""
     ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)  # verifies certificate and hostname
     ctx.minimum_version = ssl.TLSVersion.TLSv1_2
     try:
@@ -115,6 +116,13 @@ def _context(cafile: str | None = None, cadata: str | None = None) -> ssl.SSLCon
     except (ssl.SSLError, ValueError):
         raise ConfigError("cannot load the cluster CA certificate: not a PEM certificate") from None
     return ctx
+
+
+def in_pod() -> bool:
+    """Whether this process runs in a pod with a mounted service-account token."""
+    return (
+        bool(os.environ.get("KUBERNETES_SERVICE_HOST")) and (SERVICE_ACCOUNT_DIR / "token").exists()
+    )
 
 
 def in_cluster(sa_dir: Path = SERVICE_ACCOUNT_DIR) -> ApiConfig:
@@ -134,7 +142,7 @@ def in_cluster(sa_dir: Path = SERVICE_ACCOUNT_DIR) -> ApiConfig:
         host = f"[{host}]"
     return ApiConfig(
         server=f"https://{host}:{port}",
-        ssl_context=_context(cafile=str(sa_dir / "ca.crt")),
+        ssl_context=tls_context(cafile=str(sa_dir / "ca.crt")),
         token_file=TokenFile(sa_dir / "token"),
         namespace=namespace,
         source="in-cluster service account",
@@ -244,7 +252,7 @@ def from_kubeconfig(path: Path, context: str | None = None) -> ApiConfig:
         )
     ca_path, ca_data = doc.pem(cluster, "certificate-authority", "cluster")
     try:
-        ssl_ctx = _context(
+        ssl_ctx = tls_context(
             cafile=ca_path, cadata=ca_data.decode(errors="replace") if ca_data else None
         )
     except ConfigError as err:
@@ -320,7 +328,7 @@ def load(kubeconfig: str | None) -> ApiConfig:
     """``--kubeconfig`` if given; else in-cluster; else ``$KUBECONFIG``; else ``~/.kube/config``."""
     if kubeconfig:
         return from_kubeconfig(kubeconfig_path(kubeconfig))
-    if os.environ.get("KUBERNETES_SERVICE_HOST") and (SERVICE_ACCOUNT_DIR / "token").exists():
+    if in_pod():
         return in_cluster()
     path = kubeconfig_path(None)
     if not path.exists():

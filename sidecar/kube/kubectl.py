@@ -19,6 +19,7 @@ client rewrites MicroTime on writes, which the API server refuses for Leases).
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
 import os
 import ssl
@@ -29,7 +30,7 @@ from typing import Any
 import yaml
 
 from .api import unless_changed
-from .config import SERVICE_ACCOUNT_DIR, ApiConfig, ConfigError
+from .config import SERVICE_ACCOUNT_DIR, ApiConfig, ConfigError, in_pod, tls_context
 from .config import load as load_builtin
 from .errors import ApiUnavailable, error_for
 
@@ -104,7 +105,7 @@ def connect(
             namespace = ctx.get("namespace")
             source = f"kubeconfig {files} (context {chosen.get('name')})"
             in_cluster = False
-        elif os.environ.get("KUBERNETES_SERVICE_HOST") and (SERVICE_ACCOUNT_DIR / "token").exists():
+        elif in_pod():
             config.load_incluster_config(client_configuration=cfg)
             user, source, in_cluster = {}, "in-cluster service account", True
             namespace = _read(SERVICE_ACCOUNT_DIR / "namespace")
@@ -211,33 +212,51 @@ def api_config(target: Target) -> ApiConfig:
         raise ConfigError("impersonation (as) is not supported by the injector")
     if not cfg.verify_ssl:
         raise ConfigError("insecure-skip-tls-verify is set; the injector always verifies TLS")
-    context = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
-    context.minimum_version = ssl.TLSVersion.TLSv1_2
-    try:
-        if cfg.ssl_ca_cert:
-            context.load_verify_locations(cafile=cfg.ssl_ca_cert)
-        else:
-            context.load_default_certs()
-        if cfg.cert_file and cfg.key_file:
+    context = tls_context(cafile=cfg.ssl_ca_cert)
+    if cfg.cert_file and cfg.key_file:
+        try:
             context.load_cert_chain(cfg.cert_file, cfg.key_file)
-    except (OSError, ssl.SSLError) as err:
-        raise ConfigError(f"{target.source}: cannot load its certificates: {err}") from None
-
-    def token() -> str | None:
-        # Runs the refresh hook (the exec plugin again once its token expired);
-        # newer clients keep the token under BearerToken, older ones under authorization.
-        header = cfg.get_api_key_with_prefix("BearerToken") or cfg.get_api_key_with_prefix(
-            "authorization"
-        )
-        return str(header or "").removeprefix("Bearer ").strip() or None
+        except (OSError, ssl.SSLError) as err:
+            raise ConfigError(
+                f"{target.source}: cannot load the client certificate: {err}"
+            ) from None
 
     return ApiConfig(
         server=str(cfg.host).rstrip("/"),
         ssl_context=context,
-        token_source=token,
+        token_source=lambda: bearer_token(cfg),
         namespace=target.namespace,
         source=target.source,
     )
+
+
+def bearer_token(cfg: Any) -> str | None:
+    """The client configuration's token, refreshed first (an exec plugin runs again once expired).
+
+    Newer clients keep it under ``BearerToken``, older ones under ``authorization``.
+    """
+    header = cfg.get_api_key_with_prefix("BearerToken") or cfg.get_api_key_with_prefix(
+        "authorization"
+    )
+    return str(header or "").removeprefix("Bearer ").strip() or None
+
+
+def reads_kubeconfig(kubeconfig: str | None) -> bool:
+    """Whether a long-running process reads a kubeconfig as kubectl does, not its service account.
+
+    Outside a pod, or given ``--kubeconfig``, with the official client installed.
+    """
+    return bool(kubeconfig or not in_pod()) and available()
+
+
+@functools.cache
+def shared(kubeconfig: str | None) -> Target:
+    """One connection per kubeconfig for a long-running process (the injector).
+
+    Its check at start-up, its calls and its logins share it, so an exec plugin
+    runs once, and again only when the client finds its token expired.
+    """
+    return connect(kubeconfig)
 
 
 def load(kubeconfig: str | None) -> ApiConfig:
@@ -245,7 +264,6 @@ def load(kubeconfig: str | None) -> ApiConfig:
 
     Falls back to the built-in loader when the official client is not installed.
     """
-    in_pod = os.environ.get("KUBERNETES_SERVICE_HOST") and (SERVICE_ACCOUNT_DIR / "token").exists()
-    if (kubeconfig or not in_pod) and available():
-        return api_config(connect(kubeconfig))
+    if reads_kubeconfig(kubeconfig):
+        return api_config(shared(kubeconfig))
     return load_builtin(kubeconfig)
