@@ -334,6 +334,11 @@ class Sidecar:
 
     def _after_step(self) -> None:
         self._check_clock()
+        self._report()
+        self.publish()
+
+    def _report(self) -> None:
+        """Log, count and record (as Events on the Lease) what the election says happened."""
         for event in self.election.drain_events():
             if event.kind == "leading":
                 self._leading.set()
@@ -343,7 +348,8 @@ class Sidecar:
                 )
                 self._record("Acquire", f"became leader (fencing token {event.fencing_token})")
             elif event.kind == "stepped_down":
-                self.log.warning("stepped down", lease=self.settings.lease, reason=event.detail)
+                if not self.election.resigned:  # a shutdown was logged as such already
+                    self.log.warning("stepped down", lease=self.settings.lease, reason=event.detail)
                 self._record("StepDown", f"stopped leading: {event.detail}")
             elif event.kind == "holder":
                 self.log.info(
@@ -363,7 +369,6 @@ class Sidecar:
                     lease=self.settings.lease,
                     problem=event.detail,
                 )
-        self.publish()
 
     # ---- the watch --------------------------------------------------------
     async def _watch_loop(self) -> None:
@@ -433,9 +438,8 @@ class Sidecar:
     # ---- shutdown -----------------------------------------------------------
     async def _shutdown(self) -> int:
         """contract §5: publish not-leader, release, sweep; bounded in time."""
-        if self.election.leading:
-            self._record("StepDown", "stopped leading: shutting down")
         self.election.resign()
+        self._report()  # the step-down of a leader, like any other
         self.publish(force=True)
         self.log.info("published not-leader", lease=self.settings.lease)
         tasks = [*self._tasks, *([self._sighting] if self._sighting else [])]

@@ -18,6 +18,7 @@ from typing import Any, TypeVar
 
 import looptime
 
+from sidecar.kube.events import EventRecorder
 from sidecar.lease import LeaseRecord, claim
 from sidecar.logs import Logger
 from sidecar.runner import Sidecar
@@ -55,13 +56,16 @@ def settings(identity: str, state_dir: Path) -> RunSettings:
 
 
 class Candidate:
-    def __init__(self, identity: str, store: FakeLeases, tmp: Path) -> None:
+    def __init__(
+        self, identity: str, store: FakeLeases, tmp: Path, events: EventRecorder | None = None
+    ) -> None:
         self.sidecar = Sidecar(
             settings(identity, tmp / identity),
             "ns",
             store,
             Logger("error"),
             clock=LoopClock(),  # type: ignore[arg-type]
+            events=events,
         )
         self.state_path = tmp / identity / "state.json"
         self.task: asyncio.Task[int] | None = None
@@ -293,9 +297,29 @@ def test_a_watch_cut_at_once_is_backed_off_not_reopened_in_a_loop(tmp_path: Path
     run(scenario)
 
 
+def test_one_event_per_acquisition_and_per_step_down_shutdown_included(tmp_path: Path) -> None:
+    async def scenario() -> None:
+        posted: list[dict[str, Any]] = []
+
+        async def post(body: dict[str, Any]) -> None:
+            posted.append(body)
+
+        events = EventRecorder(post, "ns", "a", Logger("error"))
+        a = await Candidate("a", FakeLeases(), tmp_path, events=events).start()
+        await until(a.leads, 16, "a leads")
+        token = a.state()["fencing_token"]
+        await asyncio.sleep(30)  # renewals record nothing
+        assert await a.stop() == 0
+        assert [(e["action"], e["message"]) for e in posted] == [
+            ("Acquire", f"a became leader (fencing token {token})"),
+            ("StepDown", "a stopped leading: shutting down"),
+        ]
+
+    run(scenario)
+
+
 def test_events_are_rate_limited_and_a_403_ends_them() -> None:
     from sidecar.kube.errors import Forbidden
-    from sidecar.kube.events import EventRecorder
 
     async def scenario() -> None:
         posted: list[dict[str, Any]] = []
