@@ -86,9 +86,10 @@ class Sightings:
         for obj in objects:
             record = LeaseRecord.from_object(obj)
             key = (_namespace(obj), record.name)
-            previous = self._first.get(key)
-            unchanged = previous is not None and previous[0] == record.resource_version
-            seen[key] = previous if unchanged and previous else (record.resource_version, now)
+            first = self._first.get(key)
+            if first is None or first[0] != record.resource_version:
+                first = (record.resource_version, now)
+            seen[key] = first
         self._first = seen
 
     def unchanged_for(self, namespace: str, record: LeaseRecord) -> float:

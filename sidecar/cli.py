@@ -124,14 +124,14 @@ def main(argv: list[str] | None = None) -> int:
     return 2
 
 
-if __name__ == "__main__":  # pragma: no cover
-    sys.exit(main())
-
-
 def kubectl_plugin() -> int:
     """``kubectl grelmicro status|cleanup ...``: kubectl finds ``kubectl-grelmicro`` on PATH."""
     argv = sys.argv[1:]
-    if argv[:1] not in (["status"], ["cleanup"]) and argv[:1] not in (["-h"], ["--help"]):
+    if argv[:1] not in (["status"], ["cleanup"], ["-h"], ["--help"]):
         print("usage: kubectl grelmicro status|cleanup [flags] (see --help)", file=sys.stderr)
         return 2
     return main(argv)
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import os
 import sys
 from typing import Any, Protocol
 
+from .cleanup import Leases
 from .defaults import MIN_SWEEP_MARGIN, PROG, SWEEP_MARGIN
 from .kube.config import ApiConfig, ConfigError, load
 from .kube.errors import ApiError, Forbidden
@@ -16,7 +16,7 @@ from .kube.leases import LeaseStore
 from .logs import Logger
 from .options import SIDECAR_ENV, Source
 from .publish.statefile import StateDirError
-from .runner import RBAC_FIX, Sidecar, resolve_namespace, store_for
+from .runner import RBAC_FIX, Sidecar, pick_namespace, resolve_namespace, store_for
 from .settings import run_settings
 
 #: ``cleanup`` watches expired-looking Leases at most this long before judging
@@ -58,14 +58,8 @@ async def _run(settings: Any, config: ApiConfig, namespace: str, log: Logger) ->
     return await sidecar.run()
 
 
-class HumanStore(Protocol):
-    """What ``status`` and ``cleanup`` do with Leases: list, delete, close."""
-
-    async def list(
-        self, label_selector: str = "", field_selector: str = "", timeout: float | None = None
-    ) -> tuple[list[dict[str, Any]], str]: ...
-
-    async def delete(self, name: str, resource_version: str) -> None: ...
+class HumanStore(Leases, Protocol):
+    """What ``status`` and ``cleanup`` do with Leases: a sweep's list and delete, then close."""
 
     def close(self) -> None: ...
 
@@ -86,13 +80,7 @@ def human_store(src: Source, all_namespaces: bool = False) -> tuple[HumanStore, 
     explicit = src.raw("kubeconfig") or None
     if kubectl.available():
         target = kubectl.connect(explicit, context, as_user, groups)
-        namespace = (
-            src.namespace()
-            or (target.namespace if target.in_cluster else None)
-            or os.environ.get("POD_NAMESPACE")
-            or target.namespace
-            or "default"
-        )
+        namespace = pick_namespace(src.namespace(), target.namespace, target.in_cluster)
         return kubectl.OfficialLeases(target, "" if all_namespaces else namespace), namespace
     if context or as_user or groups:
         flag = "--context" if context else "--as"

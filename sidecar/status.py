@@ -41,7 +41,7 @@ WIDE = [("ACQUIRED", "acquired_ago"), ("DURATION", "lease_duration")]
 def status(args: argparse.Namespace) -> int:
     src = Source(args, SIDECAR_ENV)
     src.log_level("warning")
-    every = bool(getattr(args, "all_namespaces", False))
+    every = bool(args.all_namespaces)
     try:
         store, namespace = human_store(src, all_namespaces=every)
     except ConfigError as err:
@@ -75,8 +75,8 @@ async def _rows(store: HumanStore) -> list[dict[str, Any]]:
 
     items, _ = await store.list(label_selector=SELECTOR)
     now = dt.datetime.now(dt.UTC)
-    key = lambda o: (str(o["metadata"].get("namespace", "")), str(o["metadata"].get("name", "")))  # noqa: E731
-    return [_row(LeaseRecord.from_object(obj), obj, now) for obj in sorted(items, key=key)]
+    rows = [_row(LeaseRecord.from_object(obj), obj, now) for obj in items]
+    return sorted(rows, key=_key)
 
 
 def _row(record: LeaseRecord, obj: dict[str, Any], now: dt.datetime) -> dict[str, Any]:

@@ -58,8 +58,10 @@ class EventRecorder:
 
     def record(self, lease: dict[str, Any] | None, name: str, action: str, message: str) -> None:
         """Queue one Event about Lease ``name`` (``lease``: its last known object, for the uid)."""
-        if not self._enabled or not self._take():
-            self.dropped += self._enabled
+        if not self._enabled:
+            return
+        if not self._take():
+            self.dropped += 1  # over the rate limit
             return
         task = asyncio.create_task(self._send(self._body(lease, name, action, message)))
         self._pending.add(task)
