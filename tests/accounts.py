@@ -116,3 +116,28 @@ def lease_list_status(cluster: ControlPlane, namespace: str, bearer: str) -> int
         except client.ApiException as err:
             return int(err.status)
     return 200
+
+
+def token_kubeconfig(
+    path: Path, api: Any, cluster: ControlPlane, namespace: str, sa: str = "elector"
+) -> Path:
+    """A kubeconfig that authenticates as ServiceAccount ``sa`` with a fresh token."""
+    return kubeconfig(
+        path, cluster.server, cluster.ca_file, {"token": token(api, namespace, sa)}, namespace
+    )
+
+
+def exec_plugin_user(
+    directory: Path, bearer: str, version: str = "v1", calls: Path | None = None
+) -> dict[str, Any]:
+    """A kubeconfig user whose exec credential plugin (a shell script) prints ``bearer``.
+
+    What EKS, GKE and AKS write; ``calls`` gets a line each time the plugin runs.
+    """
+    api_version = f"client.authentication.k8s.io/{version}"
+    credential = {"apiVersion": api_version, "kind": "ExecCredential", "status": {"token": bearer}}
+    plugin = directory / "get-token"
+    count = f"echo x >> {calls}\n" if calls is not None else ""
+    plugin.write_text(f"#!/bin/sh\n{count}cat <<'EOF'\n{json.dumps(credential)}\nEOF\n")
+    plugin.chmod(0o755)
+    return {"exec": {"apiVersion": api_version, "command": str(plugin), "interactiveMode": "Never"}}

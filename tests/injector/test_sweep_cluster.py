@@ -152,23 +152,10 @@ def test_injector_outside_a_cluster_reads_an_exec_plugin_kubeconfig(
         )
     )
     try:
-        token = accounts.token(api, namespace, "operator")
-        plugin = tmp_path / "get-token"
         calls = tmp_path / "calls"
-        credential = {
-            "apiVersion": "client.authentication.k8s.io/v1",
-            "kind": "ExecCredential",
-            "status": {"token": token},
-        }
-        plugin.write_text(f"#!/bin/sh\necho x >> {calls}\necho '{json.dumps(credential)}'\n")
-        plugin.chmod(0o755)
-        exec_user = {
-            "exec": {
-                "apiVersion": "client.authentication.k8s.io/v1",
-                "command": str(plugin),
-                "interactiveMode": "Never",
-            }
-        }
+        exec_user = accounts.exec_plugin_user(
+            tmp_path, accounts.token(api, namespace, "operator"), calls=calls
+        )
         config = accounts.kubeconfig(tmp_path / "kc", cluster.server, cluster.ca_file, exec_user)
         log = tmp_path / "injector.log"
         sweeper = Injector(cluster, tls, log, "--sweep-interval=1s", kubeconfig=config).start()

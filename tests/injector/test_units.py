@@ -121,19 +121,17 @@ def test_the_command_exits_2_with_one_line(tmp_path: Path) -> None:
 def test_print_webhook_config(tmp_path: Path) -> None:
     ca = tmp_path / "ca.crt"
     ca.write_bytes(b"-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----\n")
-    done = subprocess.run(
-        [
-            str(EXE),
-            "injector",
-            "--print-webhook-config",
-            f"--ca-file={ca}",
-            "--service-name=inj",
-            "--service-namespace=ops",
-        ],
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
+
+    def print_config(*extra: str) -> subprocess.CompletedProcess[str]:
+        argv = [f"--ca-file={ca}", "--service-name=inj", "--service-namespace=ops", *extra]
+        return subprocess.run(
+            [str(EXE), "injector", "--print-webhook-config", *argv],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+
+    done = print_config()
     assert done.returncode == 0, done.stderr
     expected = webhook_configuration(
         ca_bundle_of(ca.read_bytes()),
@@ -142,20 +140,7 @@ def test_print_webhook_config(tmp_path: Path) -> None:
     )
     assert json.loads(done.stdout) == expected
     for port, expected_code in (("8443", 0), ("0", 2), ("https", 2)):
-        done = subprocess.run(
-            [
-                str(EXE),
-                "injector",
-                "--print-webhook-config",
-                f"--ca-file={ca}",
-                "--service-name=inj",
-                "--service-namespace=ops",
-                f"--service-port={port}",
-            ],
-            capture_output=True,
-            text=True,
-            timeout=60,
-        )
+        done = print_config(f"--service-port={port}")
         assert done.returncode == expected_code, done.stderr
         if expected_code == 0:
             hook = json.loads(done.stdout)["webhooks"][0]

@@ -7,6 +7,7 @@ costs one warning and nothing else.
 
 from __future__ import annotations
 
+import json
 import signal
 import time
 from collections.abc import Callable
@@ -59,13 +60,7 @@ def test_no_permission_on_events_costs_one_warning_and_nothing_else(
 ) -> None:
     accounts.service_account(api, namespace)
     accounts.grant_leases(api, namespace)  # leases only: no events
-    kubeconfig = accounts.kubeconfig(
-        tmp_path / "sa.kubeconfig",
-        cluster.server,
-        cluster.ca_file,
-        {"token": accounts.token(api, namespace)},
-        namespace,
-    )
+    kubeconfig = accounts.token_kubeconfig(tmp_path / "sa.kubeconfig", api, cluster, namespace)
     a = spawn("pod-a", kubeconfig=kubeconfig)
     wait_for(a.leads, 20, what="pod-a to lead without Events")
     wait_for(lambda: any("cannot record Events" in m for m in a.messages()), 10, what="the warning")
@@ -73,6 +68,17 @@ def test_no_permission_on_events_costs_one_warning_and_nothing_else(
     assert a.wait(20) == 0
     time.sleep(0.5)
     warned = [line for line in a.logs() if "cannot record Events" in line.get("msg", "")]
+    # The API server saw one refused Event and no other attempt (not the step-down's).
+    attempts = [
+        e
+        for line in cluster.audit_log.read_text().splitlines()
+        if (e := json.loads(line)).get("stage") == "ResponseComplete"
+        and e.get("verb") == "create"
+        and e.get("objectRef", {}).get("resource") == "events"
+        and e.get("objectRef", {}).get("namespace") == namespace
+        and e.get("user", {}).get("username", "").endswith(":elector")
+    ]
+    assert [e["responseStatus"]["code"] for e in attempts] == [403], attempts
     assert len(warned) == 1 and "create and patch on events" in warned[0]["fix"], warned
     assert not [line for line in a.logs() if line.get("level") == "error"], a.raw_log()
     assert "Traceback" not in a.raw_log()

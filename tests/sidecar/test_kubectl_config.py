@@ -71,21 +71,7 @@ def test_exec_credential_plugin(
     tmp_path: Path,
     version: str,
 ) -> None:
-    plugin = tmp_path / "get-token"
-    credential = {
-        "apiVersion": f"client.authentication.k8s.io/{version}",
-        "kind": "ExecCredential",
-        "status": {"token": reader_token},
-    }
-    plugin.write_text(f"#!/bin/sh\ncat <<'EOF'\n{json.dumps(credential)}\nEOF\n")
-    plugin.chmod(0o755)
-    user = {
-        "exec": {
-            "apiVersion": f"client.authentication.k8s.io/{version}",
-            "command": str(plugin),
-            "interactiveMode": "Never",
-        }
-    }
+    user = accounts.exec_plugin_user(tmp_path, reader_token, version)
     config = accounts.kubeconfig(tmp_path / "kc", cluster.server, cluster.ca_file, user, namespace)
     assert _holders(_status(f"--kubeconfig={config}")) == ["web-0"]
 

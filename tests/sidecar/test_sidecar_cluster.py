@@ -338,13 +338,7 @@ def test_forbidden_is_logged_once_with_the_fix_and_recovers_when_granted(
     spawn: Spawn, cluster: ControlPlane, api: Any, namespace: str, tmp_path: Path
 ) -> None:
     accounts.service_account(api, namespace)
-    kubeconfig = accounts.kubeconfig(
-        tmp_path / "sa.kubeconfig",
-        cluster.server,
-        cluster.ca_file,
-        {"token": accounts.token(api, namespace)},
-        namespace,
-    )
+    kubeconfig = accounts.token_kubeconfig(tmp_path / "sa.kubeconfig", api, cluster, namespace)
     a = spawn("pod-a", kubeconfig=kubeconfig)
     wait_for(lambda: any("forbidden" in m for m in a.messages()), 10, what="a 403 log line")
     time.sleep(3)  # several retries happen meanwhile

@@ -38,14 +38,21 @@ def _kubeconfig(path: Path, cluster: dict[str, object], user: dict[str, object])
     return path
 
 
+def _pod(
+    sa_dir: Path, ca: CertificateAuthority, monkeypatch: pytest.MonkeyPatch, ns: str, host: str
+) -> None:
+    """What the kubelet gives a pod: the service-account mount (token tok-1) and the API address."""
+    (sa_dir / "ca.crt").write_bytes(ca.cert_pem)
+    (sa_dir / "token").write_text("tok-1\n")
+    (sa_dir / "namespace").write_text(ns)
+    monkeypatch.setenv("KUBERNETES_SERVICE_HOST", host)
+    monkeypatch.setenv("KUBERNETES_SERVICE_PORT", "443")
+
+
 def test_in_cluster_reads_the_service_account_mount(
     tmp_path: Path, ca: CertificateAuthority, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    (tmp_path / "ca.crt").write_bytes(ca.cert_pem)
-    (tmp_path / "token").write_text("tok-1\n")
-    (tmp_path / "namespace").write_text("apps")
-    monkeypatch.setenv("KUBERNETES_SERVICE_HOST", "10.0.0.1")
-    monkeypatch.setenv("KUBERNETES_SERVICE_PORT", "443")
+    _pod(tmp_path, ca, monkeypatch, "apps", host="10.0.0.1")
     cfg = in_cluster(tmp_path)
     assert (cfg.server, cfg.namespace) == ("https://10.0.0.1:443", "apps")
     assert cfg.authorization() == "Bearer tok-1"
@@ -56,11 +63,7 @@ def test_injector_login_dials_the_address_the_kubelet_gives_not_a_dns_name(
 ) -> None:
     from sidecar.injector.operator import service_account_login
 
-    (tmp_path / "ca.crt").write_bytes(ca.cert_pem)
-    (tmp_path / "token").write_text("tok-1\n")
-    (tmp_path / "namespace").write_text("grelmicro-system")
-    monkeypatch.setenv("KUBERNETES_SERVICE_HOST", "10.96.0.1")
-    monkeypatch.setenv("KUBERNETES_SERVICE_PORT", "443")
+    _pod(tmp_path, ca, monkeypatch, "grelmicro-system", host="10.96.0.1")
     login = service_account_login(tmp_path)
     assert (login.server, login.token, login.default_namespace) == (
         "https://10.96.0.1:443",
