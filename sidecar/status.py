@@ -66,7 +66,7 @@ def status(args: argparse.Namespace) -> int:
     elif not rows:
         print(f"No managed leases in {where if every else f'namespace {namespace}'}.")
     else:
-        print("\n".join(_table(rows, args.output == "wide", every)))
+        print("\n".join(_table(rows, args.output == "wide", every)[0]))
     return 0
 
 
@@ -100,14 +100,22 @@ def _row(record: LeaseRecord, obj: dict[str, Any], now: dt.datetime) -> dict[str
     }
 
 
-def _table(rows: list[dict[str, Any]], wide: bool, every: bool, header: bool = True) -> list[str]:
+def _table(
+    rows: list[dict[str, Any]], wide: bool, every: bool, widths: list[int] | None = None
+) -> tuple[list[str], list[int]]:
+    """The lines, and the column widths used; with ``widths`` (a watch's later lines), no
+    header, and columns at least as wide as before, so they stay under the first table's."""
     columns = ([("NAMESPACE", "namespace")] if every else []) + COLUMNS + (WIDE if wide else [])
-    cells = [[h for h, _ in columns]] if header else []
+    cells = [] if widths else [[h for h, _ in columns]]
     cells += [[_cell(r[k]) for _, k in columns] for r in rows]
-    widths = [max(len(row[i]) for row in cells) for i in range(len(columns))]
-    return [
+    widths = [
+        max([len(row[i]) for row in cells] + [widths[i] if widths else 0])
+        for i in range(len(columns))
+    ]
+    lines = [
         "   ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip() for row in cells
     ]
+    return lines, widths
 
 
 def _cell(value: Any) -> str:
@@ -117,7 +125,7 @@ def _cell(value: Any) -> str:
 async def _watch(store: HumanStore, output: str, every: bool) -> int:
     """The table once, then a line for each change of holder or transitions."""
     seen: dict[tuple[str, str], tuple[Any, Any]] = {}
-    first = True
+    widths: list[int] | None = None
     while True:
         rows = await _rows(store)
         changed = [r for r in rows if seen.get(_key(r)) != (r["holder"], r["lease_transitions"])]
@@ -127,10 +135,9 @@ async def _watch(store: HumanStore, output: str, every: bool) -> int:
                 for row in changed:
                     print(json.dumps(row) if output == "json" else yaml.safe_dump([row]), end="\n")
             else:
-                # Fixed widths after the first table would shift columns; kubectl pads too.
-                print("\n".join(_table(changed, output == "wide", every, header=first)))
+                lines, widths = _table(changed, output == "wide", every, widths)
+                print("\n".join(lines))
             sys.stdout.flush()
-            first = False
         await asyncio.sleep(WATCH_SECONDS)
 
 

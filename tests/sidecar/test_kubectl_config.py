@@ -210,7 +210,8 @@ def test_status_watch_prints_each_change_and_ends_on_ctrl_c(
     )
     try:
         assert watch.stdout is not None
-        assert watch.stdout.readline().split()[:3] == ["ELECTION", "LEASE", "HOLDER"]
+        header = watch.stdout.readline()
+        assert header.split()[:3] == ["ELECTION", "LEASE", "HOLDER"]
         assert "web-0" in watch.stdout.readline()
         coord = client.CoordinationV1Api(api)
         lease = coord.read_namespaced_lease("leader-web", namespace)
@@ -218,6 +219,8 @@ def test_status_watch_prints_each_change_and_ends_on_ctrl_c(
         coord.replace_namespaced_lease("leader-web", namespace, lease)
         changed = watch.stdout.readline()  # blocks until the next poll prints it
         assert changed.split()[:4] == ["web", "leader-web", "web-1", "1"], changed
+        # Later lines stay in the first table's columns, as kubectl get -w prints them.
+        assert changed.index("web-1") == header.index("HOLDER"), (header, changed)
         watch.send_signal(signal.SIGINT)
         assert watch.wait(10) == 0
         assert "Traceback" not in (watch.stderr.read() if watch.stderr else "")

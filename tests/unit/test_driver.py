@@ -385,3 +385,26 @@ def test_stop_is_not_lost_when_the_loop_is_woken_at_the_same_moment(tmp_path: Pa
         assert LeaseRecord.from_object(store.objects[LEASE]).holder is None  # released
 
     run(scenario)
+
+
+def test_clock_skew_warns_once_and_again_only_after_the_clock_came_back(tmp_path: Path) -> None:
+    """Contract §2: beyond lease - renew deadline (5 s here) a warning; re-armed below half of it."""
+    from sidecar.kube.skew import ClockOffset
+
+    async def scenario() -> None:
+        store = FakeLeases()
+        a = await Candidate("a", store, tmp_path).start()
+        a.sidecar.log = Logger("warning", stream=io.StringIO())
+        counts = []
+        for low, high in [(600, 601), (600, 601), (3, 4), (1, 2), (600, 601), (-9, -8)]:
+            store.clock_offset = ClockOffset(low, high)  # type: ignore[assignment]
+            a.sidecar._check_clock()
+            assert a.sidecar.metrics.clock_skew == (low + high) / 2
+            lines = a.sidecar.log.stream.getvalue().splitlines()  # type: ignore[union-attr]
+            counts.append(len([line for line in lines if "clock is off" in line]))
+        # 600 warns; 600 again is silent; 3-4 s (within 5, not within 2.5) does not re-arm;
+        # 1-2 s re-arms; 600 warns again; -9 s is beyond too but already warned.
+        assert counts == [1, 1, 1, 1, 2, 2]
+        assert await a.stop() == 0
+
+    run(scenario)
