@@ -8,6 +8,7 @@ RBAC and token paths are exercised for real, not with the admin certificate.
 from __future__ import annotations
 
 import json
+import time
 from pathlib import Path
 from typing import Any
 
@@ -66,6 +67,43 @@ def grant_leases(api: Any, namespace: str, sa: str = "elector") -> None:
             subjects=[client.RbacV1Subject(kind="ServiceAccount", name=sa, namespace=namespace)],
         ),
     )
+    wait_until_allowed(api, namespace, f"system:serviceaccount:{namespace}:{sa}", LEASE_VERBS)
+
+
+def wait_until_allowed(
+    api: Any, namespace: str, user: str, verbs: list[str], timeout: float = 30.0
+) -> None:
+    """Return once the API server's authorizer lets ``user`` use leases with every verb.
+
+    The RBAC authorizer reads Roles from a watch cache, so a grant takes effect a
+    moment after it is written (longer on a loaded machine); a sidecar started
+    in that moment is refused with a 403 it rightly reports as an error. A
+    SubjectAccessReview asks that same authorizer.
+    """
+    authz = client.AuthorizationV1Api(api)
+    deadline = time.monotonic() + timeout
+    pending = list(verbs)
+    while pending:
+        review = authz.create_subject_access_review(
+            client.V1SubjectAccessReview(
+                spec=client.V1SubjectAccessReviewSpec(
+                    user=user,
+                    groups=["system:serviceaccounts", f"system:serviceaccounts:{namespace}"],
+                    resource_attributes=client.V1ResourceAttributes(
+                        namespace=namespace,
+                        group="coordination.k8s.io",
+                        resource="leases",
+                        verb=pending[0],
+                    ),
+                )
+            )
+        )
+        if review.status.allowed:
+            pending.pop(0)
+        elif time.monotonic() > deadline:
+            raise TimeoutError(f"{user} still may not {pending[0]} leases in {namespace}")
+        else:
+            time.sleep(0.05)
 
 
 def token_client(cluster: ControlPlane, bearer: str) -> client.ApiClient:

@@ -223,7 +223,6 @@ def test_invalid_namespace_name_exits_2(
 def test_namespace_that_does_not_exist_is_logged_and_backed_off(
     cluster: ControlPlane, tmp_path: Path
 ) -> None:
-    import json
     import time
     import uuid
 
@@ -250,8 +249,8 @@ def test_namespace_that_does_not_exist_is_logged_and_backed_off(
     time.sleep(0.5)  # the audit log is written asynchronously
     requests = [
         e
-        for line in cluster.audit_log.read_text().splitlines()
-        if missing in (e := json.loads(line)).get("requestURI", "")
+        for e in cluster.audit_events()
+        if missing in e.get("requestURI", "")
         and e.get("stage") == "ResponseComplete"
         and e.get("verb") != "watch"
         # the API server's own namespace lookups (admission) are not the sidecar's

@@ -135,6 +135,15 @@ class ControlPlane:
     def audit_log(self) -> Path:
         return self.logs / "audit.log"
 
+    def audit_events(self) -> list[dict[str, Any]]:
+        """The audit log's complete events (the ResponseComplete stage and others).
+
+        The API server appends while we read: the last line may be half written,
+        so only newline-terminated lines are parsed.
+        """
+        text = self.audit_log.read_text(encoding="utf-8", errors="replace")
+        return [json.loads(line) for line in text.splitlines(keepends=True) if line.endswith("\n")]
+
     @property
     def ca_file(self) -> Path:
         return self.pki / "ca.crt"

@@ -9,7 +9,6 @@ tests never affect each other's pods.
 
 from __future__ import annotations
 
-import json
 import os
 import signal
 import subprocess
@@ -266,16 +265,9 @@ def webhook(api: Any, injector: Injector, tls: Tls, namespace: str) -> Iterator[
 def audit_events(
     cluster: ControlPlane, namespace: str, resource: str = "pods"
 ) -> list[dict[str, Any]]:
-    out = []
-    with open(cluster.audit_log, encoding="utf-8", errors="replace") as fh:
-        for line in fh:
-            if namespace not in line:
-                continue
-            try:
-                event = json.loads(line)
-            except ValueError:
-                continue
-            ref = event.get("objectRef") or {}
-            if ref.get("namespace") == namespace and ref.get("resource") == resource:
-                out.append(event)
-    return out
+    return [
+        event
+        for event in cluster.audit_events()
+        if (ref := event.get("objectRef") or {}).get("namespace") == namespace
+        and ref.get("resource") == resource
+    ]

@@ -7,7 +7,6 @@ costs one warning and nothing else.
 
 from __future__ import annotations
 
-import json
 import signal
 import time
 from collections.abc import Callable
@@ -71,8 +70,8 @@ def test_no_permission_on_events_costs_one_warning_and_nothing_else(
     # The API server saw one refused Event and no other attempt (not the step-down's).
     attempts = [
         e
-        for line in cluster.audit_log.read_text().splitlines()
-        if (e := json.loads(line)).get("stage") == "ResponseComplete"
+        for e in cluster.audit_events()
+        if e.get("stage") == "ResponseComplete"
         and e.get("verb") == "create"
         and e.get("objectRef", {}).get("resource") == "events"
         and e.get("objectRef", {}).get("namespace") == namespace

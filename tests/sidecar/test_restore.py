@@ -13,7 +13,6 @@ test's objects back in time.
 from __future__ import annotations
 
 import datetime as dt
-import json
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -37,8 +36,7 @@ def plane(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ControlPlane]:
 def _sidecar_requests(plane: ControlPlane, since: dt.datetime, until: dt.datetime) -> int:
     """Lease requests the sidecars made in [since, until), from the API server's audit log."""
     count = 0
-    for line in plane.audit_log.read_text().splitlines():
-        event = json.loads(line)
+    for event in plane.audit_events():
         if (
             event.get("stage") == "ResponseComplete"
             and event.get("verb") != "watch"
