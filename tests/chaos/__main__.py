@@ -35,6 +35,21 @@ def main(argv: list[str] | None = None) -> int:
         help="after every kind once, draw only the kinds that take seconds (no kube-apiserver, "
         "etcd or restore): more acquisitions per hour",
     )
+    parser.add_argument(
+        "--leader-bias",
+        type=float,
+        default=None,
+        help="probability that a process or network fault picks the current leader "
+        "(default 0.6 / 0.5): more handovers per hour",
+    )
+    parser.add_argument(
+        "--gap",
+        type=float,
+        nargs=2,
+        default=(1.5, 4.0),
+        metavar=("MIN", "MAX"),
+        help="seconds between faults, drawn uniformly (default 1.5 4)",
+    )
     parser.add_argument("--report", type=Path, default=None)
     parser.add_argument(
         "--keep", action="store_true", help="keep the work directory (logs, state files)"
@@ -56,10 +71,14 @@ def main(argv: list[str] | None = None) -> int:
         timings=timings,
         seed=args.seed,
         log=lambda line: print(f"{time.strftime('%H:%M:%S')} {line}", flush=True),
+        leader_bias=args.leader_bias,
+        gap=(args.gap[0], args.gap[1]),
     )
     print(
         f"seed {run.seed}; {args.sidecars} sidecars; lease {args.lease:g}s / renew {args.renew:g}s / "
-        f"retry {args.retry:g}s; {args.minutes:g} minutes{'; cheap kinds' if args.cheap else ''}",
+        f"retry {args.retry:g}s; {args.minutes:g} minutes{'; cheap kinds' if args.cheap else ''}; "
+        f"leader bias {args.leader_bias if args.leader_bias is not None else 'default'}; "
+        f"gap {args.gap[0]:g}-{args.gap[1]:g}s",
         flush=True,
     )
     try:
