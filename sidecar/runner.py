@@ -39,6 +39,7 @@ from .kube.leases import LeaseStore
 from .kube.watch import Changed, Deleted, LeaseWatch
 from .lease import LeaseRecord, vacate
 from .logs import Logger
+from .publish.changes import Changes
 from .publish.http import StatusServer
 from .publish.metrics import Metrics
 from .publish.state import State
@@ -97,6 +98,7 @@ class Sidecar:
             rng=random.Random(),
         )
         self.state_file = StateFile(settings.state_dir)
+        self.changes = Changes(self.snapshot())
         self.metrics = Metrics(settings.lease)
         self.server: StatusServer | None = None
         self._wake = asyncio.Event()
@@ -121,6 +123,7 @@ class Sidecar:
     def publish(self, force: bool = False) -> State:
         state = self.snapshot()
         self.metrics.leader = state.is_leader
+        self.changes.offer(state)
         if self.election.record is not None:
             self.metrics.lease_transitions = self.election.record.transitions
         try:
@@ -141,7 +144,12 @@ class Sidecar:
         self.state_file.write(self.snapshot(), force=True)
         if self.settings.port:
             self.server = StatusServer(
-                self.settings.port, self.snapshot, self.healthy, self.metrics.render, self.log
+                self.settings.port,
+                self.snapshot,
+                self.healthy,
+                self.metrics.render,
+                self.log,
+                self.changes,
             )
             await self.server.start()
 

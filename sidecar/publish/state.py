@@ -52,6 +52,12 @@ class State:
     def as_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
 
+    def comparable(self) -> dict[str, Any]:
+        """Every field but ``updated_at``: two states that differ only in when they were taken are one."""
+        fields = self.as_dict()
+        del fields["updated_at"]
+        return fields
+
 
 def _iso(when: dt.datetime | None) -> str | None:
     return format_microtime(when) if when is not None else None

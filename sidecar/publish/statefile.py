@@ -44,11 +44,10 @@ class StateFile:
 
     def write(self, state: State, force: bool = False) -> bool:
         """Write ``state`` if it differs from the last write (``updated_at`` aside); True if written."""
-        fields = state.as_dict()
-        comparable = {k: v for k, v in fields.items() if k != "updated_at"}
+        comparable = state.comparable()
         if not force and comparable == self._last:
             return False
-        data = (json.dumps(fields, indent=2, sort_keys=False) + "\n").encode()
+        data = (json.dumps(state.as_dict(), indent=2, sort_keys=False) + "\n").encode()
         tmp = self.directory / f".{STATE_FILE}.{os.getpid()}.tmp"
         try:
             fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
