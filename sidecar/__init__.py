@@ -1,7 +1,7 @@
 """grelmicro-sidecar: Kubernetes leader election over Lease objects, as a sidecar.
 
 Layout, by role (a path tells what a module may import; ``make lint`` checks the
-two rules marked * with import-linter, see ``[tool.importlinter]`` in pyproject.toml):
+three rules marked * with import-linter, see ``[tool.importlinter]`` in pyproject.toml):
 
 - ``defaults``, ``durations``, ``timing``, ``lease``, ``election``: pure logic, no
   I/O (unit-tested with a fake clock). * They import nothing of the layers below,
@@ -13,7 +13,9 @@ two rules marked * with import-linter, see ``[tool.importlinter]`` in pyproject.
 - ``runner``, ``cleanup``, ``held_signals``: the driver of the election, the sweep,
   and the signals that arrive before the driver can handle them.
 - ``cli``, ``commands``, ``options`` (the settings toolkit: flag, env, default,
-  one-line errors), ``settings``, ``logs``: the command line.
+  one-line errors), ``settings``, ``logs``: the command line; ``lock`` and
+  ``guard``: the ``lock`` command (a command run only while leading; the guard is
+  its own process and * imports only the standard library).
 - ``injector``: the admission webhook. * Only it imports kopf and aiohttp, and
   only ``cli`` imports it, inside the function that runs ``injector``.
 """

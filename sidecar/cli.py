@@ -1,4 +1,4 @@
-"""``grelmicro-sidecar run|injector|status|cleanup``.
+"""``grelmicro-sidecar run|lock|injector|status|cleanup``.
 
 Exit codes (contract §7): 0 ok, 2 bad configuration or usage (one line on stderr,
 no traceback), 1 runtime failure. ``injector`` imports kopf lazily, so ``run``
@@ -29,6 +29,31 @@ def _add_connection(p: argparse.ArgumentParser) -> None:
     p.add_argument("--log-level", help="debug, info, warning or error (default info)")
 
 
+def _add_election(
+    p: argparse.ArgumentParser, port_default: str, state_default: str, identity_suffix: str = ""
+) -> None:
+    """The flags of ``run`` and ``lock``: the election, its timings, where to publish."""
+    p.add_argument("--election", help="election name; the Lease is leader-<name>")
+    p.add_argument(
+        "--identity",
+        help=f"candidate identity (default: $POD_NAME, then the hostname{identity_suffix})",
+    )
+    p.add_argument(
+        "--lease-duration", help="how long followers wait before taking over (default 15s)"
+    )
+    p.add_argument(
+        "--renew-deadline", help="leader steps down if not renewed within this (default 10s)"
+    )
+    p.add_argument("--retry-period", help="retry interval for failed acquire/renew (default 2s)")
+    p.add_argument("--state-dir", help=f"where state.json is written (default {state_default})")
+    p.add_argument(
+        "--port",
+        help=f"HTTP port for /leader, /status, /events, /healthz, /metrics "
+        f"(default {port_default}; 0 disables)",
+    )
+    _add_connection(p)
+
+
 def _add_kubectl_flags(p: argparse.ArgumentParser) -> None:
     """kubectl's own flags for the human-facing commands (the official client does the work)."""
     p.add_argument("--context", help="the kubeconfig context to use (default: its current one)")
@@ -47,26 +72,28 @@ def build_parser() -> argparse.ArgumentParser:
         description="Each flag can also be set by env "
         f"{env_name(SIDECAR_ENV, '<flag>')} (upper case, '-' -> '_').",
     )
-    run.add_argument("--election", help="election name; the Lease is leader-<name>")
-    run.add_argument(
-        "--identity", help="candidate identity (default: $POD_NAME, then the hostname)"
+    _add_election(run, port_default=str(defaults.PORT), state_default=defaults.STATE_DIR)
+
+    lock = sub.add_parser(
+        "lock",
+        help="run a command only while this process leads",
+        description="Take part in an election; while this process leads, run CMD with "
+        "LEADER_ELECTION_FENCING_TOKEN and LEADER_ELECTION_STATE_FILE in its environment. "
+        "It gets SIGTERM --kill-grace before its leadership could lapse and SIGKILL at it. "
+        "Exit: the command's code; 75 when leadership was lost under it; 2 bad usage.",
     )
-    run.add_argument(
-        "--lease-duration", help="how long followers wait before taking over (default 15s)"
+    _add_election(
+        lock,
+        port_default="0: none",
+        state_default="a temporary directory",
+        identity_suffix=", then -<pid>",
     )
-    run.add_argument(
-        "--renew-deadline", help="leader steps down if not renewed within this (default 10s)"
+    lock.add_argument(
+        "--kill-grace",
+        help="SIGTERM this long before valid_until, SIGKILL at it "
+        "(default: a quarter of the renew deadline, at most 5s)",
     )
-    run.add_argument("--retry-period", help="retry interval for failed acquire/renew (default 2s)")
-    run.add_argument(
-        "--state-dir", help=f"where state.json is written (default {defaults.STATE_DIR})"
-    )
-    run.add_argument(
-        "--port",
-        help=f"HTTP port for /leader, /status, /healthz, /metrics "
-        f"(default {defaults.PORT}; 0 disables)",
-    )
-    _add_connection(run)
+    lock.add_argument("cmd", nargs=argparse.REMAINDER, metavar="-- CMD [ARG ...]")
 
     status = sub.add_parser("status", help="show the managed Leases of a namespace")
     _add_connection(status)
@@ -94,7 +121,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
-    if argv[:1] == ["run"]:
+    if argv[:1] in (["run"], ["lock"]):
         held_signals.hold()  # a SIGTERM during start-up becomes a graceful exit
     if argv[:1] == ["injector"]:
         from .injector.main import main as injector_main  # kopf is only imported here
@@ -107,6 +134,10 @@ def main(argv: list[str] | None = None) -> int:
             from .commands import run
 
             return run(args)
+        if args.command == "lock":
+            from .commands import lock
+
+            return lock(args)
         if args.command == "status":
             from .status import status
 

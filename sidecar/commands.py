@@ -4,7 +4,11 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import dataclasses
+import shutil
 import sys
+import tempfile
+from pathlib import Path
 from typing import Any, Protocol
 
 from .cleanup import Leases
@@ -17,7 +21,7 @@ from .logs import Logger
 from .options import SIDECAR_ENV, Source
 from .publish.statefile import StateDirError
 from .runner import RBAC_FIX, Sidecar, pick_namespace, resolve_namespace, store_for
-from .settings import run_settings
+from .settings import LockSettings, lock_settings, run_settings
 
 #: ``cleanup`` watches expired-looking Leases at most this long before judging
 #: (a Lease with a longer duration is left to the injector's sweep or a later run).
@@ -40,7 +44,34 @@ def run(args: argparse.Namespace) -> int:
     return asyncio.run(_run(settings, config, namespace, log))
 
 
-async def _run(settings: Any, config: ApiConfig, namespace: str, log: Logger) -> int:
+def lock(args: argparse.Namespace) -> int:
+    """``lock``: ``run`` with a command that runs only while leading (``sidecar.lock``)."""
+    settings = lock_settings(args)  # SettingsError -> exit 2 in cli
+    log = Logger(settings.run.log_level)
+    try:
+        config = load(settings.run.kubeconfig)
+    except ConfigError as err:
+        return fail(str(err), 2)
+    namespace = resolve_namespace(settings.run.namespace, config)
+    scratch = None
+    run_settings_ = settings.run
+    if not str(run_settings_.state_dir):  # a state dir of its own, removed at exit
+        scratch = Path(tempfile.mkdtemp(prefix="grelmicro-lock-"))
+        run_settings_ = dataclasses.replace(run_settings_, state_dir=scratch)
+    try:
+        return asyncio.run(_run(run_settings_, config, namespace, log, settings))
+    finally:
+        if scratch is not None:
+            shutil.rmtree(scratch, ignore_errors=True)
+
+
+async def _run(
+    settings: Any,
+    config: ApiConfig,
+    namespace: str,
+    log: Logger,
+    locking: LockSettings | None = None,
+) -> int:
     store = store_for(settings, config, namespace)
     events = EventRecorder(
         api_poster(config, namespace, store.request_timeout), namespace, settings.identity, log
@@ -55,6 +86,10 @@ async def _run(settings: Any, config: ApiConfig, namespace: str, log: Logger) ->
         message = f"cannot listen on port {settings.port}: {err.strerror}; pick another with --port"
         log.error(message)
         return fail(message, 1)
+    if locking is not None:
+        from .lock import Lock
+
+        return await Lock(sidecar, locking.command, locking.kill_grace, log).run()
     return await sidecar.run()
 
 

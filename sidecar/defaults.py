@@ -32,3 +32,7 @@ SWEEP_MARGIN = 60.0
 MIN_SWEEP_MARGIN = 5.0
 
 LOG_LEVELS = ("debug", "info", "warning", "error")
+
+#: ``lock``: how long before ``valid_until`` the command gets SIGTERM (SIGKILL at it);
+#: at most a quarter of the renew deadline by default.
+KILL_GRACE = 5.0

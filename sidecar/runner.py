@@ -28,6 +28,7 @@ import os
 import random
 import signal
 import time
+from collections.abc import Callable
 from typing import Any
 
 from . import cleanup, held_signals
@@ -89,6 +90,8 @@ class Sidecar:
         self.clock = clock or Clock()
         self.source = source
         self.events = events
+        #: Who handles SIGTERM/SIGINT (``lock`` forwards them); default: a graceful stop.
+        self.on_signal: Callable[[int], None] = self._on_signal
         self.election = Election(
             identity=settings.identity,
             lease=settings.lease,
@@ -156,9 +159,9 @@ class Sidecar:
     async def run(self) -> int:
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGTERM, signal.SIGINT):
-            loop.add_signal_handler(sig, self._on_signal, sig)
+            loop.add_signal_handler(sig, self.on_signal, sig)
         for held in held_signals.take():
-            self._on_signal(held)
+            self.on_signal(held)
         self.log.info(
             "starting",
             election=self.settings.election,

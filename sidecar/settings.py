@@ -8,6 +8,7 @@ rule; ``cli`` exits 2 with it.
 from __future__ import annotations
 
 import os
+import shutil
 import socket
 from dataclasses import dataclass
 from pathlib import Path
@@ -36,7 +37,8 @@ def default_identity() -> str:
     return os.environ.get("POD_NAME") or socket.gethostname()
 
 
-def run_settings(args: Any) -> RunSettings:
+def run_settings(args: Any, lock: bool = False) -> RunSettings:
+    """``run``'s settings; with ``lock``, that command's defaults (see ``lock_settings``)."""
     src = Source(args, SIDECAR_ENV)
     election = src.raw("election")
     if not election:
@@ -49,7 +51,10 @@ def run_settings(args: Any) -> RunSettings:
     except ValueError as err:
         raise SettingsError(f"{src.where('election')}: {err}") from None
 
-    identity = src.raw("identity") or default_identity()
+    # Two lock processes on one host or in one pod must not share an identity.
+    identity = src.raw("identity") or (
+        f"{default_identity()}-{os.getpid()}" if lock else default_identity()
+    )
     if not identity.strip():
         raise SettingsError(f"{src.where('identity')} must not be empty")
     if len(identity) > 253:
@@ -61,8 +66,46 @@ def run_settings(args: Any) -> RunSettings:
         namespace=src.namespace(),
         identity=identity,
         timing=src.timing(),
-        state_dir=Path(src.raw("state-dir") or defaults.STATE_DIR),
-        port=src.port("port", defaults.PORT, zero_disables=True),
+        state_dir=Path(src.raw("state-dir") or ("" if lock else defaults.STATE_DIR)),
+        port=src.port("port", 0 if lock else defaults.PORT, zero_disables=True),
         kubeconfig=src.raw("kubeconfig") or None,
         log_level=src.log_level(),
     )
+
+
+@dataclass(frozen=True)
+class LockSettings:
+    run: RunSettings
+    command: list[str]
+    kill_grace: float
+
+
+def lock_settings(args: Any) -> LockSettings:
+    """``lock``: ``run``'s flags with a process-unique identity, no HTTP port unless asked,
+    a state dir of its own (empty here: a temporary one is made), and the command."""
+    run = run_settings(args, lock=True)
+    command = list(args.cmd)
+    if command[:1] == ["--"]:
+        command = command[1:]
+    if not command:
+        raise SettingsError(
+            "lock needs a command after --, e.g. grelmicro-sidecar lock --election=nightly -- ./job.sh"
+        )
+    program = command[0]
+    found = shutil.which(program) if "/" not in program else program
+    if found is None or not os.access(found, os.X_OK) or os.path.isdir(found):
+        raise SettingsError(
+            f"lock: {program!r} is not an executable file"
+            + (" on PATH" if "/" not in program else "")
+            + "; give the command after --, e.g. -- ./job.sh"
+        )
+    src = Source(args, SIDECAR_ENV)
+    half = run.timing.renew_deadline / 2
+    grace = src.duration("kill-grace", min(defaults.KILL_GRACE, half / 2))
+    if not 0 < grace < half:
+        raise SettingsError(
+            f"{src.where('kill-grace')} must be more than 0 and less than half of the renew "
+            f"deadline ({half:g}s): a leader renews every half, and the command gets SIGTERM "
+            "this long before its leadership could lapse"
+        )
+    return LockSettings(run, command, grace)

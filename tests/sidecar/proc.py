@@ -49,14 +49,16 @@ class SidecarProcess:
         election: str = "main",
         extra: tuple[str, ...] = FAST,
         env: dict[str, str] | None = None,
+        command: list[str] | None = None,
     ):
+        """``command``: run ``grelmicro-sidecar lock ... -- command`` instead of ``run``."""
         self.identity = identity
         self.state_dir = workdir / f"state-{identity}"
         self.port = free_port()
         self.log_path = workdir / f"{identity}.log"
         self.args = [
             str(BIN),
-            "run",
+            "lock" if command else "run",
             f"--election={election}",
             f"--namespace={namespace}",
             f"--identity={identity}",
@@ -65,6 +67,7 @@ class SidecarProcess:
             f"--port={self.port}",
             "--log-level=debug",
             *extra,
+            *(["--", *command] if command else []),
         ]
         self.env = {**os.environ, **(env or {})}
         self.proc: subprocess.Popen[bytes] | None = None

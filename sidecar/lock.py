@@ -1,0 +1,184 @@
+"""``grelmicro-sidecar lock -- CMD...``: run a command only while this process leads (contract §7).
+
+The election is the sidecar's own driver (``runner.Sidecar``); this module only
+decides when the command runs. It starts the command (through ``guard``, its
+own process) once this process leads, with ``LEADER_ELECTION_FENCING_TOKEN``
+and ``LEADER_ELECTION_STATE_FILE`` in its environment, and passes every new
+``valid_until`` to the guard as a deadline on the shared monotonic clock.
+
+Guarantees:
+
+- the command never outlives the leadership it was started under: it gets
+  SIGTERM a grace period before ``valid_until`` (or as soon as leadership is
+  seen lost) and SIGKILL at ``valid_until``. Both the guard and this process
+  enforce the deadline, so freezing or killing either one does not extend it;
+- when the command exits, the Lease is released and ``lock`` exits with the
+  command's code (128 + n for a signal); when leadership was lost under it,
+  ``lock`` exits 75 (EX_TEMPFAIL: run it again to take part again);
+- SIGTERM, SIGINT, SIGHUP, SIGUSR1 and SIGUSR2 are forwarded to the command
+  while it runs (it decides when to exit, and the Lease is held until it does);
+  before it runs, SIGTERM or SIGINT ends ``lock`` at once, 128 + n.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+import os
+import signal
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from . import guard
+from .logs import Logger
+from .runner import Sidecar
+
+#: leadership was lost while the command ran (EX_TEMPFAIL)
+LOST_EXIT = 75
+#: the command is killed this long before ``valid_until``, not at it
+KILL_MARGIN = 0.1
+#: a guard that has not reported the command's end this long after its SIGKILL is killed
+GUARD_STUCK = 1.0
+FORWARDED = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGUSR1, signal.SIGUSR2)
+GUARD = Path(guard.__file__)
+
+
+class Lock:
+    def __init__(self, sidecar: Sidecar, command: list[str], grace: float, log: Logger):
+        self.sidecar = sidecar
+        self.command = command
+        self.grace = grace
+        self.log = log
+        self.guard: asyncio.subprocess.Process | None = None
+        self.ending: guard.Ending | None = None
+        self.lost = False
+        self.interrupted: int | None = None
+        sidecar.on_signal = self._on_signal
+
+    def _on_signal(self, sig: int) -> None:
+        if self.guard is not None and self.guard.returncode is None:
+            self.log.info("forwarding a signal to the command", signal=signal.Signals(sig).name)
+            self._tell(f"SIG {int(sig)}")
+        elif sig in (signal.SIGTERM, signal.SIGINT):
+            self.interrupted = sig
+            self.sidecar.request_stop()
+
+    def _tell(self, line: str) -> None:
+        assert self.guard is not None and self.guard.stdin is not None
+        if not self.guard.stdin.is_closing():
+            self.guard.stdin.write(line.encode() + b"\n")
+
+    async def run(self) -> int:
+        """Take part in the election and run the command while leading; the exit code."""
+        loop = asyncio.get_running_loop()
+        for sig in FORWARDED[2:]:
+            loop.add_signal_handler(sig, self._on_signal, sig)
+        election = self.sidecar.election
+        runner = asyncio.create_task(self.sidecar.run(), name="election driver")
+        deadline = math.nan
+        while True:
+            now = time.monotonic()
+            valid = election.valid_until(now) if election.is_leader(now) else None
+            if self.guard is None:
+                if runner.done():
+                    break
+                if valid is not None:
+                    deadline = valid - KILL_MARGIN
+                    await self._start(deadline)
+            elif valid is not None and not self.lost and valid - KILL_MARGIN != deadline:
+                deadline = valid - KILL_MARGIN
+                self._tell(f"D {deadline!r}")
+                assert self.ending is not None
+                self.ending.deadline = deadline
+            elif valid is None and not self.lost:
+                self.lost = True
+                self.log.warning("leadership lost: ending the command", grace=self.grace)
+                self._tell("STOP")
+                assert self.ending is not None
+                self.ending.stop(now)
+            elif self._guard_stuck(now):
+                # The command was SIGKILLed (by us, at the latest); a guard that has not
+                # reported it is frozen or stuck: it goes too.
+                self.log.warning("the guard did not report the command's end; killing it")
+                self.guard.kill()
+            pause = self.ending.enforce(now) if self.ending is not None else math.inf
+            if await self._wait(runner, min(pause, 1.0)):
+                break
+        return await self._finish(runner)
+
+    def _guard_stuck(self, now: float) -> bool:
+        if self.guard is None or self.guard.returncode is not None or self.ending is None:
+            return False
+        return now > min(self.ending.deadline, self.ending.stop_at) + GUARD_STUCK
+
+    async def _wait(self, runner: asyncio.Task[int], timeout: float) -> bool:
+        """Until the state changes, the command ends or ``timeout``; True when the command ended."""
+        changed = asyncio.ensure_future(
+            self.sidecar.changes.wait(self.sidecar.changes.version, timeout)
+        )
+        waits: set[asyncio.Future[Any]] = {changed}
+        if not runner.done():
+            waits.add(runner)
+        if self.guard is not None:
+            waits.add(asyncio.ensure_future(self.guard.wait()))
+        await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
+        for w in waits:
+            if w is not runner and not w.done():
+                w.cancel()
+        return self.guard is not None and self.guard.returncode is not None
+
+    async def _start(self, deadline: float) -> None:
+        state = self.sidecar.snapshot()
+        env = {
+            **os.environ,
+            "LEADER_ELECTION_FENCING_TOKEN": str(state.fencing_token),
+            "LEADER_ELECTION_STATE_FILE": str(self.sidecar.state_file.path),
+            "LEADER_ELECTION_IDENTITY": state.identity,
+        }
+        self.guard = await asyncio.create_subprocess_exec(
+            sys.executable,
+            "-I",
+            "-S",
+            str(GUARD),
+            repr(self.grace),
+            repr(deadline),
+            "--",
+            *self.command,
+            stdin=asyncio.subprocess.PIPE,
+            stdout=asyncio.subprocess.PIPE,
+            env=env,
+        )
+        assert self.guard.stdout is not None
+        first = (await self.guard.stdout.readline()).decode().split()
+        pgid = int(first[1]) if first[:1] == ["PID"] and len(first) == 2 else None
+        if pgid is not None:
+            self.ending = guard.Ending(pgid, self.grace, deadline)
+        self.log.info("leading: command started", fencing_token=state.fencing_token, pid=pgid)
+
+    async def _finish(self, runner: asyncio.Task[int]) -> int:
+        """Release (the command is gone) and choose the exit code."""
+        code: int | None = None
+        if self.guard is not None:
+            if self.guard.returncode is None:  # the driver ended first (a bug): end the command
+                self._tell("STOP")
+                if self.ending is not None:
+                    self.ending.stop(time.monotonic())
+                    self.ending.send(signal.SIGTERM)
+            code = await self.guard.wait()
+            if self.ending is not None and time.monotonic() >= self.ending.deadline - self.grace:
+                self.lost = True  # ended by the deadline (a frozen lock sees it only now)
+            if code < 0 and self.ending is not None:  # the guard itself was killed
+                self.ending.send(signal.SIGKILL)
+                code = 1
+            self.log.info("command exited", code=code)
+        self.sidecar.request_stop()
+        driver = await runner
+        if self.lost:
+            return LOST_EXIT
+        if code is not None:
+            return code
+        if self.interrupted is not None:
+            return 128 + self.interrupted
+        return driver

@@ -1,0 +1,220 @@
+"""``grelmicro-sidecar lock -- CMD``: real lock processes, real commands, the real API server.
+
+The command is ``heartbeat.py``, which appends a timestamped line every 20 ms:
+when it ran is read from its file, not inferred. Contract §7 (``lock``).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import datetime as dt
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from tests.cluster import ControlPlane
+from tests.sidecar.proc import BIN, FAST, SidecarProcess, _parse, wait_for
+
+Spawn = Callable[..., SidecarProcess]
+HEARTBEAT = str(Path(__file__).with_name("heartbeat.py"))
+BEAT = 0.02  # heartbeat.py's period
+
+
+def beats(path: Path) -> list[tuple[str, float, str]]:
+    """(kind, time, token) of every line the command wrote."""
+    if not path.exists():
+        return []
+    out = []
+    for line in path.read_text().splitlines():
+        kind, at, token, *_ = line.split()
+        out.append((kind, float(at), token))
+    return out
+
+
+def command(path: Path, *args: str) -> list[str]:
+    return [sys.executable, HEARTBEAT, str(path), *args]
+
+
+def lease(cluster: ControlPlane, namespace: str) -> dict[str, Any]:
+    out = cluster.kubectl("get", "lease", "leader-main", "-n", namespace, "-o", "json")
+    return json.loads(out.stdout)  # type: ignore[no-any-return]
+
+
+def test_the_command_runs_while_leading_and_lock_exits_with_its_code_and_releases(
+    spawn: Spawn, cluster: ControlPlane, namespace: str, tmp_path: Path
+) -> None:
+    out = tmp_path / "a.beats"
+    a = spawn("pod-a", command=command(out, "--exit-after", "1", "--code", "7"))
+    assert a.wait(30) == 7, a.raw_log()
+    lines = beats(out)
+    assert lines[0][0] == "start" and lines[-1][0] == "beat" and len(lines) > 10
+    tokens = {token for _, _, token in lines}
+    assert len(tokens) == 1 and tokens.pop().isdigit()
+    started = (tmp_path / "a.beats").read_text().splitlines()[0].split()
+    assert started[3].endswith("state.json")  # LEADER_ELECTION_STATE_FILE
+    spec = lease(cluster, namespace)["spec"]
+    assert not spec.get("holderIdentity"), spec  # released when the command exited
+    assert "Traceback" not in a.raw_log()
+
+
+def test_a_second_lock_runs_its_command_only_after_the_first_one_ended(
+    spawn: Spawn, tmp_path: Path
+) -> None:
+    first, second = tmp_path / "a.beats", tmp_path / "b.beats"
+    a = spawn("pod-a", command=command(first, "--exit-after", "2"))
+    wait_for(lambda: beats(first), 30, what="pod-a's command")
+    b = spawn("pod-b", command=command(second, "--exit-after", "0.5"))
+    assert a.wait(30) == 0
+    assert b.wait(30) == 0, b.raw_log()
+    a_lines, b_lines = beats(first), beats(second)
+    assert a_lines[-1][1] < b_lines[0][1], "pod-b's command started before pod-a's ended"
+    assert int(b_lines[0][2]) > int(a_lines[0][2])  # the fencing token grew
+
+
+def test_a_frozen_lock_cannot_extend_its_command_beyond_valid_until(
+    spawn: Spawn, tmp_path: Path
+) -> None:
+    """SIGSTOP the leading lock: its guard ends the command (SIGTERM, then SIGKILL for one
+    that ignores it) before the leadership lapses; the successor runs only after that."""
+    first, second = tmp_path / "a.beats", tmp_path / "b.beats"
+    a = spawn("pod-a", command=command(first, "--on-term", "ignore"))
+    wait_for(lambda: beats(first), 30, what="pod-a's command")
+    b = spawn("pod-b", command=command(second))
+    time.sleep(1.0)
+    a.signal(signal.SIGSTOP)
+    stopped_at = time.time()
+    last = a.state()
+    assert last is not None and last["is_leader"]
+    try:
+        wait_for(lambda: beats(second), 30, what="pod-b's command")
+        a_lines, b_lines = beats(first), beats(second)
+        valid_until = _parse(last["valid_until"])
+        ended = a_lines[-1][1]
+        # SIGTERM came (and was ignored), SIGKILL ended it, all before valid_until.
+        assert any(kind == "term" for kind, _, _ in a_lines), a_lines[-5:]
+        assert stopped_at < ended < valid_until, (stopped_at, ended, valid_until)
+        assert ended < b_lines[0][1] - 0.5, "the successor's command started too close"
+    finally:
+        a.signal(signal.SIGCONT)
+    # Back, pod-a finds its leadership gone: exit 75 (EX_TEMPFAIL), never "leading" again.
+    assert a.wait(30) == 75, a.raw_log()
+    b.signal(signal.SIGTERM)
+    assert b.wait(30) == 0
+
+
+def test_a_signal_is_forwarded_to_the_command_and_the_lease_held_until_it_exits(
+    spawn: Spawn, cluster: ControlPlane, namespace: str, tmp_path: Path
+) -> None:
+    out = tmp_path / "a.beats"
+    a = spawn("pod-a", command=command(out))
+    wait_for(lambda: beats(out), 30, what="the command")
+    a.signal(signal.SIGTERM)
+    assert a.wait(30) == 0, a.raw_log()  # the command's own code after its SIGTERM
+    kinds = [kind for kind, _, _ in beats(out)]
+    assert kinds.count("term") == 1, kinds[-5:]
+    assert not lease(cluster, namespace)["spec"].get("holderIdentity")
+
+
+def test_a_lock_that_never_leads_ends_on_sigterm_with_128_plus_the_signal(
+    spawn: Spawn, tmp_path: Path
+) -> None:
+    a = spawn("pod-a", command=command(tmp_path / "a.beats"))
+    wait_for(lambda: beats(tmp_path / "a.beats"), 30, what="pod-a's command")
+    b = spawn("pod-b", command=command(tmp_path / "b.beats"))
+    wait_for(lambda: "starting" in b.messages(), 30, what="pod-b to start")
+    b.signal(signal.SIGTERM)
+    assert b.wait(30) == 143
+    assert not (tmp_path / "b.beats").exists()
+    a.signal(signal.SIGTERM)
+    assert a.wait(30) == 0
+
+
+def test_bad_usage_is_one_line_and_exit_2(tmp_path: Path) -> None:
+    for args, says in (
+        (["--election=x"], "lock needs a command after --"),
+        (
+            [
+                "--election=x",
+                *FAST,
+                "--kill-grace=1s",
+                "--",
+                "true",
+            ],
+            "less than half of the renew deadline",
+        ),
+    ):
+        done = subprocess.run(
+            [str(BIN), "lock", "--kubeconfig=/nonexistent", *args],
+            capture_output=True,
+            text=True,
+            timeout=30,
+        )
+        assert done.returncode == 2, done
+        assert says in done.stderr and done.stderr.count("\n") == 1, done.stderr
+
+
+def test_a_frozen_guard_does_not_keep_the_command_running_after_leadership_is_lost(
+    spawn: Spawn, cluster: ControlPlane, namespace: str, tmp_path: Path
+) -> None:
+    """The guard is SIGSTOPped, then another holder takes the Lease: lock itself ends the
+    command (SIGTERM, SIGKILL after the grace), kills the stuck guard and exits 75."""
+    out = tmp_path / "a.beats"
+    a = spawn(
+        "pod-a", command=command(out, "--on-term", "ignore"), extra=(*FAST, "--kill-grace=500ms")
+    )
+    wait_for(lambda: beats(out), 30, what="the command")
+    assert a.proc is not None
+    guard = int(
+        subprocess.run(
+            ["pgrep", "-P", str(a.proc.pid), "-f", "guard.py"], capture_output=True, text=True
+        ).stdout.split()[0]
+    )
+    os.kill(guard, signal.SIGSTOP)
+    try:
+        taken = time.time()
+        now = dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+        cluster.kubectl(
+            "patch",
+            "lease",
+            "leader-main",
+            "-n",
+            namespace,
+            "--type=merge",
+            "-p",
+            json.dumps(
+                {
+                    "spec": {
+                        "holderIdentity": "intruder",
+                        "renewTime": now,
+                        "leaseDurationSeconds": 60,
+                    }
+                }
+            ),
+        )
+        assert a.wait(30) == 75, a.raw_log()
+        lines = beats(out)
+        assert any(kind == "term" for kind, _, _ in lines)
+        assert lines[-1][1] - taken < 3.0, "the command ran on after leadership was lost"
+        time.sleep(0.3)
+        assert beats(out) == lines  # and it is gone, not just quiet
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(guard, signal.SIGCONT)
+    assert "the guard did not report" in a.raw_log()
+
+
+def test_a_command_that_does_not_exist_is_refused_before_taking_part(tmp_path: Path) -> None:
+    done = subprocess.run(
+        [str(BIN), "lock", "--election=x", "--kubeconfig=/nonexistent", "--", "no-such-program-x"],
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
+    assert done.returncode == 2 and "is not an executable file on PATH" in done.stderr, done
+    assert done.stderr.count("\n") == 1
