@@ -136,13 +136,21 @@ class ControlPlane:
         return self.logs / "audit.log"
 
     def audit_events(self) -> list[dict[str, Any]]:
-        """The audit log's complete events (the ResponseComplete stage and others).
+        """The audit log's events (every stage), one JSON object per line.
 
-        The API server appends while we read: the last line may be half written,
-        so only newline-terminated lines are parsed.
+        Lines are split on "\n" only: an event may hold U+0085 or another character
+        ``str.splitlines`` breaks on (a webhook's denial quoting fuzzed input), which
+        Go's JSON encoder leaves as is. The API server appends while we read, so a
+        last line without its newline is left out, and a line a killed API server
+        left half written is skipped.
         """
-        text = self.audit_log.read_text(encoding="utf-8", errors="replace")
-        return [json.loads(line) for line in text.splitlines(keepends=True) if line.endswith("\n")]
+        events = []
+        for line in self.audit_log.read_bytes().split(b"\n")[:-1]:
+            try:
+                events.append(json.loads(line))
+            except ValueError:
+                continue
+        return events
 
     @property
     def ca_file(self) -> Path:
