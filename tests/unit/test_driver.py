@@ -408,3 +408,40 @@ def test_clock_skew_warns_once_and_again_only_after_the_clock_came_back(tmp_path
         assert await a.stop() == 0
 
     run(scenario)
+
+
+def test_a_subscriber_is_told_not_leader_before_the_release_is_written(tmp_path: Path) -> None:
+    """Contract §4 (change notifications): the old leader's stream says "not leader" first."""
+
+    async def scenario() -> None:
+        store = FakeLeases()
+        a = await Candidate("a", store, tmp_path).start()
+        await until(a.leads, 16, "a leads")
+        order: list[str] = []
+        changes = a.sidecar.changes
+
+        async def subscriber() -> None:
+            seen = changes.version
+            while not changes.closed:
+                await changes.wait(seen, 60)
+                for version, state in changes.since(seen):
+                    order.append(f"told {'leader' if state.is_leader else 'not leader'}")
+                    seen = version
+
+        listening = asyncio.create_task(subscriber())
+        await asyncio.sleep(12)  # a few renewals: each is a change too
+        replace = store.replace
+
+        async def recorded(body: dict[str, Any], timeout: float | None = None) -> dict[str, Any]:
+            order.append(f"write holder={body['spec'].get('holderIdentity')!r}")
+            return await replace(body, timeout)
+
+        store.replace = recorded  # type: ignore[method-assign]
+        assert await a.stop() == 0
+        changes.close()
+        await listening
+        assert "told not leader" in order and "write holder=''" in order, order
+        assert order.index("told not leader") < order.index("write holder=''"), order
+        assert order.count("told leader") >= 2  # renewals were changes
+
+    run(scenario)
