@@ -56,7 +56,14 @@ def lock(args: argparse.Namespace) -> int:
     scratch = None
     run_settings_ = settings.run
     if not str(run_settings_.state_dir):  # a state dir of its own, removed at exit
-        scratch = Path(tempfile.mkdtemp(prefix="grelmicro-lock-"))
+        try:
+            scratch = Path(tempfile.mkdtemp(prefix="grelmicro-lock-"))
+        except OSError as err:
+            return fail(
+                f"lock: cannot create a state directory in {tempfile.gettempdir()} "
+                f"({err.strerror}); mount a writable emptyDir and pass --state-dir",
+                1,
+            )
         run_settings_ = dataclasses.replace(run_settings_, state_dir=scratch)
     try:
         return asyncio.run(_run(run_settings_, config, namespace, log, settings))

@@ -211,12 +211,13 @@ class ChaosRun:
         """Inject faults until ``seconds`` have passed (the last fault may overrun a little).
 
         ``every_kind_first`` plays each of ``kinds`` once (random order) before
-        drawing from ``menu``.
+        drawing from ``menu``, and all of them even when that takes longer than
+        ``seconds`` (a loaded machine makes the cluster restarts slow).
         """
         deadline = time.monotonic() + seconds
         plan = list(kinds) if every_kind_first else []
         self.rng.shuffle(plan)
-        while time.monotonic() < deadline:
+        while plan or time.monotonic() < deadline:
             kind = plan.pop(0) if plan else self.rng.choice(menu)
             self._check_alive()
             self.inject(kind)
