@@ -1,8 +1,10 @@
 """The guard of ``lock``: runs the command and ends it by a deadline, even if ``lock`` cannot.
 
-Run by ``lock`` as its own process (``python -I -S guard.py GRACE DEADLINE -- CMD...``,
-standard library only, so it starts in milliseconds), it starts the command in
-a new process group and reads lines from ``lock`` on stdin:
+Run by ``lock`` as its own process (``python -I -S guard.py GRACE DEADLINE CONTROL REPORT
+-- CMD...``, standard library only, so it starts in milliseconds), it starts the
+command in a new process group with ``lock``'s own stdin, stdout and stderr (a
+container's log gets the command's output), and reads lines from ``lock`` on the
+pipe whose descriptor is CONTROL:
 
 - ``D <t>``: the command may run until monotonic time ``t`` (the leadership's
   ``valid_until`` on CLOCK_MONOTONIC, which every process of the host shares);
@@ -14,8 +16,8 @@ the deadline (or at STOP) and SIGKILL at the deadline (or ``GRACE`` after STOP),
 whichever comes first. A ``lock`` that is frozen (SIGSTOP) or killed sends no
 new deadline, so the last one holds: the command is gone before the leadership
 it ran under lapses. The guard's own exit code is the command's (128 + n when a
-signal ended it), and it prints ``PID <n>`` first so that ``lock`` can end the
-process group itself should the guard be the one frozen.
+signal ended it), and it writes ``PID <n>`` to the pipe REPORT first so that
+``lock`` can end the process group itself should the guard be the one frozen.
 """
 
 from __future__ import annotations
@@ -69,8 +71,10 @@ class Ending:
 
 def main(argv: list[str]) -> int:
     grace, deadline = float(argv[0]), float(argv[1])
-    command = argv[3:] if argv[2:3] == ["--"] else argv[2:]
+    control, report = int(argv[2]), int(argv[3])
+    command = argv[5:] if argv[4:5] == ["--"] else argv[4:]
     try:
+        # close_fds (the default): the command gets stdin, stdout and stderr only.
         proc = subprocess.Popen(command, start_new_session=True)
     except OSError as err:
         print(f"grelmicro-sidecar lock: cannot run {command[0]}: {err.strerror}", file=sys.stderr)
@@ -79,7 +83,8 @@ def main(argv: list[str]) -> int:
     # terminal's ^C and a SIGTERM to lock's group reach lock, which forwards them.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
-    print(f"PID {proc.pid}", flush=True)
+    os.write(report, f"PID {proc.pid}\n".encode())
+    os.close(report)
     ending = Ending(proc.pid, grace, deadline)
     pending = b""
     reading = True
@@ -91,10 +96,10 @@ def main(argv: list[str]) -> int:
         if not reading:
             time.sleep(TICK)
             continue
-        ready, _, _ = select.select([sys.stdin.buffer], [], [], TICK)
+        ready, _, _ = select.select([control], [], [], TICK)
         if not ready:
             continue
-        chunk = os.read(sys.stdin.fileno(), 4096)
+        chunk = os.read(control, 4096)
         if not chunk:  # lock is gone: no new deadline will come
             reading = False
             continue

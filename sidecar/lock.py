@@ -52,6 +52,7 @@ class Lock:
         self.grace = grace
         self.log = log
         self.guard: asyncio.subprocess.Process | None = None
+        self._control: asyncio.WriteTransport | None = None
         self.ending: guard.Ending | None = None
         self.lost = False
         self.interrupted: int | None = None
@@ -66,9 +67,9 @@ class Lock:
             self.sidecar.request_stop()
 
     def _tell(self, line: str) -> None:
-        assert self.guard is not None and self.guard.stdin is not None
-        if not self.guard.stdin.is_closing():
-            self.guard.stdin.write(line.encode() + b"\n")
+        """One line to the guard; buffered here while the guard does not read (frozen)."""
+        if self._control is not None and not self._control.is_closing():
+            self._control.write(line.encode() + b"\n")
 
     async def run(self) -> int:
         """Take part in the election and run the command while leading; the exit code."""
@@ -137,21 +138,37 @@ class Lock:
             "LEADER_ELECTION_STATE_FILE": str(self.sidecar.state_file.path),
             "LEADER_ELECTION_IDENTITY": state.identity,
         }
-        self.guard = await asyncio.create_subprocess_exec(
-            sys.executable,
-            "-I",
-            "-S",
-            str(GUARD),
-            repr(self.grace),
-            repr(deadline),
-            "--",
-            *self.command,
-            stdin=asyncio.subprocess.PIPE,
-            stdout=asyncio.subprocess.PIPE,
-            env=env,
+        # Two pipes of their own: the command shares lock's stdin, stdout and stderr.
+        control_r, control_w = os.pipe()
+        report_r, report_w = os.pipe()
+        try:
+            self.guard = await asyncio.create_subprocess_exec(
+                sys.executable,
+                "-I",
+                "-S",
+                str(GUARD),
+                repr(self.grace),
+                repr(deadline),
+                str(control_r),
+                str(report_w),
+                "--",
+                *self.command,
+                pass_fds=(control_r, report_w),
+                env=env,
+            )
+        finally:
+            os.close(control_r)
+            os.close(report_w)
+        loop = asyncio.get_running_loop()
+        self._control, _ = await loop.connect_write_pipe(
+            asyncio.Protocol, os.fdopen(control_w, "wb", buffering=0)
         )
-        assert self.guard.stdout is not None
-        first = (await self.guard.stdout.readline()).decode().split()
+        reader = asyncio.StreamReader()
+        transport, _ = await loop.connect_read_pipe(
+            lambda: asyncio.StreamReaderProtocol(reader), os.fdopen(report_r, "rb", buffering=0)
+        )
+        first = (await reader.readline()).decode().split()
+        transport.close()
         pgid = int(first[1]) if first[:1] == ["PID"] and len(first) == 2 else None
         if pgid is not None:
             self.ending = guard.Ending(pgid, self.grace, deadline)
@@ -173,6 +190,8 @@ class Lock:
                 self.ending.send(signal.SIGKILL)
                 code = 1
             self.log.info("command exited", code=code)
+            if self._control is not None:
+                self._control.close()
         self.sidecar.request_stop()
         driver = await runner
         if self.lost:

@@ -33,6 +33,7 @@ def main() -> int:
         termed.append(time.monotonic())
 
     signal.signal(signal.SIGTERM, on_term)
+    print(f"heartbeat: started with fencing token {token}", flush=True)  # lock's stdout is ours
     out.write(
         f"start {time.time()!r} {token} {os.environ.get('LEADER_ELECTION_STATE_FILE', '-')}\n"
     )

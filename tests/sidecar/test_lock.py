@@ -60,6 +60,8 @@ def test_the_command_runs_while_leading_and_lock_exits_with_its_code_and_release
     assert started[3].endswith("state.json")  # LEADER_ELECTION_STATE_FILE
     spec = lease(cluster, namespace)["spec"]
     assert not spec.get("holderIdentity"), spec  # released when the command exited
+    # The command writes where lock writes (a container's log), not into lock's plumbing.
+    assert f"heartbeat: started with fencing token {lines[0][2]}" in a.raw_log()
     assert "Traceback" not in a.raw_log()
 
 
