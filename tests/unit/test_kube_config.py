@@ -165,3 +165,28 @@ def test_the_api_servers_date_bounds_this_nodes_clock_offset() -> None:
     assert behind is not None and behind.beyond(5) and not behind.beyond(31)
     assert offset_from_date(None, 0, 0) is None
     assert offset_from_date("yesterday", 0, 0) is None
+
+
+def test_http_dates_are_read_in_the_one_form_servers_send_and_nothing_else() -> None:
+    from email.utils import parsedate_to_datetime
+
+    from sidecar.kube.skew import parse_http_date
+
+    for date in (
+        "Mon, 23 Nov 2026 12:00:00 GMT",
+        "Thu, 29 Feb 2024 23:59:59 GMT",
+        "Sun, 06 Nov 1994 08:49:37 GMT",
+        "Wed, 01 Jan 2025 00:00:00 GMT",
+    ):
+        assert parse_http_date(date) == parsedate_to_datetime(date).timestamp(), date
+    for bad in (
+        "",
+        "yesterday",
+        "Mon, 23 Nov 2026 12:00:00 UTC",
+        "Mon, 31 Feb 2026 12:00:00 GMT",
+        "Mon, 23 Foo 2026 12:00:00 GMT",
+        "Mon, 23 Nov 2026 12:00 GMT",
+        "Monday, 23-Nov-26 12:00:00 GMT",
+        "Mon, 23 Nov 2026 25:00:00 GMT",
+    ):
+        assert parse_http_date(bad) is None, bad
