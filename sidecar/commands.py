@@ -5,9 +5,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import dataclasses
-import shutil
 import sys
-import tempfile
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -46,6 +44,9 @@ def run(args: argparse.Namespace) -> int:
 
 def lock(args: argparse.Namespace) -> int:
     """``lock``: ``run`` with a command that runs only while leading (``sidecar.lock``)."""
+    import shutil  # with tempfile, ~0.9 MB that ``run`` does not load
+    import tempfile
+
     settings = lock_settings(args)  # SettingsError -> exit 2 in cli
     log = Logger(settings.run.log_level)
     try:

@@ -8,7 +8,6 @@ rule; ``cli`` exits 2 with it.
 from __future__ import annotations
 
 import os
-import shutil
 import socket
 from dataclasses import dataclass
 from pathlib import Path
@@ -91,6 +90,8 @@ def lock_settings(args: Any) -> LockSettings:
         raise SettingsError(
             "lock needs a command after --, e.g. grelmicro-sidecar lock --election=nightly -- ./job.sh"
         )
+    import shutil  # only lock needs it (with bz2, lzma: ~0.5 MB that run does not load)
+
     program = command[0]
     found = shutil.which(program) if "/" not in program else program
     if found is None or not os.access(found, os.X_OK) or os.path.isdir(found):
