@@ -56,7 +56,7 @@ def lock(args: argparse.Namespace) -> int:
     namespace = resolve_namespace(settings.run.namespace, config)
     scratch = None
     run_settings_ = settings.run
-    if not str(run_settings_.state_dir):  # a state dir of its own, removed at exit
+    if settings.scratch_state_dir:  # a state dir of its own, removed at exit
         try:
             scratch = Path(tempfile.mkdtemp(prefix="grelmicro-lock-"))
         except OSError as err:

@@ -65,7 +65,7 @@ def run_settings(args: Any, lock: bool = False) -> RunSettings:
         namespace=src.namespace(),
         identity=identity,
         timing=src.timing(),
-        state_dir=Path(src.raw("state-dir") or ("" if lock else defaults.STATE_DIR)),
+        state_dir=Path(src.raw("state-dir") or defaults.STATE_DIR),
         port=src.port("port", 0 if lock else defaults.PORT, zero_disables=True),
         kubeconfig=src.raw("kubeconfig") or None,
         log_level=src.log_level(),
@@ -77,11 +77,13 @@ class LockSettings:
     run: RunSettings
     command: list[str]
     kill_grace: float
+    #: no --state-dir: ``run`` makes a temporary one (and removes it at exit)
+    scratch_state_dir: bool
 
 
 def lock_settings(args: Any) -> LockSettings:
     """``lock``: ``run``'s flags with a process-unique identity, no HTTP port unless asked,
-    a state dir of its own (empty here: a temporary one is made), and the command."""
+    a temporary state dir unless one is given, and the command."""
     run = run_settings(args, lock=True)
     command = list(args.cmd)
     if command[:1] == ["--"]:
@@ -109,4 +111,4 @@ def lock_settings(args: Any) -> LockSettings:
             f"deadline ({half:g}s): a leader renews every half, and the command gets SIGTERM "
             "this long before its leadership could lapse"
         )
-    return LockSettings(run, command, grace)
+    return LockSettings(run, command, grace, scratch_state_dir=not src.raw("state-dir"))

@@ -220,3 +220,34 @@ def test_a_command_that_does_not_exist_is_refused_before_taking_part(tmp_path: P
     )
     assert done.returncode == 2 and "is not an executable file on PATH" in done.stderr, done
     assert done.stderr.count("\n") == 1
+
+
+def test_without_state_dir_lock_uses_a_temporary_one_and_removes_it(
+    cluster: ControlPlane, namespace: str, tmp_path: Path
+) -> None:
+    """Contract §7: no --state-dir means a temporary directory of its own, gone at exit."""
+    scratch, workdir, out = tmp_path / "tmp", tmp_path / "cwd", tmp_path / "a.beats"
+    scratch.mkdir()
+    workdir.mkdir()
+    done = subprocess.run(
+        [
+            str(BIN),
+            "lock",
+            "--election=main",
+            f"--namespace={namespace}",
+            f"--kubeconfig={cluster.kubeconfig}",
+            *FAST,
+            "--",
+            *command(out, "--exit-after", "0.3"),
+        ],
+        cwd=workdir,
+        env={**os.environ, "TMPDIR": str(scratch)},
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 0, done.stderr
+    state_file = Path(out.read_text().splitlines()[0].split()[3])
+    assert state_file.parent.parent == scratch, state_file  # $TMPDIR/grelmicro-lock-*/state.json
+    assert not state_file.parent.exists()  # removed at exit
+    assert list(workdir.iterdir()) == []  # nothing written where it was started
