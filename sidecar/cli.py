@@ -73,6 +73,14 @@ def build_parser() -> argparse.ArgumentParser:
         f"{env_name(SIDECAR_ENV, '<flag>')} (upper case, '-' -> '_').",
     )
     _add_election(run, port_default=str(defaults.PORT), state_default=defaults.STATE_DIR)
+    run.add_argument(
+        "--label-leader",
+        nargs="?",
+        const="true",
+        metavar="BOOL",
+        help=f"label this pod ($POD_NAME) {defaults.LEADER_LABEL}={defaults.LEADER_LABEL_VALUE} "
+        "while it leads, for a Service that selects the leader (default false)",
+    )
 
     lock = sub.add_parser(
         "lock",

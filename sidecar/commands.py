@@ -84,7 +84,23 @@ async def _run(
     events = EventRecorder(
         api_poster(config, namespace, store.request_timeout), namespace, settings.identity, log
     )
-    sidecar = Sidecar(settings, namespace, store, log, source=config.source, events=events)
+    label = None
+    if settings.label_pod:
+        from . import defaults
+        from .kube.pods import PodLabel
+        from .publish.label import LeaderLabel
+
+        pod = PodLabel(
+            store.api,
+            namespace,
+            settings.label_pod,
+            defaults.LEADER_LABEL,
+            defaults.LEADER_LABEL_VALUE,
+        )
+        label = LeaderLabel(pod.put, settings.label_pod, log)
+    sidecar = Sidecar(
+        settings, namespace, store, log, source=config.source, events=events, label=label
+    )
     try:
         await sidecar.start()
     except StateDirError as err:

@@ -36,3 +36,8 @@ LOG_LEVELS = ("debug", "info", "warning", "error")
 #: ``lock``: how long before ``valid_until`` the command gets SIGTERM (SIGKILL at it);
 #: at most a quarter of the renew deadline by default.
 KILL_GRACE = 5.0
+
+#: The leader label (contract §4): on the sidecar's own pod while it leads, so a
+#: Service can select the leader while every pod stays Ready.
+LEADER_LABEL = "leader-election.grelmicro.io/leader"
+LEADER_LABEL_VALUE = "true"

@@ -42,12 +42,14 @@ from .lease import LeaseRecord, vacate
 from .logs import Logger
 from .publish.changes import Changes
 from .publish.http import StatusServer
+from .publish.label import LeaderLabel
 from .publish.metrics import Metrics
 from .publish.state import State
 from .publish.statefile import StateDirError, StateFile
 from .settings import RunSettings
 
 SHUTDOWN_BUDGET = 10.0  # release + sweep, well inside the default 30 s grace period
+LABEL_BUDGET = 3.0  # of it, how long the release waits for the leader label to come off
 TASK_STOP_SECONDS = 2.0  # how long the shutdown waits for cancelled tasks
 RBAC_FIX = (
     "grant the pod's ServiceAccount a Role with get, list, watch, create, update, patch, delete "
@@ -82,6 +84,7 @@ class Sidecar:
         clock: Clock | None = None,
         source: str = "",
         events: EventRecorder | None = None,
+        label: LeaderLabel | None = None,
     ):
         self.settings = settings
         self.namespace = namespace
@@ -90,6 +93,9 @@ class Sidecar:
         self.clock = clock or Clock()
         self.source = source
         self.events = events
+        #: The leader label on this pod (``--label-leader``), following what is published.
+        self.label = label
+        self._label_task: asyncio.Task[None] | None = None
         #: Who handles SIGTERM/SIGINT (``lock`` forwards them); default: a graceful stop.
         self.on_signal: Callable[[int], None] = self._on_signal
         self.election = Election(
@@ -127,6 +133,8 @@ class Sidecar:
         state = self.snapshot()
         self.metrics.leader = state.is_leader
         self.changes.offer(state)
+        if self.label is not None:
+            self.label.offer(state.is_leader)
         if self.election.record is not None:
             self.metrics.lease_transitions = self.election.record.transitions
         try:
@@ -137,7 +145,7 @@ class Sidecar:
         return state
 
     def healthy(self) -> bool:
-        """Liveness: all three tasks (election, watch, watchdog) still run."""
+        """Liveness: every task (election, watch, watchdog, leader label) still runs."""
         return bool(self._tasks) and not any(t.done() for t in self._tasks)
 
     # ---- start-up ---------------------------------------------------------
@@ -180,12 +188,15 @@ class Sidecar:
             asyncio.create_task(self._watch_loop(), name="watch"),
             asyncio.create_task(self._watchdog(), name="watchdog"),
         ]
+        if self.label is not None:
+            self._label_task = asyncio.create_task(self.label.run(), name="leader-label")
+            self._tasks.append(self._label_task)
         self._sighting = asyncio.create_task(self._sight(), name="sighting")
         stop = asyncio.create_task(self._stop.wait())
         done, _ = await asyncio.wait([stop, *self._tasks], return_when=asyncio.FIRST_COMPLETED)
         failed = next((t for t in self._tasks if t in done), None)
         if failed is not None and not stop.done():
-            # None of the three ends on its own: one that did has a bug. Exit (the
+            # None of them ends on its own: one that did has a bug. Exit (the
             # kubelet restarts the sidecar) rather than run on without it.
             stop.cancel()
             err = None if failed.cancelled() else failed.exception()
@@ -453,7 +464,8 @@ class Sidecar:
         self._report()  # the step-down of a leader, like any other
         self.publish(force=True)
         self.log.info("published not-leader", lease=self.settings.lease)
-        tasks = [*self._tasks, *([self._sighting] if self._sighting else [])]
+        tasks = [t for t in self._tasks if t is not self._label_task]
+        tasks += [self._sighting] if self._sighting else []
         for task in tasks:
             task.cancel()
         # Bounded: a task that ignores its cancellation must not keep the Lease held.
@@ -463,6 +475,7 @@ class Sidecar:
                 task.exception()  # retrieved: a failed task was reported by run() already
         for task in stuck:
             self.log.warning("a task did not stop when cancelled", task=task.get_name())
+        await self._label_off()
         deadline = self.clock.monotonic() + SHUTDOWN_BUDGET
         try:
             async with asyncio.timeout(SHUTDOWN_BUDGET):
@@ -494,6 +507,32 @@ class Sidecar:
         self.store.close()
         self.log.info("stopped")
         return 0
+
+    async def _label_off(self) -> None:
+        """Wait (bounded) for the leader label to come off before the Lease is released.
+
+        Not a safety step (consumers gate on ``valid_until``), so a label that
+        cannot be removed in time does not hold the Lease: a terminating pod
+        leaves the Service's ready endpoints anyway.
+        """
+        task = self._label_task
+        if self.label is None or task is None:
+            return
+        settled = asyncio.ensure_future(self.label.settled())
+        done, _ = await asyncio.wait(
+            [settled, task], timeout=LABEL_BUDGET, return_when=asyncio.FIRST_COMPLETED
+        )
+        settled.cancel()
+        task.cancel()
+        await asyncio.wait([task], timeout=TASK_STOP_SECONDS)
+        if task.done() and not task.cancelled():
+            task.exception()  # retrieved: a failed task was reported by run() already
+        if settled not in done:
+            self.log.warning(
+                "the leader label may still be on this pod; releasing the lease anyway",
+                pod=self.label.pod,
+                waited_seconds=LABEL_BUDGET,
+            )
 
     def _count_swept(self) -> None:
         self.metrics.swept += 1

@@ -30,6 +30,8 @@ class RunSettings:
     port: int
     kubeconfig: str | None
     log_level: str
+    #: ``--label-leader``: the pod that carries the leader label while this leads (contract §4)
+    label_pod: str | None = None
 
 
 def default_identity() -> str:
@@ -69,7 +71,21 @@ def run_settings(args: Any, lock: bool = False) -> RunSettings:
         port=src.port("port", 0 if lock else defaults.PORT, zero_disables=True),
         kubeconfig=src.raw("kubeconfig") or None,
         log_level=src.log_level(),
+        label_pod=None if lock else _label_pod(src),
     )
+
+
+def _label_pod(src: Source) -> str | None:
+    """The pod to label while leading, with ``--label-leader``: this pod, from $POD_NAME."""
+    if not src.boolean("label-leader", False):
+        return None
+    pod = os.environ.get("POD_NAME", "")
+    if not pod:
+        raise SettingsError(
+            f"{src.where('label-leader')} needs $POD_NAME, this pod's name: add env POD_NAME "
+            "with valueFrom fieldRef metadata.name (the injector does)"
+        )
+    return pod
 
 
 @dataclass(frozen=True)

@@ -27,10 +27,25 @@ def service_account(api: Any, namespace: str, name: str = "elector") -> str:
     return str(sa.metadata.uid)
 
 
-def token(api: Any, namespace: str, sa: str = "elector", bound_to_secret: str | None = None) -> str:
-    """A TokenRequest token for ``sa``; bound to a Secret (dies with it) when one is named."""
+def token(
+    api: Any,
+    namespace: str,
+    sa: str = "elector",
+    bound_to_secret: str | None = None,
+    bound_to_pod: str | None = None,
+) -> str:
+    """A TokenRequest token for ``sa``; bound to a Secret (dies with it) when one is named.
+
+    ``bound_to_pod``: bound to that pod, as the kubelet's projected tokens are; the
+    API server then puts the pod's name in the user's extra information.
+    """
     core = client.CoreV1Api(api)
     spec = client.V1TokenRequestSpec(audiences=[])
+    if bound_to_pod is not None:
+        uid = core.read_namespaced_pod(bound_to_pod, namespace).metadata.uid
+        spec.bound_object_ref = client.V1BoundObjectReference(
+            api_version="v1", kind="Pod", name=bound_to_pod, uid=uid
+        )
     if bound_to_secret is not None:
         core.create_namespaced_secret(
             namespace, client.V1Secret(metadata=client.V1ObjectMeta(name=bound_to_secret))
@@ -71,9 +86,15 @@ def grant_leases(api: Any, namespace: str, sa: str = "elector") -> None:
 
 
 def wait_until_allowed(
-    api: Any, namespace: str, user: str, verbs: list[str], timeout: float = 30.0
+    api: Any,
+    namespace: str,
+    user: str,
+    verbs: list[str],
+    timeout: float = 30.0,
+    group: str = "coordination.k8s.io",
+    resource: str = "leases",
 ) -> None:
-    """Return once the API server's authorizer lets ``user`` use leases with every verb.
+    """Return once the API server's authorizer lets ``user`` use ``resource`` with every verb.
 
     The RBAC authorizer reads Roles from a watch cache, so a grant takes effect a
     moment after it is written (longer on a loaded machine); a sidecar started
@@ -91,8 +112,8 @@ def wait_until_allowed(
                     groups=["system:serviceaccounts", f"system:serviceaccounts:{namespace}"],
                     resource_attributes=client.V1ResourceAttributes(
                         namespace=namespace,
-                        group="coordination.k8s.io",
-                        resource="leases",
+                        group=group,
+                        resource=resource,
                         verb=pending[0],
                     ),
                 )
@@ -101,7 +122,7 @@ def wait_until_allowed(
         if review.status.allowed:
             pending.pop(0)
         elif time.monotonic() > deadline:
-            raise TimeoutError(f"{user} still may not {pending[0]} leases in {namespace}")
+            raise TimeoutError(f"{user} still may not {pending[0]} {resource} in {namespace}")
         else:
             time.sleep(0.05)
 

@@ -64,15 +64,24 @@ class KubeApi:
         return headers
 
     async def call(
-        self, method: str, url: str, what: str, body: Any = None, timeout: float | None = None
+        self,
+        method: str,
+        url: str,
+        what: str,
+        body: Any = None,
+        timeout: float | None = None,
+        content_type: str = "application/json",
     ) -> Any:
-        """The decoded answer to ``method url``; ``what`` ("get leases") names it in errors."""
+        """The decoded answer to ``method url``; ``what`` ("get leases") names it in errors.
+
+        ``content_type``: a PATCH names its kind here (``application/merge-patch+json``).
+        """
         verb = what.split(" ", 1)[0]
         data = json.dumps(body, separators=(",", ":")).encode() if body is not None else None
         for attempt in (0, 1):
             headers = self._headers(force_reload=attempt == 1)
             if data is not None:
-                headers.append(("Content-Type", "application/json"))
+                headers.append(("Content-Type", content_type))
             sent = time.time()
             try:
                 resp = await self.http.request(

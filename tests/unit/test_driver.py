@@ -18,9 +18,11 @@ from typing import Any, TypeVar
 
 import looptime
 
+from sidecar.kube.errors import Forbidden
 from sidecar.kube.events import EventRecorder
 from sidecar.lease import LeaseRecord, claim
 from sidecar.logs import Logger
+from sidecar.publish.label import LeaderLabel
 from sidecar.runner import Sidecar
 from sidecar.settings import RunSettings
 from sidecar.timing import Timing
@@ -57,7 +59,12 @@ def settings(identity: str, state_dir: Path) -> RunSettings:
 
 class Candidate:
     def __init__(
-        self, identity: str, store: FakeLeases, tmp: Path, events: EventRecorder | None = None
+        self,
+        identity: str,
+        store: FakeLeases,
+        tmp: Path,
+        events: EventRecorder | None = None,
+        label: LeaderLabel | None = None,
     ) -> None:
         self.sidecar = Sidecar(
             settings(identity, tmp / identity),
@@ -66,6 +73,7 @@ class Candidate:
             Logger("error"),
             clock=LoopClock(),  # type: ignore[arg-type]
             events=events,
+            label=label,
         )
         self.state_path = tmp / identity / "state.json"
         self.task: asyncio.Task[int] | None = None
@@ -443,5 +451,98 @@ def test_a_subscriber_is_told_not_leader_before_the_release_is_written(tmp_path:
         assert "told not leader" in order and "write holder=''" in order, order
         assert order.index("told not leader") < order.index("write holder=''"), order
         assert order.count("told leader") >= 2  # renewals were changes
+
+    run(scenario)
+
+
+class FakePod:
+    """The pod's leader label: each put takes ``latency`` seconds and is recorded in ``order``."""
+
+    def __init__(self, order: list[str], latency: float = 1.0) -> None:
+        self.order = order
+        self.latency = latency
+        self.labelled: bool | None = None
+        self.forbidden = False
+
+    async def put(self, present: bool) -> None:
+        await asyncio.sleep(self.latency)
+        if self.forbidden:
+            raise Forbidden("pods is forbidden", status=403, verb="patch")
+        self.labelled = present
+        self.order.append("label on" if present else "label off")
+
+
+def recording_writes(store: FakeLeases, order: list[str]) -> None:
+    replace = store.replace
+
+    async def recorded(body: dict[str, Any], timeout: float | None = None) -> dict[str, Any]:
+        order.append(f"write holder={body['spec'].get('holderIdentity')!r}")
+        return await replace(body, timeout)
+
+    store.replace = recorded  # type: ignore[method-assign]
+
+
+def test_the_leader_label_is_cleared_at_start_follows_leadership_and_is_off_before_the_release(
+    tmp_path: Path,
+) -> None:
+    """Contract §4 (leader label): a slow label API still sees the label off before the release."""
+
+    async def scenario() -> None:
+        store = FakeLeases()
+        order: list[str] = []
+        pod = FakePod(order, latency=1.0)
+        label = LeaderLabel(pod.put, "a", Logger("error"))
+        a = await Candidate("a", store, tmp_path, label=label).start()
+        await until(lambda: pod.labelled is False, 2, "a stale label taken off at start-up")
+        await until(a.leads, 16, "a leads")
+        await until(lambda: pod.labelled is True, 1.5, "the label on within one put")
+        recording_writes(store, order)
+        assert await a.stop() == 0
+        assert order[:2] == ["label off", "label on"], order
+        assert order.index("label off", 2) < order.index("write holder=''"), order
+        assert pod.labelled is False
+
+    run(scenario)
+
+
+def test_the_leader_label_comes_off_when_leadership_lapses(tmp_path: Path) -> None:
+    async def scenario() -> None:
+        store = FakeLeases()
+        pod = FakePod([], latency=0.2)
+        a = await Candidate(
+            "a", store, tmp_path, label=LeaderLabel(pod.put, "a", Logger("error"))
+        ).start()
+        await until(lambda: a.leads() and pod.labelled is True, 17, "a leads, labelled")
+        store.down = True
+        await until(lambda: not a.leads(), 20, "a steps down")
+        took = await until(lambda: pod.labelled is False, 1, "the label off after the step-down")
+        assert took <= 0.25, took
+        store.down = False
+        await a.stop()
+
+    run(scenario)
+
+
+def test_a_refused_leader_label_neither_stops_the_election_nor_holds_the_release(
+    tmp_path: Path,
+) -> None:
+    async def scenario() -> None:
+        store = FakeLeases()
+        order: list[str] = []
+        pod = FakePod(order, latency=0.01)
+        pod.forbidden = True
+        a = await Candidate(
+            "a", store, tmp_path, label=LeaderLabel(pod.put, "a", Logger("error"))
+        ).start()
+        await until(a.leads, 16, "a leads although its label is refused")
+        await asyncio.sleep(30)
+        assert a.leads() and a.sidecar.healthy()
+        recording_writes(store, order)
+        loop = asyncio.get_running_loop()
+        stopping = loop.time()
+        assert await a.stop() == 0
+        assert "write holder=''" in order  # released after the bounded wait
+        assert loop.time() - stopping < 10, loop.time() - stopping
+        assert pod.labelled is None
 
     run(scenario)

@@ -1,0 +1,110 @@
+"""The leader label follows what is published: on this pod while it leads, off otherwise.
+
+For a Service that selects the leader while every pod stays Ready (contract §4).
+A routing hint, never a safety signal: work still gates on ``valid_until``.
+
+Guarantees:
+- it is put on only for the latest state: a change that arrives while a
+  request is in flight is acted on as soon as that request ends, so a pod that
+  stepped down has its label taken off right after;
+- it is taken off at start-up (one left by a killed sidecar) and, at shutdown,
+  before the Lease is released (``settled``, which the driver awaits, bounded);
+- an API error never touches the election: it is logged once with its fix and
+  retried with backoff until the label is what the state says.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import Awaitable, Callable
+
+from ..kube.errors import ApiError, Forbidden, NotFound
+from ..logs import Logger
+
+RETRY_FIRST = 0.5
+RETRY_MAX = 30.0
+POLICY_FIX = (
+    "apply manifests/leader-label.yaml (the Role that grants it and the admission policy "
+    "that limits it to this label on this pod), or the chart's leaderLabel settings"
+)
+
+
+class LeaderLabel:
+    """Keeps one pod label equal to "this process leads"."""
+
+    def __init__(
+        self,
+        put: Callable[[bool], Awaitable[None]],
+        pod: str,
+        log: Logger,
+    ):
+        self._put = put
+        self.pod = pod
+        self.log = log
+        self.want = False
+        self.have: bool | None = None  # unknown at start-up: taken off first
+        self._news = asyncio.Event()
+        self._news.set()
+        self._settled = asyncio.Event()
+
+    def offer(self, leading: bool) -> None:
+        """The published state; never blocks (the put happens in ``run``)."""
+        if leading != self.want:
+            self.want = leading
+            self._settled.clear()
+            self._news.set()
+
+    async def settled(self) -> None:
+        """Return once the label on the pod is what the last state said."""
+        await self._settled.wait()
+
+    async def run(self) -> None:
+        retry = RETRY_FIRST
+        while True:
+            await self._news.wait()
+            self._news.clear()
+            while self.have != self.want:
+                want = self.want
+                try:
+                    await self._put(want)
+                except ApiError as err:
+                    self._failed(err, retry)
+                    with contextlib.suppress(TimeoutError):
+                        async with asyncio.timeout(retry):
+                            await self._news.wait()
+                    self._news.clear()
+                    retry = min(retry * 2, RETRY_MAX)
+                    continue
+                retry = RETRY_FIRST
+                self.log.forget_prefix("label:")
+                if want or self.have is not None:
+                    self.log.info("leader label " + ("set" if want else "removed"), pod=self.pod)
+                self.have = want
+            self._settled.set()
+
+    def _failed(self, err: ApiError, retry: float) -> None:
+        if isinstance(err, Forbidden):
+            self.log.once(
+                "label:403",
+                "error",
+                f"forbidden: cannot change the leader label on pod {self.pod}; {POLICY_FIX}",
+                detail=str(err),
+            )
+        elif isinstance(err, NotFound):
+            self.log.once(
+                "label:404",
+                "error",
+                f"pod {self.pod} does not exist; $POD_NAME must be this pod's name "
+                "(env valueFrom fieldRef metadata.name)",
+                detail=str(err),
+            )
+        else:
+            self.log.once(
+                f"label:{err.status}",
+                "warning",
+                "could not change the leader label; retrying with backoff",
+                pod=self.pod,
+                error=str(err),
+                retry_in=retry,
+            )

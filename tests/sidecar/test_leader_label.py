@@ -1,0 +1,253 @@
+"""The leader label (contract §4, §8) against the real API server: the admission policy
+of ``manifests/leader-label.yaml`` holds a token bound to pod A to that one label on
+pod A, and sidecars run with ``--label-leader`` keep the label on the leader only.
+
+Pods here are never scheduled (the control plane has no node): labels, tokens
+bound to pods and admission need only the API server.
+"""
+
+from __future__ import annotations
+
+import signal
+import time
+from pathlib import Path
+from typing import Any
+
+from kubernetes import client
+
+from tests import accounts
+from tests.cluster import ControlPlane
+from tests.sidecar.proc import SidecarProcess, wait_for
+
+ROOT = Path(__file__).resolve().parents[2]
+LABEL = "leader-election.grelmicro.io/leader"
+SA = "default"  # what manifests/leader-label.yaml binds
+
+
+def apply_label_grant(cluster: ControlPlane, api: Any, namespace: str) -> None:
+    """``kubectl apply`` the Role, its binding and the policy, as README says; wait for both."""
+    deadline = time.monotonic() + 60
+    core = client.CoreV1Api(api)
+    while not core.list_namespaced_service_account(namespace).items:  # kcm makes `default`
+        assert time.monotonic() < deadline, "no default ServiceAccount"
+        time.sleep(0.1)
+    cluster.kubectl("apply", "-n", namespace, "-f", str(ROOT / "manifests" / "rbac.yaml"))
+    cluster.kubectl("apply", "-n", namespace, "-f", str(ROOT / "manifests" / "leader-label.yaml"))
+    user = f"system:serviceaccount:{namespace}:{SA}"
+    accounts.wait_until_allowed(api, namespace, user, ["patch"], group="", resource="pods")
+    accounts.wait_until_allowed(api, namespace, user, accounts.LEASE_VERBS)
+
+
+def make_pod(api: Any, namespace: str, name: str, sa: str = SA) -> None:
+    client.CoreV1Api(api).create_namespaced_pod(
+        namespace,
+        client.V1Pod(
+            metadata=client.V1ObjectMeta(name=name, labels={"app": "x"}),
+            spec=client.V1PodSpec(
+                service_account_name=sa,
+                containers=[client.V1Container(name="app", image="example.invalid/app:1")],
+            ),
+        ),
+    )
+
+
+def patch_as(cluster: ControlPlane, bearer: str, namespace: str, pod: str, body: Any) -> int:
+    """The status of a merge patch of ``pod`` made with ``bearer`` (200, 403, ...), and why."""
+    with accounts.token_client(cluster, bearer) as api_client:
+        try:
+            client.CoreV1Api(api_client).patch_namespaced_pod(pod, namespace, body)
+        except client.ApiException as err:
+            return int(err.status)
+    return 200
+
+
+def labels_of(api: Any, namespace: str, pod: str) -> dict[str, str]:
+    return client.CoreV1Api(api).read_namespaced_pod(pod, namespace).metadata.labels or {}
+
+
+def set_label(value: str | None) -> dict[str, Any]:
+    return {"metadata": {"labels": {LABEL: value}}}
+
+
+def wait_for_policy(cluster: ControlPlane, bearer: str, namespace: str) -> None:
+    """The policy takes effect a moment after it is created: wait until it denies once."""
+    deadline = time.monotonic() + 60
+    while patch_as(cluster, bearer, namespace, "b", set_label("true")) != 403:
+        client.CoreV1Api(cluster_admin(cluster)).patch_namespaced_pod(
+            "b", namespace, set_label(None)
+        )
+        assert time.monotonic() < deadline, "the leader-label policy never took effect"
+        time.sleep(0.2)
+
+
+def cluster_admin(cluster: ControlPlane) -> Any:
+    from kubernetes import config
+
+    return config.new_client_from_config(config_file=str(cluster.kubeconfig))
+
+
+def test_a_token_bound_to_pod_a_may_only_set_or_remove_the_leader_label_on_pod_a(
+    cluster: ControlPlane, api: Any, namespace: str
+) -> None:
+    apply_label_grant(cluster, api, namespace)
+    make_pod(api, namespace, "a")
+    make_pod(api, namespace, "b")
+    bound_to_a = accounts.token(api, namespace, SA, bound_to_pod="a")
+    wait_for_policy(cluster, bound_to_a, namespace)
+
+    # What the sidecar does: set and remove the label on its own pod.
+    assert patch_as(cluster, bound_to_a, namespace, "a", set_label("true")) == 200
+    assert labels_of(api, namespace, "a") == {"app": "x", LABEL: "true"}
+    assert patch_as(cluster, bound_to_a, namespace, "a", set_label(None)) == 200
+    assert labels_of(api, namespace, "a") == {"app": "x"}
+
+    # Everything else is refused.
+    refused = {
+        "label pod b": ("b", set_label("true")),
+        "another value": ("a", set_label("false")),
+        "another label": ("a", {"metadata": {"labels": {"app": "y"}}}),
+        "a new label": ("a", {"metadata": {"labels": {"team": "z"}}}),
+        "remove a label": ("a", {"metadata": {"labels": {"app": None}}}),
+        "an annotation": ("a", {"metadata": {"annotations": {"x": "y"}}}),
+        "the spec": ("a", {"spec": {"activeDeadlineSeconds": 5}}),
+        "the label and the spec": (
+            "a",
+            {**set_label("true"), "spec": {"activeDeadlineSeconds": 5}},
+        ),
+        "a finalizer": ("a", {"metadata": {"finalizers": ["example.com/x"]}}),
+    }
+    answers = {
+        what: patch_as(cluster, bound_to_a, namespace, pod, body)
+        for what, (pod, body) in refused.items()
+    }
+    assert answers == dict.fromkeys(refused, 403)
+    assert labels_of(api, namespace, "a") == {"app": "x"}
+    assert labels_of(api, namespace, "b") == {"app": "x"}
+
+    # A token of the same ServiceAccount bound to no pod may change no pod at all.
+    unbound = accounts.token(api, namespace, SA)
+    assert patch_as(cluster, unbound, namespace, "a", set_label("true")) == 403
+
+    # The policy only limits holders of the grant: another ServiceAccount allowed
+    # to patch pods by a Role of its own is untouched by it.
+    accounts.service_account(api, namespace, "operator")
+    rbac = client.RbacAuthorizationV1Api(api)
+    rbac.create_namespaced_role(
+        namespace,
+        client.V1Role(
+            metadata=client.V1ObjectMeta(name="pod-patcher"),
+            rules=[client.V1PolicyRule(api_groups=[""], resources=["pods"], verbs=["patch"])],
+        ),
+    )
+    rbac.create_namespaced_role_binding(
+        namespace,
+        client.V1RoleBinding(
+            metadata=client.V1ObjectMeta(name="pod-patcher"),
+            role_ref=client.V1RoleRef(
+                api_group="rbac.authorization.k8s.io", kind="Role", name="pod-patcher"
+            ),
+            subjects=[
+                client.RbacV1Subject(kind="ServiceAccount", name="operator", namespace=namespace)
+            ],
+        ),
+    )
+    accounts.wait_until_allowed(
+        api,
+        namespace,
+        f"system:serviceaccount:{namespace}:operator",
+        ["patch"],
+        group="",
+        resource="pods",
+    )
+    make_pod(api, namespace, "op", sa="operator")
+    operator = accounts.token(api, namespace, "operator", bound_to_pod="op")
+    assert (
+        patch_as(cluster, operator, namespace, "b", {"metadata": {"labels": {"team": "z"}}}) == 200
+    )
+
+
+def labelled(api: Any, namespace: str, pods: list[str]) -> list[str]:
+    return [p for p in pods if labels_of(api, namespace, p).get(LABEL) == "true"]
+
+
+def test_sidecars_keep_the_leader_label_on_the_leader_and_take_it_off_before_releasing(
+    cluster: ControlPlane, api: Any, namespace: str, tmp_path: Path
+) -> None:
+    apply_label_grant(cluster, api, namespace)
+    pods = ["a", "b"]
+    for pod in pods:
+        make_pod(api, namespace, pod)
+    # A label left behind by a sidecar that was killed: cleared at start-up.
+    client.CoreV1Api(api).patch_namespaced_pod("b", namespace, set_label("true"))
+    wait_for_policy(cluster, accounts.token(api, namespace, SA, bound_to_pod="a"), namespace)
+
+    procs: dict[str, SidecarProcess] = {}
+    try:
+        for pod in pods:
+            kubeconfig = accounts.kubeconfig(
+                tmp_path / f"{pod}.kubeconfig",
+                cluster.server,
+                cluster.ca_file,
+                {"token": accounts.token(api, namespace, SA, bound_to_pod=pod)},
+                namespace,
+            )
+            procs[pod] = SidecarProcess(
+                tmp_path,
+                kubeconfig,
+                namespace,
+                identity=pod,
+                extra=(
+                    "--lease-duration=3s",
+                    "--renew-deadline=2s",
+                    "--retry-period=500ms",
+                    "--label-leader",
+                ),
+                env={"POD_NAME": pod},
+            )
+            procs[pod].start()
+            if pod == "a":
+                wait_for(lambda: procs["a"].leads(), 30, what="a to lead")
+        leader, follower = "a", "b"
+        wait_for(lambda: labelled(api, namespace, pods) == [leader], 30, what="the label on a only")
+
+        # Graceful stop of the leader: label off, then the Lease released, then b leads, labelled.
+        procs[leader].signal(signal.SIGTERM)
+        assert procs[leader].wait(30) == 0
+        wait_for(lambda: procs[follower].leads(), 30, what="b to lead")
+        wait_for(
+            lambda: labelled(api, namespace, pods) == [follower], 30, what="the label on b only"
+        )
+        # The audit log (who wrote what, when): the leader's last pod write (the label
+        # coming off; the pod is unlabelled now) came before its last Lease write (the release).
+        removed = _last_write(cluster, namespace, "pods", leader, by_pod=leader)
+        released = _last_write(cluster, namespace, "leases", "leader-main", by_pod=leader)
+        assert labels_of(api, namespace, leader).get(LABEL) is None
+        assert removed < released, (removed, released)
+        assert not any("Traceback" in line for line in procs[leader].messages())
+    finally:
+        for proc in procs.values():
+            proc.stop()
+        for proc in procs.values():
+            print(f"----- {proc.identity} -----\n{proc.raw_log()[-3000:]}")
+
+
+def _last_write(
+    cluster: ControlPlane, namespace: str, resource: str, name: str, by_pod: str
+) -> str:
+    """When the API server last accepted a write to ``name`` made with a token bound to ``by_pod``."""
+    times = [
+        str(event["stageTimestamp"])
+        for event in cluster.audit_events()
+        if (event.get("objectRef") or {}).get("namespace") == namespace
+        and (event.get("objectRef") or {}).get("resource") == resource
+        and (event.get("objectRef") or {}).get("name") == name
+        and event.get("verb") in ("patch", "update")
+        and event.get("stage") == "ResponseComplete"
+        and (event.get("responseStatus") or {}).get("code", 200) < 300
+        and ((event.get("user") or {}).get("extra") or {}).get(
+            "authentication.kubernetes.io/pod-name"
+        )
+        == [by_pod]
+    ]
+    assert times, f"no accepted write to {resource}/{name} by pod {by_pod} in the audit log"
+    return max(times)
