@@ -34,6 +34,7 @@ RETRY_PERIOD = PREFIX + "retry-period"
 STATE_DIR = PREFIX + "state-dir"
 PORT = PREFIX + "port"
 GATE_READINESS = PREFIX + "gate-readiness"
+LABEL_LEADER = PREFIX + "label-leader"
 
 KNOWN = (
     INJECT,
@@ -44,6 +45,7 @@ KNOWN = (
     STATE_DIR,
     PORT,
     GATE_READINESS,
+    LABEL_LEADER,
 )
 
 _STATE_DIR = re.compile(r"^(/[A-Za-z0-9._-]+)+$")
@@ -60,6 +62,7 @@ class PodSettings:
     state_dir: str
     port: int
     gate_readiness: bool
+    label_leader: bool = False
 
     @property
     def state_file(self) -> str:
@@ -248,6 +251,10 @@ def read_settings(pod: Mapping[str, Any], defaults: Timing) -> PodSettings | lis
     if gate not in ("true", "false"):
         problems.append(problem(GATE_READINESS, gate, '"true" or "false"'))
 
+    label = notes.get(LABEL_LEADER, "false")
+    if label not in ("true", "false"):
+        problems.append(problem(LABEL_LEADER, label, '"true" or "false"'))
+
     if problems or election is None:
         return problems
     return PodSettings(
@@ -257,4 +264,5 @@ def read_settings(pod: Mapping[str, Any], defaults: Timing) -> PodSettings | lis
         state_dir=state_dir,
         port=port,
         gate_readiness=gate == "true",
+        label_leader=label == "true",
     )

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..kube.api import COORDINATION, CORE, RBAC, KubeApi, path, unless_changed
+from ..kube.api import ADMISSION, COORDINATION, CORE, RBAC, KubeApi, path, unless_changed
 from ..kube.config import ApiConfig
 from ..kube.errors import Conflict, NotFound
 
@@ -50,6 +50,15 @@ class ClusterApi:
             await self.api.call("POST", path(RBAC, resource, namespace), f"create {resource}", body)
         except Conflict:
             return False
+        return True
+
+    async def label_policy_exists(self, name: str) -> bool:
+        """Whether the ValidatingAdmissionPolicy ``name`` and its binding of that name exist."""
+        for resource in ("validatingadmissionpolicies", "validatingadmissionpolicybindings"):
+            try:
+                await self.api.call("GET", path(ADMISSION, resource, None, name), f"get {resource}")
+            except NotFound:
+                return False
         return True
 
     def close(self) -> None:

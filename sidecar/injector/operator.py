@@ -55,7 +55,7 @@ from ..kube.errors import ApiError, Forbidden
 from ..kube.kubectl import load as load_config
 from ..logs import Logger
 from . import rbac
-from .annotations import INJECT
+from .annotations import INJECT, LABEL_LEADER
 from .kubeapi import ClusterApi
 from .metrics import InjectorMetrics
 from .review import answer
@@ -210,43 +210,65 @@ def build_registry(settings: InjectorSettings, log: Logger, metrics: InjectorMet
 
     if settings.auto_rbac:
         api_box: dict[str, ClusterApi] = {}
-        ensured: set[tuple[str, str]] = set()
+        ensured: set[tuple[str, str, str]] = set()
 
-        @kopf.on.event("v1", "pods", annotations={INJECT: "true"}, registry=registry)
-        async def grant(body: Any, type: str | None = None, **_: Any) -> None:
-            if type == "DELETED":
-                return
-            namespace = body.get("metadata", {}).get("namespace")
-            account = body.get("spec", {}).get("serviceAccountName") or "default"
-            if not namespace or (namespace, account) in ensured:
-                return
-            if namespace in settings.excluded_namespaces:
+        async def ensure(namespace: str, account: str, what: str) -> None:
+            """Grant ``what`` ("leases" or "leader-label") once per ServiceAccount."""
+            if (namespace, account, what) in ensured:
                 return
             if "api" not in api_box:
                 api_box["api"] = ClusterApi(load_config(settings.kubeconfig))
             try:
-                created = await rbac.ensure(api_box["api"], namespace, account)
+                if what == "leases":
+                    created: int | None = await rbac.ensure(api_box["api"], namespace, account)
+                else:
+                    created = await rbac.ensure_label(api_box["api"], namespace, account)
             except ApiError as err:
                 log.once(
-                    f"rbac:{namespace}:{account}",
+                    f"rbac:{namespace}:{account}:{what}",
                     "warning",
                     "auto-rbac: cannot create the Role/RoleBinding",
                     namespace=namespace,
                     service_account=account,
                     error=str(err),
-                    fix="the injector must itself hold every verb it grants on leases "
+                    fix="the injector must itself hold every verb it grants "
                     "(or 'bind' and 'escalate' on roles) and create on roles/rolebindings",
                 )
                 return
-            ensured.add((namespace, account))
+            if created is None:
+                log.once(
+                    f"rbac:{namespace}:{account}:{what}",
+                    "warning",
+                    "auto-rbac: a pod asks for the leader label, but the admission policy "
+                    f"{rbac.LABEL_POLICY} that limits it is not installed; not granting it",
+                    namespace=namespace,
+                    service_account=account,
+                    fix="install the chart with leaderLabel.policy=true or apply "
+                    "manifests/leader-label.yaml",
+                )
+                return
+            ensured.add((namespace, account, what))
             if created:
                 metrics.rbac_created += created
                 log.info(
-                    "auto-rbac: granted leases to a ServiceAccount",
+                    f"auto-rbac: granted {what} to a ServiceAccount",
                     namespace=namespace,
                     service_account=account,
-                    role=rbac.ROLE_NAME,
+                    role=rbac.ROLE_NAME if what == "leases" else rbac.LABEL_ROLE_NAME,
                 )
+
+        @kopf.on.event("v1", "pods", annotations={INJECT: "true"}, registry=registry)
+        async def grant(body: Any, type: str | None = None, **_: Any) -> None:
+            if type == "DELETED":
+                return
+            meta = body.get("metadata", {})
+            namespace = meta.get("namespace")
+            account = body.get("spec", {}).get("serviceAccountName") or "default"
+            if not namespace or namespace in settings.excluded_namespaces:
+                return
+            await ensure(namespace, account, "leases")
+            if (meta.get("annotations") or {}).get(LABEL_LEADER) == "true":
+                await ensure(namespace, account, "leader-label")
 
     return registry
 

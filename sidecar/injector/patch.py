@@ -115,6 +115,7 @@ def sidecar_container(settings: PodSettings, spec: SidecarSpec) -> dict[str, Any
             f"--retry-period={format_duration(timing.retry_period)}",
             f"--state-dir={settings.state_dir}",
             f"--port={settings.port}",
+            *(["--label-leader"] if settings.label_leader else []),
         ],
         "env": [
             {"name": "POD_NAME", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}},

@@ -23,6 +23,7 @@ from .skew import ClockOffset, offset_from_date
 CORE = "/api/v1"
 COORDINATION = "/apis/coordination.k8s.io/v1"
 RBAC = "/apis/rbac.authorization.k8s.io/v1"
+ADMISSION = "/apis/admissionregistration.k8s.io/v1"
 
 
 def path(

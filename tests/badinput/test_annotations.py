@@ -74,6 +74,7 @@ values = {
         st.sampled_from(["main", "My App", "---", "ÉLU", "a" * 300]), st.text(max_size=30)
     ),
     PREFIX + "gate-readiness": st.sampled_from(["true", "false", "True", "yes", ""]),
+    PREFIX + "label-leader": st.sampled_from(["true", "false", "on", ""]),
 }
 random_notes = st.fixed_dictionaries({}, optional=values)
 
@@ -94,6 +95,7 @@ def plausible_notes(draw: st.DrawFn) -> dict[str, str]:
         ),
         PREFIX + "name": draw(st.sampled_from(["main", "My App", "ÉLU", "x.y_z"])),
         PREFIX + "gate-readiness": draw(st.sampled_from(["true", "false"])),
+        PREFIX + "label-leader": draw(st.sampled_from(["true", "false"])),
     }
     keep = draw(st.sets(st.sampled_from(sorted(out))))
     return {k: v for k, v in out.items() if k in keep}

@@ -48,6 +48,8 @@ CASES = [
     ("log-level", "10", "expected one of"),
     ("kubeconfig", "/nonexistent/kc", "cannot read kubeconfig /nonexistent/kc"),
     ("kubeconfig", "/", "cannot read kubeconfig /"),
+    ("label-leader", "maybe", "true or false"),
+    ("label-leader", "true", "needs $POD_NAME, this pod's name"),
 ]
 #: Where a bad value names its source (the rules between timings name the one given, too).
 NAMES_SOURCE = (
@@ -70,7 +72,11 @@ def env_of(flag: str) -> str:
 def run(
     args: list[str], env: dict[str, str] | None = None, timeout: float = 20
 ) -> subprocess.CompletedProcess[str]:
-    base = {k: v for k, v in os.environ.items() if not k.startswith("GRELMICRO_SIDECAR_")}
+    base = {
+        k: v
+        for k, v in os.environ.items()
+        if not k.startswith("GRELMICRO_SIDECAR_") and k != "POD_NAME"
+    }
     return subprocess.run(
         [str(BIN), "run", *args],
         env={**base, **(env or {})},
@@ -283,7 +289,11 @@ def test_namespace_that_does_not_exist_is_logged_and_backed_off(
     ],
 )
 def test_bad_flags_of_status_and_cleanup(args: list[str], expected: str) -> None:
-    base = {k: v for k, v in os.environ.items() if not k.startswith("GRELMICRO_SIDECAR_")}
+    base = {
+        k: v
+        for k, v in os.environ.items()
+        if not k.startswith("GRELMICRO_SIDECAR_") and k != "POD_NAME"
+    }
     out = subprocess.run(
         [str(BIN), *args, "--kubeconfig=/nonexistent/kc"],
         env=base,

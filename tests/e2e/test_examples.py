@@ -1,5 +1,6 @@
-"""The examples as a user applies them (``manifests/rbac.yaml``, ``kubectl apply -k
-manifests/examples``), running; and what README says about readiness gating, observed.
+"""The examples as a user applies them (``manifests/rbac.yaml`` and
+``manifests/leader-label.yaml``, ``kubectl apply -k manifests/examples``), running; and
+what README says about readiness gating (``gated-readiness.yaml``), observed.
 """
 
 from __future__ import annotations
@@ -16,16 +17,18 @@ def _ready(pod: dict[str, Any]) -> bool:
 
 
 def apply_examples(e2e: Cluster, namespace: str) -> None:
+    e2e.kubectl("apply", "-n", namespace, "-f", str(ROOT / "manifests" / "leader-label.yaml"))
     e2e.kubectl("apply", "-n", namespace, "-k", str(ROOT / "manifests" / "examples"))
-    for deployment in ("worker", "manual"):
+    # Every Deployment rolls out, the leader-only Service's included (all its pods Ready).
+    for deployment in ("worker", "manual", "api"):
         e2e.kubectl(
             "rollout", "status", "-n", namespace, f"deployment/{deployment}", "--timeout=180s"
         )
 
 
 def gated_leader(e2e: Cluster, namespace: str) -> tuple[str, str] | None:
-    """(pod, IP) when exactly one api pod is Ready and it holds the api Lease."""
-    pods = e2e.json("get", "pods", "-n", namespace, "-l", "app.kubernetes.io/name=api")["items"]
+    """(pod, IP) when exactly one gated pod is Ready and it holds the gated Lease."""
+    pods = e2e.json("get", "pods", "-n", namespace, "-l", "app.kubernetes.io/name=gated")["items"]
     ready = [p for p in pods if _ready(p)]
     if (
         len(pods) != 2
@@ -41,7 +44,37 @@ def gated_leader(e2e: Cluster, namespace: str) -> tuple[str, str] | None:
     return (name, ready[0]["status"]["podIP"]) if name in holders else None
 
 
-def test_examples_run_and_gated_readiness_routes_only_to_the_leader(
+def ready_addresses(e2e: Cluster, namespace: str, service: str) -> list[str]:
+    slices = e2e.json(
+        "get", "endpointslices", "-n", namespace, "-l", f"kubernetes.io/service-name={service}"
+    )["items"]
+    return [
+        a
+        for s in slices
+        for e in s.get("endpoints") or []
+        if (e.get("conditions") or {}).get("ready")
+        for a in e["addresses"]
+    ]
+
+
+def labelled_leader(e2e: Cluster, namespace: str) -> tuple[str, str] | None:
+    """(pod, IP) when both api pods are Ready, one carries the leader label and holds the Lease."""
+    pods = e2e.json("get", "pods", "-n", namespace, "-l", "app.kubernetes.io/name=api")["items"]
+    labelled = [
+        p
+        for p in pods
+        if p["metadata"].get("labels", {}).get("leader-election.grelmicro.io/leader")
+    ]
+    if len(pods) != 2 or not all(_ready(p) for p in pods) or len(labelled) != 1:
+        return None
+    lease = e2e.json("get", "lease", "-n", namespace, "leader-api")
+    name = labelled[0]["metadata"]["name"]
+    if lease["spec"].get("holderIdentity") != name:
+        return None
+    return name, labelled[0]["status"]["podIP"]
+
+
+def test_examples_run_and_the_leader_service_routes_only_to_the_leader(
     e2e: Cluster, workload_namespace: str
 ) -> None:
     ns = workload_namespace
@@ -63,32 +96,20 @@ def test_examples_run_and_gated_readiness_routes_only_to_the_leader(
         60,
         f"a leader in each example's election (had {[i['metadata']['name'] for i in leases]})",
     )
-
-    # gate-readiness: only the leader is Ready, and the Service routes only to it ...
+    # The leader label: both api pods Ready, and the Service routes only to the leader.
     leader, ip = wait_for(
-        lambda: gated_leader(e2e, ns), 90, "exactly one Ready api pod, the leader"
+        lambda: labelled_leader(e2e, ns), 90, "both api pods Ready, the leader labelled"
     )
-    slices = e2e.json(
-        "get", "endpointslices", "-n", ns, "-l", "kubernetes.io/service-name=api-leader"
-    )["items"]
-    ready_addresses = [
-        a
-        for s in slices
-        for e in s.get("endpoints") or []
-        if (e.get("conditions") or {}).get("ready")
-        for a in e["addresses"]
-    ]
-    assert ready_addresses == [ip], (leader, slices)
-    # ... and, as README warns, `kubectl rollout status` never completes for such a Deployment.
-    stalled = e2e.kubectl(
-        "rollout", "status", "-n", ns, "deployment/api", "--timeout=10s", check=False
+    wait_for(
+        lambda: ready_addresses(e2e, ns, "api-leader") == [ip],
+        30,
+        f"api-leader routing to {leader} ({ip}) alone",
     )
-    assert stalled.returncode != 0, stalled.stdout
 
 
 def _replica_sets(e2e: Cluster, namespace: str) -> dict[str, int]:
-    """{revision: replicas} of the api Deployment's ReplicaSets."""
-    items = e2e.json("get", "replicasets", "-n", namespace, "-l", "app.kubernetes.io/name=api")[
+    """{revision: replicas} of the gated Deployment's ReplicaSets."""
+    items = e2e.json("get", "replicasets", "-n", namespace, "-l", "app.kubernetes.io/name=gated")[
         "items"
     ]
     return {
@@ -104,24 +125,24 @@ def test_gated_readiness_recreate_rolls_and_the_default_strategy_stalls(
     pods; the default rolling update stalls with the old leader kept as the only Ready pod."""
     ns = workload_namespace
     e2e.kubectl(
-        "apply", "-n", ns, "-f", str(ROOT / "manifests" / "examples" / "leader-service.yaml")
+        "apply", "-n", ns, "-f", str(ROOT / "manifests" / "examples" / "gated-readiness.yaml")
     )
-    wait_for(lambda: gated_leader(e2e, ns), 90, "a Ready leader among the api pods")
+    wait_for(lambda: gated_leader(e2e, ns), 90, "a Ready leader among the gated pods")
     old = {
         p["metadata"]["name"]
-        for p in e2e.json("get", "pods", "-n", ns, "-l", "app.kubernetes.io/name=api")["items"]
+        for p in e2e.json("get", "pods", "-n", ns, "-l", "app.kubernetes.io/name=gated")["items"]
     }
 
     # Recreate (the example's strategy): every pod is replaced and a new one leads, Ready.
-    e2e.kubectl("rollout", "restart", "-n", ns, "deployment/api")
+    e2e.kubectl("rollout", "restart", "-n", ns, "deployment/gated")
     renewed, _ = wait_for(
         lambda: (g := gated_leader(e2e, ns)) is not None and g[0] not in old and g,
         120,
-        "a new api pod leading and Ready after the Recreate rollout",
+        "a new gated pod leading and Ready after the Recreate rollout",
     )
     current = {
         p["metadata"]["name"]
-        for p in e2e.json("get", "pods", "-n", ns, "-l", "app.kubernetes.io/name=api")["items"]
+        for p in e2e.json("get", "pods", "-n", ns, "-l", "app.kubernetes.io/name=gated")["items"]
     }
     assert current.isdisjoint(old), (old, current)
 
@@ -130,21 +151,21 @@ def test_gated_readiness_recreate_rolls_and_the_default_strategy_stalls(
         "patch",
         "-n",
         ns,
-        "deployment/api",
+        "deployment/gated",
         "--type=merge",
         "-p",
         '{"spec":{"strategy":{"type":"RollingUpdate","rollingUpdate":null}}}',
     )
     before = _replica_sets(e2e, ns)
-    e2e.kubectl("rollout", "restart", "-n", ns, "deployment/api")
+    e2e.kubectl("rollout", "restart", "-n", ns, "deployment/gated")
     wait_for(lambda: len(_replica_sets(e2e, ns)) > len(before), 30, "the new ReplicaSet")
     stalled = e2e.kubectl(
-        "rollout", "status", "-n", ns, "deployment/api", "--timeout=30s", check=False
+        "rollout", "status", "-n", ns, "deployment/gated", "--timeout=30s", check=False
     )
     assert stalled.returncode != 0, stalled.stdout
     sets = _replica_sets(e2e, ns)
     newest = max(sets, key=int)
     assert sets[newest] == 1, sets  # one surge pod, never Ready: the rollout cannot go on
-    api = e2e.json("get", "pods", "-n", ns, "-l", "app.kubernetes.io/name=api")["items"]
+    api = e2e.json("get", "pods", "-n", ns, "-l", "app.kubernetes.io/name=gated")["items"]
     assert len(api) == 3, [p["metadata"]["name"] for p in api]
     assert [p["metadata"]["name"] for p in api if _ready(p)] == [renewed], sets

@@ -208,6 +208,7 @@ INVALID = [
     ("state-dir", "relative/dir", "an absolute directory path"),
     ("state-dir", "/var/../etc", "no '..'"),
     ("gate-readiness", "yes", '"true" or "false"'),
+    ("label-leader", "on", '"true" or "false"'),
     ("name", "---", "an election name with letters or digits"),
     ("lease-duraton", "20s", "is not a known annotation"),
 ]

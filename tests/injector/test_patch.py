@@ -95,6 +95,20 @@ def test_gate_readiness_adds_the_leader_probe() -> None:
     assert out["spec"]["initContainers"][0]["readinessProbe"]["httpGet"]["path"] == "/leader"
 
 
+def test_label_leader_passes_the_flag_and_pod_name() -> None:
+    annotated = pod({P + "label-leader": "true"}, name="x")
+    sc = patched(annotated, decide(annotated, SPEC))["spec"]["initContainers"][0]
+    assert "--label-leader" in sc["args"]
+    assert {"name": "POD_NAME", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}} in sc[
+        "env"
+    ]
+    plain = pod({}, name="x")
+    assert (
+        "--label-leader"
+        not in patched(plain, decide(plain, SPEC))["spec"]["initContainers"][0]["args"]
+    )
+
+
 def test_injector_defaults_apply_and_annotations_override() -> None:
     spec = SidecarSpec(image="i", timing=Timing(30, 20, 4), cpu_request="5m")
     p = pod({P + "retry-period": "5s"}, name="x")

@@ -41,7 +41,7 @@ VALUE_SETS: dict[str, dict[str, Any]] = {
         "injector.autoRBAC": True,
         "workloadRBAC": [
             {"namespace": "team-a"},
-            {"namespace": "team-b", "serviceAccounts": ["a", "b"]},
+            {"namespace": "team-b", "serviceAccounts": ["a", "b"], "leaderLabel": True},
         ],
     },
     "one-replica-no-pdb": {"injector.replicas": 1, "injector.podDisruptionBudget.enabled": False},
@@ -165,7 +165,14 @@ STANDARD_LABELS = (
     "app.kubernetes.io/component",
     "helm.sh/chart",
 )
-CLUSTER_SCOPED = {"ClusterRole", "ClusterRoleBinding", "MutatingWebhookConfiguration", "Namespace"}
+CLUSTER_SCOPED = {
+    "ClusterRole",
+    "ClusterRoleBinding",
+    "MutatingWebhookConfiguration",
+    "Namespace",
+    "ValidatingAdmissionPolicy",
+    "ValidatingAdmissionPolicyBinding",
+}
 
 
 @pytest.mark.parametrize("name", list(VALUE_SETS))
@@ -464,6 +471,44 @@ def test_workload_role_is_the_same_everywhere() -> None:
     assert chart_binding["subjects"] == code_binding["subjects"]
 
 
+def test_leader_label_policy_and_role_are_the_same_everywhere() -> None:
+    objects = render({"workloadRBAC": [{"namespace": "team-a", "leaderLabel": True}]})
+    manifest = docs((MANIFESTS / "leader-label.yaml").read_text())
+    for kind in ("ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding"):
+        chart_obj, manifest_obj = find(objects, kind), find(manifest, kind)
+        assert chart_obj["metadata"]["name"] == manifest_obj["metadata"]["name"]
+        assert chart_obj["spec"] == manifest_obj["spec"], kind
+    assert find(objects, kind)["metadata"]["name"] == injector_rbac.LABEL_POLICY
+    chart_role = find(objects, "Role", injector_rbac.LABEL_ROLE_NAME)
+    manifest_role = find(manifest, "Role", injector_rbac.LABEL_ROLE_NAME)
+    assert chart_role["rules"] == manifest_role["rules"] == injector_rbac.label_role("x")["rules"]
+    chart_binding = find(objects, "RoleBinding", "grelmicro-sidecar-leader-label-default")
+    manifest_binding = find(manifest, "RoleBinding", "grelmicro-sidecar-leader-label-default")
+    assert chart_binding["roleRef"] == manifest_binding["roleRef"]
+    assert (
+        injector_rbac.binding_name("default", injector_rbac.LABEL_ROLE_NAME)
+        == manifest_binding["metadata"]["name"]
+    )
+    # No label grant without the policy that limits it.
+    refused = template(
+        {
+            "workloadRBAC": [{"namespace": "team-a", "leaderLabel": True}],
+            "leaderLabel.policy": False,
+        },
+        check=False,
+    )
+    assert refused.returncode != 0
+    assert "leaderLabel needs leaderLabel.policy=true" in refused.stderr
+    without = render({"workloadRBAC": [{"namespace": "team-a"}]})
+    assert not [
+        o
+        for o in without
+        if "leader-label" in o["metadata"]["name"]
+        and o["kind"] != "ValidatingAdmissionPolicy"
+        and o["kind"] != "ValidatingAdmissionPolicyBinding"
+    ]
+
+
 def test_injector_cluster_role_grows_only_with_auto_rbac() -> None:
     def rules(values: Any) -> list[dict[str, Any]]:
         return find(render(values), "ClusterRole")["rules"]
@@ -491,6 +536,12 @@ def test_injector_cluster_role_grows_only_with_auto_rbac() -> None:
     events = next(r for r in auto if r["resources"] == ["events"])
     assert set(injector_rbac.EVENT_VERBS) <= set(events["verbs"])
     assert not any(r["resources"] == ["events"] for r in base)
+    # The leader label's grant (pods patch, the marker), only while the policy is installed.
+    label_rules = [r for r in injector_rbac.label_role("x")["rules"]]
+    assert all(r in auto for r in label_rules)
+    no_policy = rules({"injector.autoRBAC": True, "leaderLabel.policy": False})
+    assert not any(r in no_policy for r in label_rules)
+    assert not any("patch" in r["verbs"] and r["resources"] == ["pods"] for r in base)
 
 
 def test_install_yaml_is_the_chart_rendered() -> None:
@@ -514,6 +565,8 @@ def test_install_yaml_is_the_chart_rendered() -> None:
             "Issuer",
             "Issuer",
             "MutatingWebhookConfiguration",
+            "ValidatingAdmissionPolicy",
+            "ValidatingAdmissionPolicyBinding",
         ]
     )
     assert not [o for o in objects if is_hook(o)]

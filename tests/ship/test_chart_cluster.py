@@ -256,6 +256,8 @@ def test_install_answers_upgrades_and_uninstalls(
             "Deployment",
             "PodDisruptionBudget",
             "MutatingWebhookConfiguration",
+            "ValidatingAdmissionPolicy",
+            "ValidatingAdmissionPolicyBinding",
             "Role",
             "RoleBinding",
         }

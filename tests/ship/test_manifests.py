@@ -89,7 +89,12 @@ def test_example_images_are_pinned_and_the_project_image_matches_the_chart() -> 
         for line in (CHART / "Chart.yaml").read_text().splitlines()
         if line.startswith("appVersion:")
     )
-    for name in ("deployment.yaml", "leader-service.yaml", "manual-sidecar.yaml"):
+    for name in (
+        "deployment.yaml",
+        "leader-service.yaml",
+        "gated-readiness.yaml",
+        "manual-sidecar.yaml",
+    ):
         spec = _example(name)["spec"]["template"]["spec"]
         for c in spec.get("initContainers", []) + spec["containers"]:
             image = c["image"]
@@ -197,15 +202,19 @@ def test_examples_are_admitted_and_injected_in_a_restricted_namespace(
                     assert f"--election={app}" in sidecar["args"]
                     env = {e["name"] for e in pod["spec"]["containers"][0]["env"]}
                     assert set(STATE_ENV) <= env
-            for pod in by_app["api"]:
-                assert sidecar_of(pod)["readinessProbe"]["httpGet"]["path"] == "/leader"
+            for pod in by_app["api"]:  # the leader label, not readiness, routes to the leader
+                assert "--label-leader" in sidecar_of(pod)["args"]
+                assert "readinessProbe" not in sidecar_of(pod)
             for pod in by_app["worker"]:
                 assert "readinessProbe" not in sidecar_of(pod)
             for pod in by_app["manual"]:
                 names = [c["name"] for c in pod["spec"]["initContainers"]]
                 assert names == ["grelmicro-sidecar"]  # written by hand, not injected a second time
             service = kubectl_json(cluster, "get", "service", "api-leader", "-n", ns)
-            assert service["spec"]["selector"] == {"app.kubernetes.io/name": "api"}
+            assert service["spec"]["selector"] == {
+                "app.kubernetes.io/name": "api",
+                "leader-election.grelmicro.io/leader": "true",
+            }
             assert service["spec"]["ports"][0]["targetPort"] == "http"
     finally:
         helm("uninstall", release, f"--namespace={namespace}", kubeconfig=cluster.kubeconfig)

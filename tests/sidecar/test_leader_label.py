@@ -10,9 +10,11 @@ from __future__ import annotations
 
 import signal
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import pytest
 from kubernetes import client
 
 from tests import accounts
@@ -24,8 +26,19 @@ LABEL = "leader-election.grelmicro.io/leader"
 SA = "default"  # what manifests/leader-label.yaml binds
 
 
-def apply_label_grant(cluster: ControlPlane, api: Any, namespace: str) -> None:
-    """``kubectl apply`` the Role, its binding and the policy, as README says; wait for both."""
+def policy_only() -> str:
+    """The file's ValidatingAdmissionPolicy and its binding (cluster-scoped), as one YAML stream."""
+    text = (ROOT / "manifests" / "leader-label.yaml").read_text()
+    return "\n---\n".join(d for d in text.split("\n---\n") if "AdmissionPolicy" in d)
+
+
+@pytest.fixture
+def label_grant(cluster: ControlPlane, api: Any, namespace: str) -> Iterator[None]:
+    """``kubectl apply`` the Role, its binding and the policy, as README says; wait for both.
+
+    The policy is cluster-wide: deleted afterwards, so that a chart installed
+    later in the session owns its own.
+    """
     deadline = time.monotonic() + 60
     core = client.CoreV1Api(api)
     while not core.list_namespaced_service_account(namespace).items:  # kcm makes `default`
@@ -33,9 +46,13 @@ def apply_label_grant(cluster: ControlPlane, api: Any, namespace: str) -> None:
         time.sleep(0.1)
     cluster.kubectl("apply", "-n", namespace, "-f", str(ROOT / "manifests" / "rbac.yaml"))
     cluster.kubectl("apply", "-n", namespace, "-f", str(ROOT / "manifests" / "leader-label.yaml"))
-    user = f"system:serviceaccount:{namespace}:{SA}"
-    accounts.wait_until_allowed(api, namespace, user, ["patch"], group="", resource="pods")
-    accounts.wait_until_allowed(api, namespace, user, accounts.LEASE_VERBS)
+    try:
+        user = f"system:serviceaccount:{namespace}:{SA}"
+        accounts.wait_until_allowed(api, namespace, user, ["patch"], group="", resource="pods")
+        accounts.wait_until_allowed(api, namespace, user, accounts.LEASE_VERBS)
+        yield
+    finally:
+        cluster.kubectl("delete", "--ignore-not-found", "-f", "-", input=policy_only())
 
 
 def make_pod(api: Any, namespace: str, name: str, sa: str = SA) -> None:
@@ -87,9 +104,8 @@ def cluster_admin(cluster: ControlPlane) -> Any:
 
 
 def test_a_token_bound_to_pod_a_may_only_set_or_remove_the_leader_label_on_pod_a(
-    cluster: ControlPlane, api: Any, namespace: str
+    cluster: ControlPlane, api: Any, namespace: str, label_grant: None
 ) -> None:
-    apply_label_grant(cluster, api, namespace)
     make_pod(api, namespace, "a")
     make_pod(api, namespace, "b")
     bound_to_a = accounts.token(api, namespace, SA, bound_to_pod="a")
@@ -171,9 +187,8 @@ def labelled(api: Any, namespace: str, pods: list[str]) -> list[str]:
 
 
 def test_sidecars_keep_the_leader_label_on_the_leader_and_take_it_off_before_releasing(
-    cluster: ControlPlane, api: Any, namespace: str, tmp_path: Path
+    cluster: ControlPlane, api: Any, namespace: str, tmp_path: Path, label_grant: None
 ) -> None:
-    apply_label_grant(cluster, api, namespace)
     pods = ["a", "b"]
     for pod in pods:
         make_pod(api, namespace, pod)
