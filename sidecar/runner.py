@@ -47,6 +47,7 @@ from .publish.metrics import Metrics
 from .publish.state import State
 from .publish.statefile import StateDirError, StateFile
 from .settings import RunSettings
+from .sweepduty import SweepDuty
 
 SHUTDOWN_BUDGET = 10.0  # release + sweep, well inside the default 30 s grace period
 LABEL_BUDGET = 3.0  # of it, how long the release waits for the leader label to come off
@@ -118,8 +119,11 @@ class Sidecar:
         )
         self._tasks: list[asyncio.Task[Any]] = []
         self._loop_task: asyncio.Task[Any] | None = None
-        # The shutdown sweep judges Leases on what this process saw since it started.
+        # The shutdown sweep judges Leases on what this process saw since it started,
+        # and only the holder of the namespace's sweep duty looks at all.
         self.sightings = cleanup.Sightings(self.clock.monotonic)
+        self.duty = SweepDuty(store, namespace, settings.identity, self.clock.wall)
+        self._sighted = False
         self._sighting: asyncio.Task[None] | None = None
         self._signals = 0
 
@@ -206,17 +210,22 @@ class Sidecar:
         return await self._shutdown()
 
     async def _sight(self) -> None:
-        """One list of the namespace's managed Leases at start, for the shutdown sweep.
+        """Claim the sweep duty; its holder lists the namespace's managed Leases once.
 
-        Without it the sweep could only trust wall clocks (contract §5). If it
-        fails, the shutdown sweep deletes nothing: the injector's sweep and
-        ``cleanup`` remain.
+        Without that list the sweep could only trust wall clocks (contract §5).
+        A sidecar without the duty, or whose list failed, sweeps nothing at
+        exit: the duty holder, the injector's sweep and ``cleanup`` remain.
         """
         try:
+            if not await self.duty.claim():
+                self.log.debug("another sidecar holds the sweep duty", sweeper=self.duty.holder)
+                return
             await cleanup.sight(self.store, self.sightings)
+            self._sighted = True
         except ApiError as err:
             self.log.debug(
-                "could not list managed leases; the shutdown sweep will skip", error=str(err)
+                "could not claim the sweep duty or list managed leases; the shutdown sweep will skip",
+                error=str(err),
             )
 
     def _on_signal(self, sig: int) -> None:
@@ -480,19 +489,7 @@ class Sidecar:
         try:
             async with asyncio.timeout(SHUTDOWN_BUDGET):
                 await self._release(deadline)
-                result = await cleanup.sweep(
-                    self.store,
-                    self.log,
-                    sightings=self.sightings,
-                    now=self.clock.wall,
-                    on_delete=lambda _r: self._count_swept(),
-                )
-                self.log.info(
-                    "sweep done",
-                    deleted=len(result.deleted),
-                    kept_live=result.kept_live,
-                    kept_unconfirmed=result.kept_unconfirmed,
-                )
+                await self._sweep()
         except TimeoutError:
             self.log.warning(
                 "shutdown budget spent; exiting without finishing release/sweep",
@@ -533,6 +530,27 @@ class Sidecar:
                 pod=self.label.pod,
                 waited_seconds=LABEL_BUDGET,
             )
+
+    async def _sweep(self) -> None:
+        """The exit sweep (contract §5 step 3), by the sweep duty's holder only."""
+        if not self.duty.held:
+            self.log.info("sweep left to the sweep duty's holder", sweeper=self.duty.holder or None)
+            return
+        if self._sighted:
+            result = await cleanup.sweep(
+                self.store,
+                self.log,
+                sightings=self.sightings,
+                now=self.clock.wall,
+                on_delete=lambda _r: self._count_swept(),
+            )
+            self.log.info(
+                "sweep done",
+                deleted=len(result.deleted),
+                kept_live=result.kept_live,
+                kept_unconfirmed=result.kept_unconfirmed,
+            )
+        await self.duty.give_back()
 
     def _count_swept(self) -> None:
         self.metrics.swept += 1

@@ -4,8 +4,8 @@
    containerd, CNI, CoreDNS; all on loopback and one bridge).
 2. Build the image from the Dockerfile (cached) and load it into the node.
 3. ``helm install`` the chart; the injector's two replicas come up.
-4. ``kubectl apply -f manifests/rbac.yaml`` and ``-k manifests/examples`` in
-   namespace ``demo``, as README tells a user to.
+4. ``kubectl apply -f manifests/rbac.yaml -f manifests/leader-label.yaml`` and
+   ``-k manifests/examples`` in namespace ``demo``, as README tells a user to.
 5. Who leads, read from inside each ``worker`` pod's app container, and
    ``kubectl get leases``.
 6. ``kubectl delete pod`` the leader: the sidecar releases the Lease on
@@ -28,7 +28,7 @@ from tests.cluster.node import Node
 from tests.demo import BOLD, GREEN, RESET, Interrupted, _interrupt, say, title
 from tests.e2e.conftest import CHART, ROOT, Cluster, wait_for
 from tests.e2e.test_election import pods, view_from_app
-from tests.e2e.test_examples import apply_examples, gated_leader
+from tests.e2e.test_examples import apply_examples, labelled_leader
 
 NAMESPACE = "demo"
 RELEASE = "grelmicro-sidecar"
@@ -70,17 +70,27 @@ def run(node: Node) -> None:
     cluster.kubectl("create", "namespace", NAMESPACE)
     cluster.kubectl("apply", "-n", NAMESPACE, "-f", str(ROOT / "manifests" / "rbac.yaml"))
     apply_examples(cluster, NAMESPACE)
-    # api gates readiness on leadership: exactly one pod Ready (rollout status would never finish).
-    leader_api, _ = wait_for(lambda: gated_leader(cluster, NAMESPACE), 90, "the api leader Ready")
-    say(cluster.kubectl("get", "pods", "-n", NAMESPACE).stdout.rstrip())
+    # api's leader carries the leader label; every pod is Ready, the Service selects the label.
+    leader_api, _ = wait_for(
+        lambda: labelled_leader(cluster, NAMESPACE), 90, "the api leader labelled"
+    )
     say(
-        f"   api gates readiness on leadership: only {leader_api} is Ready, the Service routes to it alone"
+        cluster.kubectl(
+            "get", "pods", "-n", NAMESPACE, "-L", "leader-election.grelmicro.io/leader"
+        ).stdout.rstrip()
+    )
+    say(
+        f"   every api pod is Ready; {leader_api} carries leader-election.grelmicro.io/leader=true, "
+        "so the Service api-leader routes to it alone"
     )
 
     title("5. Who leads? From inside each worker pod's app container")
     leader = wait_for(lambda: show_leaders(cluster), 60, "a leader", interval=1)
     say(f"\n{BOLD}$ kubectl get leases -n demo{RESET}")
     say(cluster.kubectl("get", "leases", "-n", NAMESPACE).stdout.rstrip())
+    say(
+        "   (grelmicro-sidecar-sweeper: which sidecar sweeps expired Leases on exit, not an election)"
+    )
 
     title(f"6. kubectl delete pod {leader}")
     deleted = time.time()

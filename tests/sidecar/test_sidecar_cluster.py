@@ -69,7 +69,7 @@ def test_one_candidate_leads_after_one_lease_duration_and_all_views_agree(
 
     table = cluster.kubectl("get", "leases", "-n", namespace).stdout.splitlines()
     assert table[0].split()[:2] == ["NAME", "HOLDER"]
-    assert table[1].split()[:2] == ["leader-main", "pod-a"]
+    assert ["leader-main", "pod-a"] in [row.split()[:2] for row in table[1:]], table
     lease = json.loads(
         cluster.kubectl("get", "lease", "leader-main", "-n", namespace, "-o", "json").stdout
     )
@@ -509,3 +509,36 @@ def test_lease_deleted_while_leading_no_double_leadership(
         time.sleep(0.02)
     assert leaders(procs), "the Lease is recreated and someone leads"
     assert seen_leader
+
+
+def test_only_the_sweep_duty_holder_sweeps_at_exit_and_then_frees_the_duty(
+    spawn: Spawn, api: Any, namespace: str
+) -> None:
+    """Contract §5 step 3, issue 15 item 2: many pods stopping cost one sweep, not one each."""
+    coord = client.CoordinationV1Api(api)
+    first = spawn("pod-0")
+    wait_for(
+        lambda: _holder(coord, namespace, "grelmicro-sidecar-sweeper") == "pod-0",
+        15,
+        what="the first sidecar to take the sweep duty",
+    )
+    others = [spawn(f"pod-{i}") for i in (1, 2)]
+    wait_for(lambda: leaders([first, *others]), 15)
+    for proc in others:
+        proc.signal(signal.SIGTERM)
+        assert proc.wait(30) == 0
+        assert "sweep left to the sweep duty's holder" in proc.messages(), proc.raw_log()[-2000:]
+        assert "sweep done" not in proc.messages()
+    first.signal(signal.SIGTERM)
+    assert first.wait(30) == 0
+    assert "sweep done" in first.messages(), first.raw_log()[-2000:]
+    assert _holder(coord, namespace, "grelmicro-sidecar-sweeper") == ""
+    duty = coord.read_namespaced_lease("grelmicro-sidecar-sweeper", namespace)
+    assert (duty.metadata.labels or {}).get("app.kubernetes.io/managed-by") == "grelmicro-sidecar"
+
+
+def _holder(coord: Any, namespace: str, name: str) -> str | None:
+    try:
+        return str(coord.read_namespaced_lease(name, namespace).spec.holder_identity or "")
+    except client.ApiException:
+        return None

@@ -20,6 +20,7 @@ from typing import Any
 
 from kubernetes import client
 
+from sidecar.sweepduty import duty_body
 from tests.cluster import ControlPlane
 from tests.metrics import samples
 from tests.sidecar.proc import BIN, SidecarProcess, wait_for
@@ -61,6 +62,9 @@ def test_shutdown_sweep_with_a_clock_ahead_spares_live_leases_and_still_sweeps_d
     spawn: Spawn, api: Any, namespace: str
 ) -> None:
     coord = client.CoordinationV1Api(api)
+    # The skewed sidecar, started second, must be the one that sweeps: it holds the
+    # namespace's sweep duty (contract §5) from before the live leader starts.
+    coord.create_namespaced_lease(namespace, duty_body(namespace, "ahead", dt.datetime.now(dt.UTC)))
     live, live_uid = _live_and_dead(spawn, coord, namespace)
 
     sweeper = spawn("ahead", election="other", env=skewed_clock(AHEAD))
@@ -107,9 +111,10 @@ def test_cleanup_with_a_clock_ahead_spares_live_leases_and_still_sweeps_dead_one
     assert "deleted 1 expired lease(s)" in out.stdout, (out.stdout, out.stderr)
     # It watched the candidates for duration + margin (3 s + 5 s) before deleting.
     assert took >= 8, took
-    assert {i.metadata.name for i in coord.list_namespaced_lease(namespace).items} == {
-        "leader-busy"
-    }
+    managed = coord.list_namespaced_lease(
+        namespace, label_selector="app.kubernetes.io/managed-by=grelmicro"
+    ).items
+    assert {i.metadata.name for i in managed} == {"leader-busy"}
     assert _uid(coord, namespace, "leader-busy") == live_uid, "the live Lease was deleted"
     assert live.leads()
     assert "Traceback" not in out.stderr, out.stderr

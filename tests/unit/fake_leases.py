@@ -28,8 +28,12 @@ class FakeLeases:
         self.rv = 100
         self.compacted = 0  # watches from a version below this get 410
         self.down = False
-        self.writes: list[tuple[str, str]] = []  # (verb, holderIdentity)
+        #: (verb, holderIdentity) of writes to election Leases (labelled managed-by
+        #: grelmicro); the sweep duty's go to ``duty_writes``
+        self.writes: list[tuple[str, str]] = []
+        self.duty_writes: list[tuple[str, str]] = []
         self.lists = 0
+        self.label_lists = 0  # lists by label (the sweep's), not the election's by name
         self._generation = 0
         self._changed = asyncio.Condition()
 
@@ -50,6 +54,11 @@ class FakeLeases:
         obj["metadata"].setdefault("namespace", self.namespace)
         return obj
 
+    def _wrote(self, verb: str, obj: dict[str, Any]) -> None:
+        managed = (obj["metadata"].get("labels") or {}).get("app.kubernetes.io/managed-by")
+        writes = self.writes if managed == "grelmicro" else self.duty_writes
+        writes.append((verb, obj["spec"].get("holderIdentity", "")))
+
     async def get(self, name: str, timeout: float | None = None) -> dict[str, Any] | None:
         self._check("get")
         obj = self.objects.get(name)
@@ -60,6 +69,7 @@ class FakeLeases:
     ) -> tuple[list[dict[str, Any]], str]:
         self._check("list")
         self.lists += 1
+        self.label_lists += bool(label_selector)
         items = list(self.objects.values())
         if field_selector.startswith("metadata.name="):
             items = [o for o in items if o["metadata"]["name"] == field_selector.split("=", 1)[1]]
@@ -75,7 +85,7 @@ class FakeLeases:
             raise Conflict("create leases: HTTP 409", status=409, verb="create")
         obj = self._stamp(body)
         self.objects[name] = obj
-        self.writes.append(("create", obj["spec"].get("holderIdentity", "")))
+        self._wrote("create", obj)
         await self._record("ADDED", obj)
         return copy.deepcopy(obj)
 
@@ -89,7 +99,7 @@ class FakeLeases:
             raise Conflict("update leases: HTTP 409", status=409, verb="update")
         obj = self._stamp(body)
         self.objects[name] = obj
-        self.writes.append(("update", obj["spec"].get("holderIdentity", "")))
+        self._wrote("update", obj)
         await self._record("MODIFIED", obj)
         return copy.deepcopy(obj)
 

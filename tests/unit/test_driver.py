@@ -25,6 +25,7 @@ from sidecar.logs import Logger
 from sidecar.publish.label import LeaderLabel
 from sidecar.runner import Sidecar
 from sidecar.settings import RunSettings
+from sidecar.sweepduty import DUTY_LEASE, DUTY_SECONDS, duty_body
 from sidecar.timing import Timing
 from tests.unit.fake_leases import FakeLeases
 
@@ -126,7 +127,8 @@ def test_acquires_then_renews_every_half_renew_deadline(tmp_path: Path) -> None:
         a = await Candidate("a", store, tmp_path).start()
         took = await until(a.leads, 16, "a leads an empty election")
         state = a.state()
-        created = store.history[0][2]  # the token is the resourceVersion of the create
+        # the token is the resourceVersion of the create
+        created = next(o for _rv, _kind, o in store.history if o["metadata"]["name"] == LEASE)
         assert state["holder"] == "a", state
         assert state["fencing_token"] == int(created["metadata"]["resourceVersion"]), state
         assert store.writes == [("create", "a")]
@@ -229,6 +231,57 @@ def test_shutdown_sweep_keeps_what_it_has_not_seen_unchanged_long_enough(tmp_pat
         await asyncio.sleep(30)  # 30 s < 15 s + 60 s: an hour old by the clock is not enough
         assert await a.stop() == 0
         assert "leader-old" in store.objects
+
+    run(scenario)
+
+
+def test_only_the_sweep_duty_holder_lists_and_sweeps_and_it_hands_the_duty_on(
+    tmp_path: Path,
+) -> None:
+    """Issue 15, item 2: stopping pods cost the API one sweep, not one list each."""
+
+    async def scenario() -> None:
+        store = await _with_an_abandoned_lease()
+        a = await Candidate("a", store, tmp_path).start()
+        others = [await Candidate(n, store, tmp_path).start() for n in ("b", "c", "d")]
+        await until(lambda: store.holder(LEASE) is not None, 16, "someone leads")
+        assert store.holder(DUTY_LEASE) == "a"
+        lists_at_start = store.label_lists
+        await asyncio.sleep(76)  # long enough for a sweep to confirm leader-old abandoned
+        for other in others:
+            assert await other.stop() == 0
+        assert store.label_lists == lists_at_start  # the followers' exits listed nothing
+        assert "leader-old" in store.objects  # and swept nothing
+        assert await a.stop() == 0
+        assert store.label_lists == lists_at_start + 1  # one list by the duty's holder
+        assert "leader-old" not in store.objects
+        assert store.holder(DUTY_LEASE) is None  # given back: the next starter takes it
+        e = await Candidate("e", store, tmp_path).start()
+        await until(lambda: store.holder(DUTY_LEASE) == "e", 5, "e takes the free duty")
+        await e.stop()
+
+    run(scenario)
+
+
+def test_a_lapsed_sweep_duty_is_taken_over_by_the_next_sidecar_to_start(tmp_path: Path) -> None:
+    async def scenario() -> None:
+        store = FakeLeases()
+        dead = duty_body(
+            "ns", "dead-pod", LoopClock().wall() - dt.timedelta(seconds=DUTY_SECONDS + 1)
+        )
+        await store.create(dead)
+        live = duty_body("ns", "live-pod", LoopClock().wall())
+        a = await Candidate("a", store, tmp_path).start()
+        await until(lambda: store.holder(DUTY_LEASE) == "a", 5, "a takes the lapsed duty")
+        await a.stop()
+        current = LeaseRecord.from_object(store.objects[DUTY_LEASE])
+        live["metadata"]["resourceVersion"] = current.resource_version
+        await store.replace(live)
+        b = await Candidate("b", store, tmp_path).start()
+        await asyncio.sleep(5)
+        assert store.holder(DUTY_LEASE) == "live-pod"  # a live claim is left alone
+        assert await b.stop() == 0
+        assert store.holder(DUTY_LEASE) == "live-pod"
 
     run(scenario)
 

@@ -1,0 +1,191 @@
+"""What shutdown sweeps cost the API server when many pods stop at once (issue 15, item 2).
+
+Not a test (``tests/unit/test_driver.py`` asserts the behaviour); this reports
+the numbers. On the embedded control plane: a namespace with ``--leases``
+managed Leases abandoned an hour ago, ``--pods`` sidecars of one election
+started together, left running until a sweep may confirm those Leases
+abandoned (lease duration + the 60 s margin), then all SIGTERMed at once, the
+way a rollout or a scale-down stops them. From the API server's audit log:
+the sweep's LISTs (by label), its DELETEs, and the requests on the sweep duty
+Lease, at start and at exit; from its metrics, the bytes of every Lease LIST
+answer (the sweep's, and the election's own small reads by name).
+
+``--old PATH`` runs the same with the ``sidecar`` package found under PATH
+(e.g. ``git archive <commit> sidecar | tar -x -C PATH``) first, for a
+before/after in one run:
+
+    .venv/bin/python -m bench.sweep [--pods 50] [--leases 1000] [--old /tmp/old]
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import json
+import os
+import re
+import signal
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from tests.cluster import ControlPlane
+from tests.sidecar.proc import SidecarProcess, wait_for
+
+RESULTS = Path(__file__).parent / "results" / "sweep.json"
+SELECTOR = "app.kubernetes.io%2Fmanaged-by%3Dgrelmicro"
+TIMING = ("--lease-duration=3s", "--renew-deadline=2s", "--retry-period=500ms")
+
+
+def abandoned_leases(plane: ControlPlane, namespace: str, count: int) -> None:
+    """``count`` managed Leases last renewed an hour ago, for one second: long abandoned."""
+    stamp = (dt.datetime.now(dt.UTC) - dt.timedelta(hours=1)).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+    items = [
+        {
+            "apiVersion": "coordination.k8s.io/v1",
+            "kind": "Lease",
+            "metadata": {
+                "name": f"leader-gone-{i:04d}",
+                "labels": {"app.kubernetes.io/managed-by": "grelmicro"},
+            },
+            "spec": {
+                "holderIdentity": f"gone-{i}",
+                "leaseDurationSeconds": 1,
+                "acquireTime": stamp,
+                "renewTime": stamp,
+                "leaseTransitions": 0,
+            },
+        }
+        for i in range(count)
+    ]
+    doc = json.dumps({"apiVersion": "v1", "kind": "List", "items": items})
+    plane.kubectl("create", "-n", namespace, "-f", "-", input=doc)
+
+
+def lease_list_bytes(plane: ControlPlane) -> float:
+    """Sum of the sizes of every Lease LIST answer so far (apiserver_response_sizes)."""
+    _, body = plane.get("/metrics")
+    total = 0.0
+    for line in body.decode().splitlines():
+        wanted = 'resource="leases"' in line and 'verb="LIST"' in line
+        if line.startswith("apiserver_response_sizes_sum{") and wanted:
+            total += float(line.rsplit(" ", 1)[1])
+    return total
+
+
+def count_requests(plane: ControlPlane, namespace: str, since: str, until: str) -> dict[str, int]:
+    """The sweep's requests in [since, until) from the audit log (stageTimestamp, RFC 3339)."""
+    counts = {"sweep_lists": 0, "deletes": 0, "deletes_ok": 0, "duty": 0}
+    for event in plane.audit_events():
+        ref = event.get("objectRef") or {}
+        if event.get("stage") != "ResponseComplete" or ref.get("namespace") != namespace:
+            continue
+        if ref.get("resource") != "leases" or not since <= event["stageTimestamp"] < until:
+            continue
+        verb, uri = event.get("verb"), event.get("requestURI", "")
+        code = (event.get("responseStatus") or {}).get("code", 0)
+        if verb == "list" and SELECTOR in uri:
+            counts["sweep_lists"] += 1
+        elif verb == "delete":
+            counts["deletes"] += 1
+            counts["deletes_ok"] += code == 200
+        elif ref.get("name") == "grelmicro-sidecar-sweeper":
+            counts["duty"] += 1
+    return counts
+
+
+def stamp() -> str:
+    return dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+def one_run(
+    plane: ControlPlane, tmp: Path, label: str, pods: int, leases: int, old: str | None
+) -> dict[str, Any]:
+    namespace = f"sweep-{label}"
+    plane.kubectl("create", "namespace", namespace)
+    abandoned_leases(plane, namespace, leases)
+    env = {"PYTHONPATH": old} if old else {}
+    procs = [
+        SidecarProcess(tmp / label, plane.kubeconfig, namespace, f"pod-{i}", extra=TIMING, env=env)
+        for i in range(pods)
+    ]
+    (tmp / label).mkdir(parents=True)
+    started = stamp()
+    bytes_at_start = lease_list_bytes(plane)
+    for proc in procs:
+        proc.start()
+    wait_for(lambda: any(p.leads() for p in procs), 120, what="a leader")
+    time.sleep(70)  # the abandoned Leases' 1 s + the sweep's 60 s margin, seen unchanged
+    stopping = stamp()
+    bytes_before_stop = lease_list_bytes(plane)
+    began = time.monotonic()
+    for proc in procs:
+        proc.signal(signal.SIGTERM)
+    codes = [proc.wait(60) for proc in procs]
+    took = time.monotonic() - began
+    time.sleep(1)  # the audit log's last lines
+    ended = stamp()
+    left = plane.kubectl(
+        "get",
+        "leases",
+        "-n",
+        namespace,
+        "-l",
+        "app.kubernetes.io/managed-by=grelmicro",
+        "-o",
+        "name",
+    ).stdout.split()
+    result = {
+        "pods": pods,
+        "leases": leases,
+        "start": count_requests(plane, namespace, started, stopping),
+        "stop": count_requests(plane, namespace, stopping, ended),
+        "list_bytes_start": bytes_before_stop - bytes_at_start,
+        "list_bytes_stop": lease_list_bytes(plane) - bytes_before_stop,
+        "abandoned_left": sum(1 for n in left if re.search(r"leader-gone-", n)),
+        "exit_codes": sorted(set(codes)),
+        "stop_seconds": round(took, 2),
+    }
+    for proc in procs:
+        proc.stop()
+    return result
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m bench.sweep")
+    parser.add_argument("--pods", type=int, default=50)
+    parser.add_argument("--leases", type=int, default=1000)
+    parser.add_argument(
+        "--old", help="a directory holding an older sidecar package, measured first"
+    )
+    args = parser.parse_args(argv)
+    results: dict[str, Any] = {}
+    with tempfile.TemporaryDirectory(prefix="grelmicro-sweep-") as tmp:
+        plane = ControlPlane(Path(tmp) / "controlplane")
+        plane.start()
+        try:
+            runs = [("before", args.old)] if args.old else []
+            runs.append(("after", None))
+            for label, old in runs:
+                print(
+                    f"[bench.sweep] {label}: {args.pods} pods, {args.leases} leases",
+                    file=sys.stderr,
+                )
+                results[label] = one_run(plane, Path(tmp), label, args.pods, args.leases, old)
+                print(json.dumps(results[label]), file=sys.stderr)
+        finally:
+            plane.stop()
+            plane.remove()
+    from bench.__main__ import machine, source
+
+    out = {"source": source(), "machine": machine(), "runs": results}
+    RESULTS.write_text(json.dumps(out, indent=2) + "\n")
+    print(json.dumps(out, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    os.environ.setdefault("PYTHONUNBUFFERED", "1")
+    sys.exit(main())
