@@ -173,10 +173,12 @@ def test_the_leader_service_follows_the_leader_across_a_pod_deletion_and_a_rolli
     # The Service routes to a pod without the label only in the EndpointSlice
     # controller's lag after the label came off (README: about a second).
     lag = longest(samples, lambda s: bool(s.routed) and not set(s.routed) <= set(s.labelled))
+    first_routed = next(i for i, s in enumerate(samples) if s.routed)
+    unrouted = longest(samples[first_routed:], lambda s: not s.routed)
     print(
         f"\nleader Service followed the Lease in {after_delete:.2f}s after a pod deletion, "
         f"{after_rollout:.2f}s in a rolling update; routed to an unlabelled pod for at most "
-        f"{lag:.2f}s; {len(samples)} samples"
+        f"{lag:.2f}s; without any endpoint for at most {unrouted:.2f}s; {len(samples)} samples"
     )
     assert lag < 5, lag
     assert after_delete < 10 and after_rollout < 10, (after_delete, after_rollout)
