@@ -58,30 +58,33 @@ def token(
     return str(core.create_namespaced_service_account_token(sa, namespace, request).status.token)
 
 
-def grant_leases(api: Any, namespace: str, sa: str = "elector") -> None:
-    """The Role the sidecar needs (contract §8) and its binding to ``sa``."""
+def grant(
+    api: Any, namespace: str, sa: str, name: str, group: str, resource: str, verbs: list[str]
+) -> None:
+    """A Role ``name`` allowing ``verbs`` on ``resource``, bound to ServiceAccount ``sa``."""
     rbac = client.RbacAuthorizationV1Api(api)
     rbac.create_namespaced_role(
         namespace,
         client.V1Role(
-            metadata=client.V1ObjectMeta(name="leases"),
-            rules=[
-                client.V1PolicyRule(
-                    api_groups=["coordination.k8s.io"], resources=["leases"], verbs=LEASE_VERBS
-                )
-            ],
+            metadata=client.V1ObjectMeta(name=name),
+            rules=[client.V1PolicyRule(api_groups=[group], resources=[resource], verbs=verbs)],
         ),
     )
     rbac.create_namespaced_role_binding(
         namespace,
         client.V1RoleBinding(
-            metadata=client.V1ObjectMeta(name="leases"),
+            metadata=client.V1ObjectMeta(name=name),
             role_ref=client.V1RoleRef(
-                api_group="rbac.authorization.k8s.io", kind="Role", name="leases"
+                api_group="rbac.authorization.k8s.io", kind="Role", name=name
             ),
             subjects=[client.RbacV1Subject(kind="ServiceAccount", name=sa, namespace=namespace)],
         ),
     )
+
+
+def grant_leases(api: Any, namespace: str, sa: str = "elector") -> None:
+    """The Role the sidecar needs (contract §8) and its binding to ``sa``."""
+    grant(api, namespace, sa, "leases", "coordination.k8s.io", "leases", LEASE_VERBS)
     wait_until_allowed(api, namespace, f"system:serviceaccount:{namespace}:{sa}", LEASE_VERBS)
 
 

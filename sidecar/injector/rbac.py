@@ -41,28 +41,32 @@ class CreateApi(Protocol):
     async def label_policy_exists(self, name: str) -> bool: ...
 
 
-def role(namespace: str) -> dict[str, Any]:
+def _role(name: str, namespace: str, rules: list[dict[str, Any]]) -> dict[str, Any]:
     return {
         "apiVersion": "rbac.authorization.k8s.io/v1",
         "kind": "Role",
-        "metadata": {"name": ROLE_NAME, "namespace": namespace, "labels": dict(MANAGED_BY)},
-        "rules": [
+        "metadata": {"name": name, "namespace": namespace, "labels": dict(MANAGED_BY)},
+        "rules": rules,
+    }
+
+
+def role(namespace: str) -> dict[str, Any]:
+    return _role(
+        ROLE_NAME,
+        namespace,
+        [
             {"apiGroups": ["coordination.k8s.io"], "resources": ["leases"], "verbs": VERBS},
             {"apiGroups": [""], "resources": ["events"], "verbs": EVENT_VERBS},
         ],
-    }
+    )
 
 
 def label_role(namespace: str) -> dict[str, Any]:
-    return {
-        "apiVersion": "rbac.authorization.k8s.io/v1",
-        "kind": "Role",
-        "metadata": {"name": LABEL_ROLE_NAME, "namespace": namespace, "labels": dict(MANAGED_BY)},
-        "rules": [
-            {"apiGroups": [""], "resources": ["pods"], "verbs": ["patch"]},
-            dict(LABEL_MARKER),
-        ],
-    }
+    return _role(
+        LABEL_ROLE_NAME,
+        namespace,
+        [{"apiGroups": [""], "resources": ["pods"], "verbs": ["patch"]}, dict(LABEL_MARKER)],
+    )
 
 
 def binding_name(service_account: str, role_name: str = ROLE_NAME) -> str:

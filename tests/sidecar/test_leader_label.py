@@ -147,26 +147,7 @@ def test_a_token_bound_to_pod_a_may_only_set_or_remove_the_leader_label_on_pod_a
     # The policy only limits holders of the grant: another ServiceAccount allowed
     # to patch pods by a Role of its own is untouched by it.
     accounts.service_account(api, namespace, "operator")
-    rbac = client.RbacAuthorizationV1Api(api)
-    rbac.create_namespaced_role(
-        namespace,
-        client.V1Role(
-            metadata=client.V1ObjectMeta(name="pod-patcher"),
-            rules=[client.V1PolicyRule(api_groups=[""], resources=["pods"], verbs=["patch"])],
-        ),
-    )
-    rbac.create_namespaced_role_binding(
-        namespace,
-        client.V1RoleBinding(
-            metadata=client.V1ObjectMeta(name="pod-patcher"),
-            role_ref=client.V1RoleRef(
-                api_group="rbac.authorization.k8s.io", kind="Role", name="pod-patcher"
-            ),
-            subjects=[
-                client.RbacV1Subject(kind="ServiceAccount", name="operator", namespace=namespace)
-            ],
-        ),
-    )
+    accounts.grant(api, namespace, "operator", "pod-patcher", "", "pods", ["patch"])
     accounts.wait_until_allowed(
         api,
         namespace,

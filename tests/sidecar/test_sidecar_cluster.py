@@ -228,32 +228,15 @@ def test_cleanup_exits_1_and_says_so_when_a_delete_is_refused(
 ) -> None:
     """A sweep that could not delete an expired Lease did not do its job: exit 1, say why."""
     coord = client.CoordinationV1Api(api)
-    rbac = client.RbacAuthorizationV1Api(api)
     accounts.service_account(api, namespace, "reader")
-    rbac.create_namespaced_role(
+    accounts.grant(
+        api,
         namespace,
-        client.V1Role(
-            metadata=client.V1ObjectMeta(name="read-leases"),
-            rules=[
-                client.V1PolicyRule(
-                    api_groups=["coordination.k8s.io"],
-                    resources=["leases"],
-                    verbs=["get", "list", "watch"],
-                )
-            ],
-        ),
-    )
-    rbac.create_namespaced_role_binding(
-        namespace,
-        client.V1RoleBinding(
-            metadata=client.V1ObjectMeta(name="read-leases"),
-            role_ref=client.V1RoleRef(
-                api_group="rbac.authorization.k8s.io", kind="Role", name="read-leases"
-            ),
-            subjects=[
-                client.RbacV1Subject(kind="ServiceAccount", name="reader", namespace=namespace)
-            ],
-        ),
+        "reader",
+        "read-leases",
+        "coordination.k8s.io",
+        "leases",
+        ["get", "list", "watch"],
     )
     config = accounts.kubeconfig(
         tmp_path / "reader.kubeconfig",
