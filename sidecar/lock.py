@@ -41,7 +41,9 @@ LOST_EXIT = 75
 KILL_MARGIN = 0.1
 #: a guard that has not reported the command's end this long after its SIGKILL is killed
 GUARD_STUCK = 1.0
-FORWARDED = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGUSR1, signal.SIGUSR2)
+#: Passed on to the command and nothing else (SIGTERM and SIGINT also stop ``lock`` when
+#: no command runs; the driver's ``on_signal`` hook gives them to ``_on_signal``).
+PASSED_ON = (signal.SIGHUP, signal.SIGUSR1, signal.SIGUSR2)
 GUARD = Path(guard.__file__)
 
 
@@ -74,7 +76,7 @@ class Lock:
     async def run(self) -> int:
         """Take part in the election and run the command while leading; the exit code."""
         loop = asyncio.get_running_loop()
-        for sig in FORWARDED[2:]:
+        for sig in PASSED_ON:
             loop.add_signal_handler(sig, self._on_signal, sig)
         election = self.sidecar.election
         runner = asyncio.create_task(self.sidecar.run(), name="election driver")

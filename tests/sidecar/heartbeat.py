@@ -4,7 +4,8 @@
 
 Every ``S`` seconds (default 0.02) it appends ``<time.time()> <fencing token>``
 to FILE; the first line is ``start ...`` and, on SIGTERM, ``term ...`` (then it
-exits 0 after 0.2 s, or keeps beating with ``--on-term ignore``). Test support.
+exits 0 after 0.2 s, or keeps beating with ``--on-term ignore``); SIGHUP, SIGUSR1
+and SIGUSR2 are recorded by name. Test support.
 """
 
 from __future__ import annotations
@@ -33,6 +34,11 @@ def main() -> int:
         termed.append(time.monotonic())
 
     signal.signal(signal.SIGTERM, on_term)
+    for other in (signal.SIGHUP, signal.SIGUSR1, signal.SIGUSR2):  # recorded, then beats on
+        signal.signal(
+            other,
+            lambda sig, _frame: out.write(f"{signal.Signals(sig).name} {time.time()!r} {token}\n"),
+        )
     print(f"heartbeat: started with fencing token {token}", flush=True)  # lock's stdout is ours
     out.write(
         f"start {time.time()!r} {token} {os.environ.get('LEADER_ELECTION_STATE_FILE', '-')}\n"

@@ -123,6 +123,25 @@ def test_a_signal_is_forwarded_to_the_command_and_the_lease_held_until_it_exits(
     assert not lease(cluster, namespace)["spec"].get("holderIdentity")
 
 
+def test_hup_and_usr_signals_reach_the_command_and_change_nothing_else(
+    spawn: Spawn, tmp_path: Path
+) -> None:
+    out = tmp_path / "a.beats"
+    a = spawn("pod-a", command=command(out))
+    wait_for(lambda: beats(out), 30, what="the command")
+    for sig in (signal.SIGHUP, signal.SIGUSR1, signal.SIGUSR2):
+        a.signal(sig)
+        wait_for(
+            lambda s=sig: any(k == s.name for k, _, _ in beats(out)),  # type: ignore[misc]
+            10,
+            what=f"the command to get {sig.name}",
+        )
+    time.sleep(0.5)
+    assert a.alive and beats(out)[-1][0] == "beat"  # still running, still beating
+    a.signal(signal.SIGTERM)
+    assert a.wait(30) == 0, a.raw_log()
+
+
 def test_a_lock_that_never_leads_ends_on_sigterm_with_128_plus_the_signal(
     spawn: Spawn, tmp_path: Path
 ) -> None:

@@ -158,3 +158,29 @@ def test_readme_watch_examples_follow_leadership_both_ways(
     finally:
         watcher.kill()
         watcher.wait()
+
+
+def test_an_idle_stream_gets_a_keep_alive_comment_after_15_seconds(
+    spawn: Spawn, cluster: ControlPlane, tmp_path: Path
+) -> None:
+    """Contract §4: a proxy between app and sidecar must not time out a quiet stream.
+
+    A sidecar that cannot reach its API server publishes nothing new, so its
+    stream is idle from the first event on.
+    """
+    unreachable = accounts.kubeconfig(
+        tmp_path / "down.kubeconfig", "https://127.0.0.1:1", cluster.ca_file, {"token": "x"}
+    )
+    a = spawn("pod-a", kubeconfig=unreachable)
+    wait_for(lambda: a.http("/healthz")[0] == 200, 30, what="the status port")
+    with socket.create_connection(("127.0.0.1", a.port), timeout=30) as conn:
+        conn.sendall(b"GET /events HTTP/1.1\r\nHost: x\r\n\r\n")
+        received = b""
+        started = time.monotonic()
+        while b": keep-alive" not in received:
+            chunk = conn.recv(4096)
+            assert chunk, received
+            received += chunk
+        idle = time.monotonic() - started
+    assert received.count(b"data: ") == 1, received  # the current state, then only the comment
+    assert 14 < idle < 20, idle
