@@ -11,7 +11,12 @@ built from the Dockerfile and the chart installed:
   from the Lease's release (holder cleared) to the successor's acquisition,
   both seen by a watch on the Lease; and delete -> successor;
 - leaderless time per ``kubectl rollout restart`` (default strategy, readiness
-  not gated), summed over the handovers the rollout causes.
+  not gated), summed over the handovers the rollout causes;
+- the leader Service (``manifests/examples/leader-service.yaml``, 3 replicas,
+  the leader label): per ``kubectl delete pod`` of the leader and per rollout,
+  how long the Service had no ready endpoint, and how long after the Lease
+  named the new leader the Service routed to it alone (sampled every 50 ms:
+  EndpointSlices, labels and the Lease, through the API).
 
 Writes ``bench/results/pods.json`` and prints a Markdown table. Numbers only:
 the behaviour is asserted by ``tests/e2e``.
@@ -35,6 +40,7 @@ from tests.cluster import images
 from tests.cluster.node import Node
 from tests.e2e.conftest import CHART, ROOT, Cluster, tool, wait_for
 from tests.e2e.test_election import deployment, leaders
+from tests.e2e.test_leader_service import Sampler, follow_time, longest
 
 HERE = Path(__file__).resolve().parent
 RESULTS = HERE / "results" / "pods.json"
@@ -183,12 +189,57 @@ def run(rounds: int, rollouts: int) -> dict[str, Any]:
             _log(f"rollout {i + 1}/{rollouts}: leaderless {total:.2f}s in total")
         res["rollout_restart_leaderless_s"] = summary(rollout_gap)
         watch.stop()
+        res.update(leader_service(cluster, rounds, rollouts))
     finally:
         left = node.stop()
         if not left:
             node.remove()
         res["left_behind"] = left
     return res
+
+
+def leader_service(cluster: Cluster, rounds: int, rollouts: int) -> dict[str, Any]:
+    """The leader label's Service through pod deletions and rollouts (see the module docstring)."""
+    ns = "bench-label"
+    cluster.kubectl("create", "namespace", ns)
+    for manifest in ("rbac.yaml", "leader-label.yaml", "examples/leader-service.yaml"):
+        cluster.kubectl("apply", "-n", ns, "-f", str(ROOT / "manifests" / manifest))
+    cluster.kubectl("scale", "-n", ns, "deployment/api", "--replicas=3")
+    cluster.kubectl("rollout", "status", "-n", ns, "deployment/api", "--timeout=180s")
+    unrouted_delete: list[float] = []
+    unrouted_rollout: list[float] = []
+    follow: list[float] = []
+    with Sampler(str(cluster.kubeconfig), ns, interval=0.05) as sampler:
+        for i in range(rounds + rollouts):
+            before = wait_for(sampler.routed_to_leader, 60, "the Service on the leader alone")
+            start, mark = time.monotonic(), len(sampler.samples)
+            if i < rounds:
+                pod = next(
+                    p["metadata"]["name"]
+                    for p in cluster.json("get", "pods", "-n", ns)["items"]
+                    if p["status"].get("podIP") == before
+                )
+                cluster.kubectl("delete", "pod", "-n", ns, pod, "--wait=false")
+            else:
+                cluster.kubectl("rollout", "restart", "-n", ns, "deployment/api")
+                cluster.kubectl("rollout", "status", "-n", ns, "deployment/api", "--timeout=180s")
+            after = wait_for(
+                lambda b=before: (ip := sampler.routed_to_leader()) not in (None, b) and ip,
+                90,
+                "the Service on the next leader",
+            )
+            time.sleep(1)
+            window = sampler.samples[mark:]
+            gap = longest(window, lambda s: not s.routed)
+            (unrouted_delete if i < rounds else unrouted_rollout).append(gap)
+            follow.append(follow_time(sampler.samples, start, after))
+            _log(f"leader Service {i + 1}/{rounds + rollouts}: no endpoint for {gap:.2f}s")
+            cluster.kubectl("rollout", "status", "-n", ns, "deployment/api", "--timeout=180s")
+    return {
+        "service_delete_unrouted_s": summary(unrouted_delete),
+        "service_rollout_unrouted_s": summary(unrouted_rollout),
+        "service_follow_s": summary(follow),
+    }
 
 
 def markdown(res: dict[str, Any]) -> str:
@@ -207,7 +258,18 @@ def markdown(res: dict[str, Any]) -> str:
         ("delete_pod_leaderless_s", "kubectl delete pod (leader): leaderless, release -> acquire"),
         ("delete_pod_to_successor_s", "kubectl delete pod (leader): delete -> successor holds"),
         ("rollout_restart_leaderless_s", "kubectl rollout restart: leaderless per rollout"),
+        (
+            "service_delete_unrouted_s",
+            "leader Service, kubectl delete pod (leader): longest time without an endpoint",
+        ),
+        (
+            "service_rollout_unrouted_s",
+            "leader Service, kubectl rollout restart: longest time without an endpoint",
+        ),
+        ("service_follow_s", "leader Service: Lease names the new leader -> routed to it alone"),
     ):
+        if key not in res:
+            continue
         s = res[key]
         rows.append((f"{label} (n={s['n']})", f"p50 {s['p50']} s, max {s['max']} s"))
     return "| measure | value |\n|---|---|\n" + "\n".join(f"| {a} | {b} |" for a, b in rows) + "\n"

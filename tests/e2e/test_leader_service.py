@@ -31,11 +31,12 @@ class Sample:
 
 
 class Sampler:
-    """What the Service routes to, and who leads, every 100 ms in a thread."""
+    """What the Service routes to, and who leads, every ``interval`` (100 ms) in a thread."""
 
-    def __init__(self, kubeconfig: str, namespace: str) -> None:
+    def __init__(self, kubeconfig: str, namespace: str, interval: float = 0.1) -> None:
         self.api = config.new_client_from_config(config_file=kubeconfig)
         self.namespace = namespace
+        self.interval = interval
         self.samples: list[Sample] = []
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
@@ -61,7 +62,7 @@ class Sampler:
                 pods = core.list_namespaced_pod(self.namespace, label_selector=SELECTOR).items
                 lease = coordination.read_namespaced_lease("leader-api", self.namespace)
             except client.ApiException:
-                time.sleep(0.1)
+                time.sleep(self.interval)
                 continue
             routed = tuple(
                 sorted(
@@ -82,7 +83,7 @@ class Sampler:
             )
             holder = lease.spec.holder_identity if lease.spec else None
             self.samples.append(Sample(time.monotonic(), routed, labelled, ips.get(holder or "")))
-            time.sleep(0.1)
+            time.sleep(self.interval)
 
     def routed_to_leader(self) -> str | None:
         """The leader's IP when the Service routes to it alone, as the last sample saw it."""
