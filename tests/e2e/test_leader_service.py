@@ -183,3 +183,7 @@ def test_the_leader_service_follows_the_leader_across_a_pod_deletion_and_a_rolli
     )
     assert lag < 5, lag
     assert after_delete < 10 and after_rollout < 10, (after_delete, after_rollout)
+    # From the leader pod's deletion until its successor is labelled the Service has
+    # no endpoint: the app's own shutdown, then the release and the new label. The
+    # example's app exits on SIGTERM; one that ignored it held this for its 30 s grace.
+    assert unrouted < 10, unrouted
