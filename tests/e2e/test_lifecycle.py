@@ -38,8 +38,21 @@ def test_install_upgrade_test_and_uninstall_leave_nothing_behind(
     e2e: Cluster, release: str
 ) -> None:
     common = [f"--namespace={NAMESPACE}", "--wait", "--timeout=180s"]
+    # The session's release owns the cluster-wide leader-label policy: a second
+    # release is told so in one line (contract §9), and installs without it.
+    refused = e2e.helm("install", RELEASE, str(CHART), "--create-namespace", *common, check=False)
+    assert refused.returncode != 0
+    assert "install this release with --set leaderLabel.policy=false" in refused.stderr, (
+        refused.stderr
+    )
     e2e.helm(
-        "install", RELEASE, str(CHART), "--create-namespace", "--set=injector.replicas=1", *common
+        "install",
+        RELEASE,
+        str(CHART),
+        "--create-namespace",
+        "--set=injector.replicas=1",
+        "--set=leaderLabel.policy=false",
+        *common,
     )
     try:
         first = _injector_pods(e2e)

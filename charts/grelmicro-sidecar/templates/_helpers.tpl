@@ -131,6 +131,20 @@ older, and must still produce manifests for offline and GitOps use.
 {{- if has (include "grelmicro-sidecar.testNamespace" .) (include "grelmicro-sidecar.excludedNamespaces" . | fromJsonArray) }}
 {{- fail (printf "test.namespace (%s) is excluded from injection (kube-system, the release's namespace and webhook.excludedNamespaces); pick a namespace the webhook sees" (include "grelmicro-sidecar.testNamespace" .)) }}
 {{- end }}
+{{- /*
+The leader-label policy is cluster-scoped and has one name: a second release
+would collide with the first one's. Say so before helm's ownership error.
+*/ -}}
+{{- if .Values.leaderLabel.policy }}
+{{- $policy := lookup "admissionregistration.k8s.io/v1" "ValidatingAdmissionPolicy" "" "grelmicro-sidecar-leader-label" }}
+{{- if $policy }}
+{{- $owner := index ($policy.metadata.annotations | default dict) "meta.helm.sh/release-name" | default "" }}
+{{- $ownerNs := index ($policy.metadata.annotations | default dict) "meta.helm.sh/release-namespace" | default "" }}
+{{- if or (ne $owner .Release.Name) (ne $ownerNs .Release.Namespace) }}
+{{- fail (printf "leaderLabel.policy: the ValidatingAdmissionPolicy grelmicro-sidecar-leader-label already exists (release %q in namespace %q, or applied by hand); one copy serves the whole cluster: install this release with --set leaderLabel.policy=false" $owner $ownerNs) }}
+{{- end }}
+{{- end }}
+{{- end }}
 {{- if and .Values.webhook.caBundle (not .Values.webhook.url) }}
 {{- fail "webhook.caBundle is only used with webhook.url (an injector outside the cluster); remove it, or set webhook.url" }}
 {{- end }}
