@@ -341,7 +341,7 @@ def derive(res: dict[str, Any]) -> None:
 
 
 def targets(res: dict[str, Any]) -> list[dict[str, Any]]:
-    from .report import ms
+    from .report import ms, summary
 
     out: list[dict[str, Any]] = []
 
@@ -413,6 +413,27 @@ def targets(res: dict[str, Any]) -> list[dict[str, Any]]:
             f"{ratio:.1f}× fewer ({sc:.1f} vs {cg:.1f} /min)",
             ratio >= 5,
         )
+    big = ((res.get("scale") or {}).get("one_election") or {}).get("sidecar") or {}
+    if big.get("handover_lease_writes"):
+        w, c = big["handover_lease_writes"], big["handover_conflicts"]
+        add(
+            "15",
+            f"Lease writes per handover, {big['n']} candidates",
+            "≤ 2, no 409",
+            f"max {max(w)}, 409s {sum(c)} (n = {len(w)})",
+            max(w) <= 2 and sum(c) == 0,
+        )
+        peer = ((res.get("scale") or {}).get("one_election") or {}).get("clientgo") or {}
+        if big.get("handover_seconds") and peer.get("handover_seconds"):
+            mine = summary(big["handover_seconds"])["p50"]
+            theirs = summary(peer["handover_seconds"])["p50"]
+            add(
+                "15",
+                f"handover p50, {big['n']} candidates",
+                "≤ client-go's",
+                f"{ms(mine)} vs {ms(theirs)}",
+                mine <= theirs,
+            )
     fp = (res.get("footprint") or {}).get("sidecar")
     if fp:
         if fp["rss_mb_max"]:

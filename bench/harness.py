@@ -317,6 +317,7 @@ class AuditRequest:
     uri: str
     received: float
     completed: float | None
+    code: int | None = None  # the HTTP status of the answer, once complete
 
 
 class AuditLog:
@@ -361,6 +362,7 @@ class AuditLog:
                     by_id[aid] = req
                 if stage == "ResponseComplete" and ev.get("stageTimestamp"):
                     req.completed = parse_time(ev["stageTimestamp"])
+                    req.code = (ev.get("responseStatus") or {}).get("code")
         return list(by_id.values())
 
 

@@ -8,7 +8,7 @@ built from the Dockerfile and the chart installed:
   Deployment until one pod's ``/leader`` answers 200 from inside its app;
 - the sidecar container's RSS in a pod (``VmRSS`` of its process, steady state);
 - leaderless time on ``kubectl delete pod`` of the leader, ``--rounds`` times:
-  from the Lease's release (holder cleared) to the successor's acquisition,
+  from the Lease's release (holder cleared, or handed off) to the successor's claim,
   both seen by a watch on the Lease; and delete -> successor;
 - leaderless time per ``kubectl rollout restart`` (default strategy, readiness
   not gated), summed over the handovers the rollout causes;
@@ -53,7 +53,11 @@ def _log(msg: str) -> None:
 
 
 class LeaseWatch:
-    """Every change of one Lease's holder, timestamped on arrival (``kubectl get -w``)."""
+    """Every change of one Lease's holder, timestamped on arrival (``kubectl get -w``).
+
+    A hand-off (a release naming its successor, contract §2) counts as no holder:
+    the successor leads only once its own claim is written.
+    """
 
     def __init__(self, cluster: Cluster, name: str) -> None:
         kubectl = tool("kubectl", "kubernetes")
@@ -68,7 +72,8 @@ class LeaseWatch:
                 NS,
                 "-w",
                 "-o",
-                "jsonpath={.spec.holderIdentity}{'\\n'}",
+                "jsonpath={.spec.holderIdentity}{' '}"
+                "{.metadata.annotations.leader-election\\.grelmicro\\.io/handoff-from}{'\\n'}",
             ],
             stdout=subprocess.PIPE,
             text=True,
@@ -79,7 +84,9 @@ class LeaseWatch:
     def _pump(self) -> None:
         assert self.proc.stdout is not None
         for line in self.proc.stdout:
-            holder = line.strip()
+            holder, _, handed_by = line.strip().partition(" ")
+            if handed_by:
+                holder = ""  # a release that names a successor: nobody leads until it claims
             if not self.changes or self.changes[-1][1] != holder:
                 self.changes.append((time.time(), holder))
 
@@ -302,7 +309,8 @@ def main(argv: list[str] | None = None) -> int:
         "# Real pods on this machine's node\n\n"
         f"`python -m bench.pods --rounds {res['rounds']} --rollouts {res['rollouts']}`, {res['started']}, "
         f"commit `{str(src.get('commit'))[:12]}`{dirty}; {m['cpu']}, {m['cores']} cores, Linux {m['kernel']}.\n"
-        "Leaderless times come from a watch on the Lease (holder cleared -> next holder); "
+        "Leaderless times come from a watch on the Lease (release, emptied or handed off -> "
+        "the next holder's own claim); "
         '"delete -> successor" includes the app container\'s own shutdown, which runs before the '
         "sidecar gets SIGTERM (native sidecar order).\n\n" + markdown(res)
     )

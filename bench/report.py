@@ -249,6 +249,23 @@ def markdown(res: dict[str, Any]) -> str:
             "every leader within a few milliseconds, so it measures a mass rollout on this "
             "2-core machine: hundreds of processes wake at once.\n"
         )
+        big = {k: sc.get("one_election", {}).get(k) for k in ORDER}
+        big = {k: b for k, b in big.items() if b and b.get("handover_lease_writes")}
+        if big:
+            add(
+                "Writes to the election's Lease per handover in the one-election scenario, "
+                "from the SIGTERM until 0.5 s after the successor led (the release and every "
+                "claim; the successor's renews left out), and how many were refused with 409:\n"
+            )
+            add("| implementation | handovers | writes p50 | writes max | 409s in all | 409s max |")
+            add("|---|---|---|---|---|---|")
+            for key, b in big.items():
+                w, c = sorted(b["handover_lease_writes"]), b["handover_conflicts"]
+                add(
+                    f"| {LABELS[key]} | {len(w)} | {w[len(w) // 2]} | {w[-1]} | {sum(c)} | "
+                    f"{max(c)} |"
+                )
+            add("")
         many = sc.get("many_elections", {}).get("sidecar")
         if many and many.get("renew_deadline_stepdowns") is not None:
             add(

@@ -291,6 +291,8 @@ def one_big_election(
     """``n`` candidates in one election: the API request rate, then ``count`` handovers."""
     pool = Pool(impl, "big", workdir, creds, prefix="big")
     latencies: list[float] = []
+    # Per handover: [SIGTERM, successor leads + 0.5 s) and the successor's user name.
+    windows: list[tuple[float, float, str]] = []
     try:
         for _ in range(n):
             pool.spawn()
@@ -318,6 +320,8 @@ def one_big_election(
                 _log(f"  {impl.key} scale-{n} #{i}: no successor within 60s")
                 continue
             latencies.append(t - sent)
+            led = next((c.user for c in others if c.leading_since() == t), "")
+            windows.append((sent, t + 0.5, led))
             _log(f"  {impl.key} {n} candidates, handover #{i}: {(t - sent) * 1000:.0f} ms")
             leader.wait(20)
             leader.kill()
@@ -334,12 +338,32 @@ def one_big_election(
         for v, k in per.items():
             if v != "watch (open)":
                 verbs[v] = verbs.get(v, 0) + k
+    lease = f"/leases/leader-{pool.election}"  # every contestant's Lease for the election
+    writes = [
+        r
+        for r in reqs
+        if r.verb in ("create", "update", "patch") and r.uri.split("?")[0].endswith(lease)
+    ]
+    per_handover = []
+    for begin, finish, successor in windows:
+        during = sorted(
+            (r for r in writes if begin <= r.received < finish), key=lambda r: r.received
+        )
+        # The successor's first write is its claim; a later one in the window is a renew.
+        claim = next((r for r in during if r.user == successor and r.code == 200), None)
+        per_handover.append(
+            [r for r in during if r.user != successor or r is claim or r.code != 200]
+        )
     return {
         "n": n,
         "window_seconds": round(end - start, 1),
         "requests_per_second": round(total / (end - start), 3),
         "per_verb_per_second": {v: round(k / (end - start), 3) for v, k in sorted(verbs.items())},
         "handover_seconds": latencies,
+        # Writes to the election's Lease from the SIGTERM until 0.5 s after the successor
+        # led (the release and every claim; the successor's renews left out), and 409s.
+        "handover_lease_writes": [len(w) for w in per_handover],
+        "handover_conflicts": [sum(r.code == 409 for r in w) for w in per_handover],
     }
 
 

@@ -16,6 +16,13 @@ monotonic clock since it last saw the record change, so no earlier than
 ``S + lease_duration > S + renew_deadline``. Wall-clock ``renewTime`` is never
 trusted for takeover: node clocks disagree.
 
+A graceful release may name a successor (a hand-off): the Lease names it for
+one second and says who released. The successor may claim at once, as anyone
+may claim an emptied Lease: the releasing holder stopped publishing before it
+wrote the release. Everyone else waits the second out, so a dead successor
+delays the handover by one second, and never claims anything itself: it must
+still write, and publishes only from the start of its own successful write.
+
 Not guaranteed: that the application stops its work at that instant. The
 sidecar publishes; the application must honour ``valid_until`` (or gate on the
 probe). For resources that can check it, the fencing token (the resourceVersion
@@ -161,6 +168,11 @@ class Election:
         if record is None:
             return self.expires_at  # deleted: the last holder's expiry still stands
         if record.holder is None:
+            return -math.inf
+        if record.holder == self.identity and record.handoff_from not in (None, self.identity):
+            # A hand-off to us: the releasing holder stepped down before writing
+            # it, exactly as for an empty holder, and named us to go first.
+            # Everyone else waits out its 1 s duration (contract §2).
             return -math.inf
         # A record naming someone else, or naming us without our having written
         # it (a hand edit, a crashed earlier run with our identity, a write whose

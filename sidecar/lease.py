@@ -24,6 +24,8 @@ MANAGED_BY_LABEL = "app.kubernetes.io/managed-by"
 MANAGED_BY_VALUE = "grelmicro"
 LEASE_PREFIX = "leader-"
 API_VERSION = "coordination.k8s.io/v1"
+#: On a release that names a successor: who released (contract §2, hand-off).
+HANDOFF_ANNOTATION = "leader-election.grelmicro.io/handoff-from"
 
 
 def lease_name(election: str) -> str:
@@ -89,6 +91,8 @@ class LeaseRecord:
     renew_time: dt.datetime | None
     transitions: int
     labels: dict[str, str] = field(default_factory=dict)
+    #: Who released this Lease to ``holder`` (a hand-off), when it is one.
+    handoff_from: str | None = None
     problems: tuple[str, ...] = ()
     raw: dict[str, Any] = field(default_factory=dict, compare=False, repr=False)
 
@@ -134,6 +138,8 @@ class LeaseRecord:
 
         labels_raw = meta.get("labels")
         labels: dict[str, Any] = labels_raw if isinstance(labels_raw, dict) else {}
+        annotations = meta.get("annotations")
+        handoff = annotations.get(HANDOFF_ANNOTATION) if isinstance(annotations, dict) else None
         return cls(
             name=str(meta.get("name", "")),
             resource_version=str(meta.get("resourceVersion", "")),
@@ -143,6 +149,7 @@ class LeaseRecord:
             renew_time=times["renewTime"],
             transitions=transitions,
             labels={str(k): str(v) for k, v in labels.items()},
+            handoff_from=handoff if isinstance(handoff, str) and handoff else None,
             problems=tuple(problems),
             raw=obj,
         )
@@ -198,6 +205,9 @@ def _base(record: LeaseRecord | None, name: str, namespace: str) -> dict[str, An
         meta["labels"] = {}
     meta["labels"][MANAGED_BY_LABEL] = MANAGED_BY_VALUE
     meta["resourceVersion"] = record.resource_version
+    annotations = meta.get("annotations")
+    if isinstance(annotations, dict):
+        annotations.pop(HANDOFF_ANNOTATION, None)  # it marks one release, never a claim
     if not isinstance(obj.get("spec"), dict):
         obj["spec"] = {}
     return obj
@@ -241,12 +251,26 @@ def claim(
     return obj
 
 
-def vacate(record: LeaseRecord, *, now: dt.datetime) -> dict[str, Any]:
-    """The graceful release of contract §2: holder empty, 1 s duration, transitions kept."""
+def vacate(
+    record: LeaseRecord, *, now: dt.datetime, successor: str | None = None
+) -> dict[str, Any]:
+    """The graceful release of contract §2: 1 s duration, transitions kept.
+
+    Without ``successor`` the holder is emptied and any follower may claim at
+    once. With one, the Lease names it as holder and carries the hand-off
+    marker: the successor may claim at once, everyone else waits out the 1 s
+    (so a handover among many costs one claim instead of a burst of 409s, and
+    a dead successor delays it by one second at most).
+    """
     obj = _base(record, record.name, str(record.raw.get("metadata", {}).get("namespace", "")))
     spec = obj["spec"]
-    spec["holderIdentity"] = ""
+    spec["holderIdentity"] = successor or ""
     spec["leaseDurationSeconds"] = 1
     spec["renewTime"] = format_microtime(now)
     spec["leaseTransitions"] = record.transitions
+    if successor:
+        meta = obj["metadata"]
+        if not isinstance(meta.get("annotations"), dict):
+            meta["annotations"] = {}
+        meta["annotations"][HANDOFF_ANNOTATION] = record.holder or ""
     return obj

@@ -23,6 +23,7 @@ import tempfile
 import time
 from pathlib import Path
 
+from sidecar.lease import HANDOFF_ANNOTATION
 from tests.cluster import images
 from tests.cluster.node import Node
 from tests.demo import BOLD, GREEN, RESET, Interrupted, _interrupt, say, title
@@ -89,7 +90,8 @@ def run(node: Node) -> None:
     say(f"\n{BOLD}$ kubectl get leases -n demo{RESET}")
     say(cluster.kubectl("get", "leases", "-n", NAMESPACE).stdout.rstrip())
     say(
-        "   (grelmicro-sidecar-sweeper: which sidecar sweeps expired Leases on exit, not an election)"
+        "   (grelmicro-sidecar-sweeper: which sidecar sweeps expired Leases on exit, not an election;\n"
+        "    leader-worker.candidates: who a stopping leader may hand the Lease to)"
     )
 
     title(f"6. kubectl delete pod {leader}")
@@ -97,8 +99,11 @@ def run(node: Node) -> None:
     cluster.kubectl("delete", "pod", "-n", NAMESPACE, leader, "--wait=false")
 
     def successor() -> str | None:
-        holder = lease_of(cluster, "leader-worker").get("holderIdentity")
-        return holder if holder and holder != leader else None
+        """The successor's own claim (a hand-off names it first, contract §2)."""
+        lease = cluster.json("get", "lease", "-n", NAMESPACE, "leader-worker")
+        holder = lease["spec"].get("holderIdentity")
+        handed = HANDOFF_ANNOTATION in (lease["metadata"].get("annotations") or {})
+        return holder if holder and holder != leader and not handed else None
 
     new = wait_for(successor, 60, "a successor", interval=0.05)
     say(
@@ -106,10 +111,6 @@ def run(node: Node) -> None:
     )
     time.sleep(2)
     show_leaders(cluster)
-
-
-def lease_of(cluster: Cluster, name: str) -> dict[str, str]:
-    return dict(cluster.json("get", "lease", "-n", NAMESPACE, name)["spec"])
 
 
 def main() -> int:

@@ -21,6 +21,8 @@ from .http import HttpClient, Unreachable
 from .skew import ClockOffset, offset_from_date
 
 CORE = "/api/v1"
+#: Content type of a JSON merge patch (RFC 7386): set or remove keys, nothing read first.
+MERGE_PATCH = "application/merge-patch+json"
 COORDINATION = "/apis/coordination.k8s.io/v1"
 RBAC = "/apis/rbac.authorization.k8s.io/v1"
 ADMISSION = "/apis/admissionregistration.k8s.io/v1"

@@ -14,7 +14,7 @@ import random
 from collections.abc import AsyncIterator
 from typing import Any
 
-from .api import COORDINATION, KubeApi, path, unless_changed
+from .api import COORDINATION, MERGE_PATCH, KubeApi, path, unless_changed
 from .config import ApiConfig
 from .errors import NotFound, error_for
 from .skew import ClockOffset
@@ -62,6 +62,15 @@ class LeaseStore:
         """PUT with the body's resourceVersion: 409 when someone wrote since."""
         obj = await self._call(
             "PUT", "update", self._path(body["metadata"]["name"]), body, timeout=timeout
+        )
+        return obj if isinstance(obj, dict) else {}
+
+    async def patch(
+        self, name: str, body: dict[str, Any], timeout: float | None = None
+    ) -> dict[str, Any]:
+        """JSON merge patch, no resourceVersion: the API server applies it to whatever is there."""
+        obj = await self.api.call(
+            "PATCH", self._path(name), "patch leases", body, timeout, content_type=MERGE_PATCH
         )
         return obj if isinstance(obj, dict) else {}
 

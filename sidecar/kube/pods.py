@@ -9,9 +9,7 @@ exactly this change to exactly its own pod.
 
 from __future__ import annotations
 
-from .api import CORE, KubeApi, path
-
-MERGE_PATCH = "application/merge-patch+json"
+from .api import CORE, MERGE_PATCH, KubeApi, path
 
 
 class PodLabel:

@@ -15,6 +15,7 @@ import time
 from datetime import datetime
 from typing import Any
 
+from sidecar.lease import HANDOFF_ANNOTATION
 from tests.e2e.conftest import Cluster, process_identity, wait_for
 from tests.e2e.observer import OBSERVER_SCRIPT, Views, handovers, overlaps
 from tests.sidecar.proc import BIN
@@ -186,9 +187,12 @@ def test_deleting_the_leader_pod_releases_and_a_successor_leads(
         e2e.kubectl("delete", "pod", "-n", ns, old, "--wait=false")
 
         def successor() -> dict[str, Any] | None:
-            spec = lease(e2e, ns)["spec"]
+            """The successor's own claim (a hand-off names it before it claims, contract §2)."""
+            obj = lease(e2e, ns)
+            spec, notes = obj["spec"], obj["metadata"].get("annotations") or {}
             holder = spec.get("holderIdentity")
-            return spec if holder and holder != old else None
+            handed = HANDOFF_ANNOTATION in notes
+            return spec if holder and holder != old and not handed else None
 
         after = wait_for(successor, 60, "a successor in the Lease", interval=0.05)
         new = after["holderIdentity"]

@@ -16,6 +16,7 @@ from typing import Any
 
 from kubernetes import client, config
 
+from sidecar.lease import HANDOFF_ANNOTATION
 from tests.e2e.conftest import ROOT, Cluster, wait_for
 
 LABEL = "leader-election.grelmicro.io/leader"
@@ -82,6 +83,8 @@ class Sampler:
                 )
             )
             holder = lease.spec.holder_identity if lease.spec else None
+            if HANDOFF_ANNOTATION in (lease.metadata.annotations or {}):
+                holder = None  # handed off, not yet claimed: nobody leads (contract §2)
             self.samples.append(Sample(time.monotonic(), routed, labelled, ips.get(holder or "")))
             time.sleep(self.interval)
 

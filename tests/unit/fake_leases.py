@@ -28,16 +28,26 @@ class FakeLeases:
         self.rv = 100
         self.compacted = 0  # watches from a version below this get 410
         self.down = False
+        #: Virtual seconds each write takes to reach the store (a request's round trip):
+        #: writers woken together then race as they do against a real API server
+        self.latency = 0.0
         #: (verb, holderIdentity) of writes to election Leases (labelled managed-by
-        #: grelmicro); the sweep duty's go to ``duty_writes``
+        #: grelmicro); the sweep duty's go to ``duty_writes``, the rosters' to ``roster_writes``
         self.writes: list[tuple[str, str]] = []
         self.duty_writes: list[tuple[str, str]] = []
+        self.roster_writes: list[tuple[str, str]] = []
+        #: Writes refused with 409 (every Lease)
+        self.conflicts = 0
         self.lists = 0
         self.label_lists = 0  # lists by label (the sweep's), not the election's by name
         self._generation = 0
         self._changed = asyncio.Condition()
 
     # ---- the LeaseStore interface -----------------------------------------
+    async def _travel(self) -> None:
+        if self.latency:
+            await asyncio.sleep(self.latency)
+
     def _check(self, verb: str) -> None:
         if self.down:
             raise ApiUnavailable(f"{verb} leases: cannot connect", verb=verb)
@@ -55,8 +65,13 @@ class FakeLeases:
         return obj
 
     def _wrote(self, verb: str, obj: dict[str, Any]) -> None:
-        managed = (obj["metadata"].get("labels") or {}).get("app.kubernetes.io/managed-by")
-        writes = self.writes if managed == "grelmicro" else self.duty_writes
+        labels = obj["metadata"].get("labels") or {}
+        if labels.get("app.kubernetes.io/managed-by") == "grelmicro":
+            writes = self.writes
+        elif labels.get("app.kubernetes.io/component") == "candidates":
+            writes = self.roster_writes
+        else:
+            writes = self.duty_writes
         writes.append((verb, obj["spec"].get("holderIdentity", "")))
 
     async def get(self, name: str, timeout: float | None = None) -> dict[str, Any] | None:
@@ -79,9 +94,11 @@ class FakeLeases:
         return copy.deepcopy(items), str(self.rv)
 
     async def create(self, body: dict[str, Any], timeout: float | None = None) -> dict[str, Any]:
+        await self._travel()
         self._check("create")
         name = body["metadata"]["name"]
         if name in self.objects:
+            self.conflicts += 1
             raise Conflict("create leases: HTTP 409", status=409, verb="create")
         obj = self._stamp(body)
         self.objects[name] = obj
@@ -90,16 +107,32 @@ class FakeLeases:
         return copy.deepcopy(obj)
 
     async def replace(self, body: dict[str, Any], timeout: float | None = None) -> dict[str, Any]:
+        await self._travel()
         self._check("update")
         name = body["metadata"]["name"]
         current = self.objects.get(name)
         if current is None:
             raise NotFound("update leases: HTTP 404", status=404, verb="update")
         if body["metadata"].get("resourceVersion") != current["metadata"]["resourceVersion"]:
+            self.conflicts += 1
             raise Conflict("update leases: HTTP 409", status=409, verb="update")
         obj = self._stamp(body)
         self.objects[name] = obj
         self._wrote("update", obj)
+        await self._record("MODIFIED", obj)
+        return copy.deepcopy(obj)
+
+    async def patch(
+        self, name: str, body: dict[str, Any], timeout: float | None = None
+    ) -> dict[str, Any]:
+        """A JSON merge patch (RFC 7386) of whatever is there: no resourceVersion, no 409."""
+        self._check("patch")
+        current = self.objects.get(name)
+        if current is None:
+            raise NotFound("patch leases: HTTP 404", status=404, verb="patch")
+        obj = self._stamp(merge_patch(current, body))
+        self.objects[name] = obj
+        self._wrote("patch", obj)
         await self._record("MODIFIED", obj)
         return copy.deepcopy(obj)
 
@@ -154,3 +187,16 @@ class FakeLeases:
     def holder(self, name: str) -> str | None:
         obj = self.objects.get(name)
         return (obj["spec"].get("holderIdentity") or None) if obj is not None else None
+
+
+def merge_patch(target: Any, patch: Any) -> Any:
+    """RFC 7386: objects merge key by key, ``None`` removes, anything else replaces."""
+    if not isinstance(patch, dict):
+        return copy.deepcopy(patch)
+    out = dict(target) if isinstance(target, dict) else {}
+    for key, value in patch.items():
+        if value is None:
+            out.pop(key, None)
+        else:
+            out[key] = merge_patch(out.get(key), value)
+    return out

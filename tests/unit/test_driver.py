@@ -23,6 +23,7 @@ from sidecar.kube.events import EventRecorder
 from sidecar.lease import LeaseRecord, claim
 from sidecar.logs import Logger
 from sidecar.publish.label import LeaderLabel
+from sidecar.roster import Roster, entries
 from sidecar.runner import Sidecar
 from sidecar.settings import RunSettings
 from sidecar.sweepduty import DUTY_LEASE, DUTY_SECONDS, duty_body
@@ -189,6 +190,87 @@ def test_a_follower_takes_over_through_the_watch_when_the_leader_releases(tmp_pa
         await b.stop()
 
     run(scenario)
+
+
+def test_a_handover_among_many_costs_two_lease_writes_and_goes_to_the_last_to_join(
+    tmp_path: Path,
+) -> None:
+    """Issue 15: a release wakes every follower; only the one it names may claim at once."""
+
+    async def scenario() -> None:
+        store = FakeLeases()
+        store.latency = 0.005
+        a = await Candidate("a", store, tmp_path).start()
+        await until(a.leads, 16, "a leads")
+        followers = []
+        for i in range(10):
+            followers.append(await Candidate(f"f{i}", store, tmp_path).start())
+            await asyncio.sleep(1)  # f9 joins last
+        await asyncio.sleep(10)
+        writes, conflicts = len(store.writes), store.conflicts
+        assert await a.stop() == 0
+        took = await until(lambda: any(f.leads() for f in followers), 15, "a follower takes over")
+        await asyncio.sleep(5)  # room for a burst of claims, had there been one
+        assert [f.sidecar.settings.identity for f in followers if f.leads()] == ["f9"]
+        after = store.writes[writes:]
+        while after and after[0] == ("update", "a"):
+            after.pop(0)  # a renew of a's that was due as it was stopped
+        # The release (naming f9), f9's claim and f9's renews; nobody else tried.
+        assert after[:2] == [("update", "f9"), ("update", "f9")], store.writes
+        assert set(after[2:]) <= {("update", "f9")}, store.writes
+        assert store.conflicts == conflicts, store.conflicts - conflicts
+        assert took < 1.0, took
+        for f in followers:
+            await f.stop()
+
+    run(scenario)
+
+
+def test_a_named_successor_that_is_gone_delays_the_handover_by_one_second(
+    tmp_path: Path,
+) -> None:
+    async def scenario() -> None:
+        store = FakeLeases()
+        a = await Candidate("a", store, tmp_path).start()
+        await until(a.leads, 16, "a leads")
+        followers = [await Candidate(f"f{i}", store, tmp_path).start() for i in range(3)]
+        await asyncio.sleep(10)
+        # A candidate that joined last and was then killed (no graceful exit, still listed).
+        ghost = Roster(store, LEASE, "ns", "killed-pod", LoopClock().wall)
+        await ghost.join()
+        assert await a.stop() == 0
+        assert store.holder(LEASE) == "killed-pod"  # named in the release
+        took = await until(lambda: any(f.leads() for f in followers), 15, "a follower takes over")
+        assert 1.0 <= took < 2.0, took  # the hand-off's one second, then the usual claim
+        await until(
+            lambda: "killed-pod" not in listed(store), 5, "the new leader drops the dead name"
+        )
+        for f in followers:
+            await f.stop()
+
+    run(scenario)
+
+
+def test_candidates_join_the_roster_at_start_and_leave_it_on_a_graceful_exit(
+    tmp_path: Path,
+) -> None:
+    async def scenario() -> None:
+        store = FakeLeases()
+        a = await Candidate("a", store, tmp_path).start()
+        b = await Candidate("b", store, tmp_path).start()
+        await asyncio.sleep(1)
+        assert listed(store) == ["a", "b"]
+        await b.stop()
+        assert listed(store) == ["a"]
+        await a.stop()
+        assert listed(store) == []
+        assert store.conflicts == 0  # joining never races: one merge patch per entry
+
+    run(scenario)
+
+
+def listed(store: FakeLeases) -> list[str]:
+    return sorted(identity for _, identity in entries(store.objects.get(LEASE + ".candidates")))
 
 
 async def _with_an_abandoned_lease() -> FakeLeases:

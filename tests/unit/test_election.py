@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 
 from sidecar.election import Election, Read, Wait, Write
+from sidecar.lease import LeaseRecord, vacate
 from sidecar.timing import Timing
 
 T = Timing(lease_duration=15, renew_deadline=10, retry_period=2)
@@ -161,8 +162,6 @@ def test_renewals_seen_by_the_follower_push_expiry() -> None:
 
 
 def test_released_lease_is_taken_at_once_with_a_new_fencing_token() -> None:
-    from sidecar.lease import LeaseRecord, vacate
-
     store, a, b = Store(), make("a"), make("b")
     step(a, store, 0), step(a, store, 0)
     step(b, store, 1)
@@ -178,6 +177,55 @@ def test_released_lease_is_taken_at_once_with_a_new_fencing_token() -> None:
     assert b.fencing_token is not None and a_token is not None and b.fencing_token > a_token
     # Two terms on this Lease: a's (from the store's released Lease), then b's.
     assert store.obj is not None and store.obj["spec"]["leaseTransitions"] == 2
+
+
+def hand_off(leader: Election, store: Store, successor: str | None) -> None:
+    """``leader`` stops and releases its claim, naming ``successor``."""
+    leader.resign()
+    record = LeaseRecord.from_object(store.read() or {})
+    assert leader.may_release(record)
+    store.write(Write(vacate(record, now=EPOCH, successor=successor), False, "renew"))
+
+
+def test_a_hand_off_lets_the_named_successor_claim_at_once_and_the_others_wait_a_second() -> None:
+    store, a, b, c = Store(), make("a"), make("b"), make("c")
+    step(a, store, 0), step(a, store, 0)
+    step(b, store, 1), step(c, store, 1)
+    hand_off(a, store, "c")
+    b.observe(store.read(), 2), c.observe(store.read(), 2)
+    assert b.next_action(2) == Wait(3.0)  # the hand-off's 1 s duration, on b's own clock
+    action = step(c, store, 2)
+    assert isinstance(action, Write) and action.purpose == "acquire" and c.is_leader(2)
+    assert "leader-election.grelmicro.io/handoff-from" not in (store.obj or {})["metadata"].get(
+        "annotations", {}
+    )  # the marker is gone with the claim
+    b.observe(store.read(), 2.01)
+    assert b.next_action(3) == Wait(pytest.approx(17.01))  # c's claim restarted b's wait
+
+
+def test_a_named_successor_that_never_claims_costs_the_others_one_second() -> None:
+    store, a, b = Store(), make("a"), make("b")
+    step(a, store, 0), step(a, store, 0)
+    step(b, store, 1)
+    hand_off(a, store, "dead-pod")
+    b.observe(store.read(), 2)
+    assert isinstance(b.next_action(2.9), Wait)
+    action = step(b, store, 3)
+    assert isinstance(action, Write) and b.is_leader(3)
+
+
+def test_only_a_hand_off_written_by_someone_else_names_us() -> None:
+    # A record naming us that we did not write is waited out (a lost answer, a
+    # crashed run with our name), and so is a "hand-off" from ourselves.
+    for marker in (None, "b"):
+        store, b = Store(), make("b")
+        obj = store.read()
+        assert obj is not None
+        obj["spec"].update(holderIdentity="b", leaseDurationSeconds=15)
+        if marker:
+            obj["metadata"]["annotations"] = {"leader-election.grelmicro.io/handoff-from": marker}
+        b.observe(obj, 0)
+        assert b.next_action(0) == Wait(15.0), marker
 
 
 def test_conflict_triggers_a_reread_and_no_leadership() -> None:
@@ -294,7 +342,9 @@ def test_follower_backs_off_with_jitter_on_errors() -> None:
 # ---- a randomized multi-candidate simulation ----------------------------------
 
 
-def simulate(seed: int, candidates: int = 3, horizon: float = 400.0) -> tuple[int, int]:
+def simulate(
+    seed: int, candidates: int = 3, horizon: float = 400.0, handoffs: bool = False
+) -> tuple[int, int]:
     """Candidates with network latency, lost requests, pauses and crashes share one store.
 
     Returns (leadership changes, samples). Asserts that no two candidates ever
@@ -314,6 +364,15 @@ def simulate(seed: int, candidates: int = 3, horizon: float = 400.0) -> tuple[in
         clock[0] = t
         e = elections[i]
         if rng.random() < 0.01:  # crash and restart: a fresh state machine
+            elections[i] = e = make(f"c{i}", clock)
+        if handoffs and e.is_leader(t) and rng.random() < 0.02:
+            # A graceful stop naming a successor (maybe a crashed or partitioned one),
+            # then a restart under the same name.
+            named = rng.choice([f"c{k}" for k in range(candidates) if k != i] + ["gone"])
+            record = LeaseRecord.from_object(store.read() or {})
+            e.resign()
+            if e.may_release(record) and t >= down_until[i]:
+                store.write(Write(vacate(record, now=EPOCH, successor=named), False, "renew"))
             elections[i] = e = make(f"c{i}", clock)
         if rng.random() < 0.01:
             down_until[i] = t + rng.uniform(1, 20)
@@ -351,9 +410,10 @@ def simulate(seed: int, candidates: int = 3, horizon: float = 400.0) -> tuple[in
     return changes, samples
 
 
+@pytest.mark.parametrize("handoffs", [False, True])
 @pytest.mark.parametrize("seed", range(20))
-def test_simulation_never_two_leaders(seed: int) -> None:
-    changes, samples = simulate(seed)
+def test_simulation_never_two_leaders(seed: int, handoffs: bool) -> None:
+    changes, samples = simulate(seed, candidates=5 if handoffs else 3, handoffs=handoffs)
     assert samples > 1000
     assert changes >= 1  # somebody led at some point; the run exercised the protocol
 

@@ -13,7 +13,14 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from sidecar.durations import format_duration, parse_duration
-from sidecar.lease import LeaseRecord, claim, format_microtime, lease_name, vacate
+from sidecar.lease import (
+    HANDOFF_ANNOTATION,
+    LeaseRecord,
+    claim,
+    format_microtime,
+    lease_name,
+    vacate,
+)
 from sidecar.publish.state import State
 from sidecar.publish.statefile import StateDirError, StateFile
 from sidecar.settings import SettingsError, run_settings
@@ -110,6 +117,16 @@ def test_claim_keeps_foreign_labels_and_annotations() -> None:
         released["spec"]["holderIdentity"] == "" and released["spec"]["leaseDurationSeconds"] == 1
     )
     assert released["spec"]["leaseTransitions"] == 5
+    handoff = vacate(LeaseRecord.from_object(body), now=now, successor="next")
+    assert handoff["metadata"]["annotations"] == {"note": "keep", HANDOFF_ANNOTATION: "me"}
+    handed = LeaseRecord.from_object(handoff)
+    assert (handed.holder, handed.lease_duration, handed.handoff_from) == ("next", 1, "me")
+    # The successor's claim keeps what others wrote and drops the hand-off marker.
+    taken = claim(
+        handed, name="leader-x", namespace="ns", identity="next", lease_duration=15, now=now
+    )
+    assert taken["metadata"]["annotations"] == {"note": "keep"}
+    assert taken["spec"]["leaseTransitions"] == 6
 
 
 def test_microtime_format() -> None:

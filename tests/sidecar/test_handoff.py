@@ -1,0 +1,179 @@
+"""Graceful handover among many candidates, against the real API server (issue 15, the herd).
+
+A release wakes every follower through its watch at the same instant. When it
+names nobody, all of them claim and all but one get a 409. The release names
+the candidate that joined the roster last; only it claims at once. Each
+sidecar authenticates as its own ServiceAccount, so the audit log says who
+wrote what and who got a 409.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import datetime as dt
+import signal
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from kubernetes import client
+
+from sidecar.kube.config import from_kubeconfig
+from sidecar.kube.leases import LeaseStore
+from sidecar.roster import Roster, entries
+from tests import accounts
+from tests.cluster import ControlPlane
+from tests.sidecar.proc import SidecarProcess, leaders, wait_for
+
+ELECTION_LEASE = "leader-main"
+ROSTER = "leader-main.candidates"
+
+
+def _candidates(
+    spawn: Any, cluster: ControlPlane, api: Any, namespace: str, tmp_path: Path, count: int
+) -> list[SidecarProcess]:
+    """``count`` sidecars started in order, each with its own ServiceAccount, all in the roster."""
+    procs = []
+    for i in range(count):
+        sa = f"pod-{i}"
+        accounts.service_account(api, namespace, sa)
+        accounts.grant(
+            api,
+            namespace,
+            sa,
+            f"leases-{sa}",
+            "coordination.k8s.io",
+            "leases",
+            accounts.LEASE_VERBS,
+        )
+        accounts.wait_until_allowed(
+            api, namespace, f"system:serviceaccount:{namespace}:{sa}", accounts.LEASE_VERBS
+        )
+        kubeconfig = accounts.token_kubeconfig(
+            tmp_path / f"{sa}.kubeconfig", api, cluster, namespace, sa
+        )
+        procs.append(spawn(sa, kubeconfig=kubeconfig))
+        wait_for(lambda n=i + 1: _listed(api, namespace) == n, 20, what=f"{sa} in the roster")
+        time.sleep(0.05)  # distinct join times, in start order
+    wait_for(lambda: leaders(procs), 30, what="a leader")
+    return procs
+
+
+def _listed(api: Any, namespace: str) -> int:
+    try:
+        roster = client.CoordinationV1Api(api).read_namespaced_lease(ROSTER, namespace)
+    except client.ApiException:
+        return 0
+    return len(roster.metadata.annotations or {})
+
+
+def _writes(cluster: ControlPlane, namespace: str, since: float) -> list[tuple[str, str, int]]:
+    """(identity, verb, HTTP code) of every write to the election's Lease received since ``since``."""
+    prefix = f"system:serviceaccount:{namespace}:"
+    out = []
+    for event in cluster.audit_events():
+        ref = event.get("objectRef") or {}
+        user = (event.get("user") or {}).get("username", "")
+        if (
+            event.get("stage") == "ResponseComplete"
+            and ref.get("resource") == "leases"
+            and ref.get("namespace") == namespace
+            and ref.get("name") == ELECTION_LEASE
+            and event.get("verb") in ("create", "update", "patch", "delete")
+            and user.startswith(prefix)
+            and _received(event) >= since
+        ):
+            out.append((user[len(prefix) :], event["verb"], event["responseStatus"]["code"]))
+    return out
+
+
+def _received(event: dict[str, Any]) -> float:
+    return dt.datetime.fromisoformat(event["requestReceivedTimestamp"]).timestamp()
+
+
+def test_a_handover_among_eight_costs_two_lease_writes_and_goes_to_the_last_to_join(
+    spawn: Any, cluster: ControlPlane, api: Any, namespace: str, tmp_path: Path
+) -> None:
+    procs = _candidates(spawn, cluster, api, namespace, tmp_path, 8)
+    (old,) = [p for p in procs if p.leads()]
+    newest = procs[-1] if procs[-1] is not old else procs[-2]
+    time.sleep(2)  # every follower is watching
+    since = time.time()
+    old.signal(signal.SIGTERM)
+    wait_for(lambda: leaders(procs), 10, what="a successor")
+    assert old.wait(20) == 0
+    time.sleep(3)  # room for a burst of claims, had there been one
+    writes = _writes(cluster, namespace, since)
+    print(f"\nwrites to the election's Lease after the SIGTERM: {writes}")
+    assert leaders(procs) == [newest.identity], writes
+    assert [w for w in writes if w[0] != newest.identity] == [(old.identity, "update", 200)]
+    assert all(code == 200 for _, _, code in writes), writes  # no 409: nobody else tried
+    assert _listed(api, namespace) == 7  # the stopped one left the roster
+
+
+def test_a_named_successor_that_is_frozen_costs_about_a_second_and_nobody_leads_twice(
+    spawn: Any, cluster: ControlPlane, api: Any, namespace: str, tmp_path: Path
+) -> None:
+    procs = _candidates(spawn, cluster, api, namespace, tmp_path, 4)
+    (old,) = [p for p in procs if p.leads()]
+    frozen = procs[-1] if procs[-1] is not old else procs[-2]
+    time.sleep(2)
+    frozen.signal(signal.SIGSTOP)
+    started = time.monotonic()
+    old.signal(signal.SIGTERM)
+    seen: set[tuple[str, ...]] = set()
+    while not (now := tuple(leaders(procs))) and time.monotonic() - started < 10:
+        seen.add(now)
+        time.sleep(0.01)
+    took = time.monotonic() - started
+    print(f"\nhandover past a frozen successor took {took:.2f}s")
+    assert len(now) == 1 and now[0] != frozen.identity, now
+    assert 0.9 <= took < 5, took  # the hand-off's 1 s, then the usual claim
+    frozen.signal(signal.SIGCONT)
+    for _ in range(30):  # 3 s: the thawed one must not lead next to the new leader
+        current = leaders(procs)
+        assert len(current) <= 1, current
+        time.sleep(0.1)
+    assert leaders(procs) == list(now)
+    # The new leader took the name that did not claim out of the roster.
+    assert _listed(api, namespace) == 2
+
+
+def test_twenty_candidates_joining_at_once_are_all_listed_without_a_conflict(
+    cluster: ControlPlane, namespace: str
+) -> None:
+    """One merge patch per entry: joins that race, the roster's creation included, all land."""
+    epoch = dt.datetime(2026, 1, 1, tzinfo=dt.UTC)
+
+    async def go() -> None:
+        stores = [LeaseStore(from_kubeconfig(cluster.kubeconfig), namespace) for _ in range(20)]
+        rosters = [
+            Roster(
+                store,
+                ELECTION_LEASE,
+                namespace,
+                f"pod-{i}",
+                clock_at(epoch + dt.timedelta(seconds=i)),
+            )
+            for i, store in enumerate(stores)
+        ]
+        try:
+            await asyncio.gather(*(r.join() for r in rosters))
+            obj = await stores[0].get(ROSTER)
+            assert [who for _, who in entries(obj)] == [f"pod-{i}" for i in range(20)]
+            assert await rosters[0].successor() == "pod-19"  # joined last
+            assert await rosters[19].successor() == "pod-18"  # never itself
+            await asyncio.gather(*(r.leave() for r in rosters[10:]))
+            assert await rosters[0].successor() == "pod-9"
+            await rosters[0].forget("pod-9")  # a named successor that never claimed
+            assert await rosters[0].successor() == "pod-8"
+        finally:
+            for store in stores:
+                store.close()
+
+    asyncio.run(go())
+
+
+def clock_at(when: dt.datetime) -> Callable[[], dt.datetime]:
+    return lambda: when
