@@ -22,9 +22,9 @@ once never conflict. The object is labelled ``managed-by: grelmicro-sidecar``
 
 from __future__ import annotations
 
+import binascii
 import contextlib
 import datetime as dt
-import hashlib
 import json
 from collections.abc import Callable
 from typing import Any, Protocol
@@ -33,7 +33,7 @@ from .kube.errors import Conflict, NotFound
 from .lease import API_VERSION, format_microtime, parse_time
 
 SUFFIX = ".candidates"
-#: Entries are annotations under this prefix, one per candidate, keyed by a hash of its identity.
+#: Entries are annotations under this prefix, one per candidate, keyed by a checksum of its identity.
 ENTRY_PREFIX = "candidates.leader-election.grelmicro.io/"
 LABELS = {
     "app.kubernetes.io/managed-by": "grelmicro-sidecar",
@@ -64,7 +64,14 @@ def roster_name(lease: str) -> str | None:
 
 
 def entry_key(identity: str) -> str:
-    return ENTRY_PREFIX + hashlib.sha256(identity.encode()).hexdigest()[:32]
+    """The annotation key of ``identity``'s entry (any identity fits an annotation name).
+
+    CRC-32, not a cryptographic hash: ``hashlib`` would load 0.8 MB into every
+    sidecar, and two identities sharing a key cost nothing unsafe (one entry
+    hides the other, so that candidate is not named and claims like any
+    follower). The entry's value holds the identity itself.
+    """
+    return f"{ENTRY_PREFIX}{binascii.crc32(identity.encode()):08x}"
 
 
 def _metadata_map(obj: dict[str, Any] | None, key: str) -> dict[Any, Any]:
