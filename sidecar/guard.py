@@ -83,7 +83,10 @@ def main(argv: list[str]) -> int:
     # terminal's ^C and a SIGTERM to lock's group reach lock, which forwards them.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
-    os.write(report, f"PID {proc.pid}\n".encode())
+    # lock may already be dead (SIGKILL): then nobody reads this, and the guard
+    # must go on guarding, not die of a broken pipe and leave the command unbounded.
+    with contextlib.suppress(OSError):
+        os.write(report, f"PID {proc.pid}\n".encode())
     os.close(report)
     ending = Ending(proc.pid, grace, deadline)
     pending = b""

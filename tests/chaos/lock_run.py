@@ -62,6 +62,13 @@ class LockReport:
         )
 
 
+def _traceback_of(log: str) -> str:
+    """The first traceback in a log, with the five lines before it (what the process was doing)."""
+    lines = log.splitlines()
+    first = next(i for i, line in enumerate(lines) if "Traceback" in line)
+    return "\n".join(lines[max(0, first - 5) : first + 40])
+
+
 def runs_of(who: str, path: Path) -> list[Run]:
     """Each run of ``who``'s command: from its ``start`` line to its last line."""
     runs: list[Run] = []
@@ -213,5 +220,9 @@ class LockChaos:
                 proxy.close()
             self.loop.close()
         runs = [r for who, path in self.beats.items() for r in runs_of(who, path)]
-        tracebacks = [who for who, p in self.procs.items() if "Traceback" in p.raw_log()]
+        tracebacks = [
+            f"{who}:\n{_traceback_of(log)}"
+            for who, p in self.procs.items()
+            if "Traceback" in (log := p.raw_log())
+        ]
         return LockReport(runs, overlaps(runs), self.faults, self.exits, tracebacks)
