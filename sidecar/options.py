@@ -10,8 +10,10 @@ and what is accepted. ``cli`` prints it and exits 2, with no traceback.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import re
+import sys
 from collections.abc import Mapping, Sequence
 from typing import Any, NoReturn
 
@@ -40,8 +42,38 @@ class UsageError(SettingsError):
     """The command line itself is wrong (unknown flag, missing argument)."""
 
 
+class Formatter(argparse.HelpFormatter):
+    """argparse's help formatter, told the terminal width so it does not ``import shutil``.
+
+    argparse builds a formatter for every ``add_argument``, and the default one
+    imports ``shutil`` for the width, which loads zlib, bz2 and lzma: about
+    0.5 MB of RSS in every sidecar for a help text nobody prints in a pod.
+    """
+
+    def __init__(self, prog: str, **kwargs: Any) -> None:
+        if kwargs.get("width") is None:
+            kwargs["width"] = _columns() - 2  # what the default formatter does
+        super().__init__(prog, **kwargs)
+
+
+def _columns() -> int:
+    """The terminal's width as ``shutil.get_terminal_size`` finds it: $COLUMNS, stdout, else 80."""
+    with contextlib.suppress(ValueError):
+        if int(os.environ.get("COLUMNS", "0")) > 0:
+            return int(os.environ["COLUMNS"])
+    stdout = sys.__stdout__
+    try:
+        return (os.get_terminal_size(stdout.fileno()).columns if stdout else 0) or 80
+    except (ValueError, OSError):
+        return 80
+
+
 class Parser(argparse.ArgumentParser):
     """argparse that reports a usage error as one line, not usage + error."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        kwargs.setdefault("formatter_class", Formatter)
+        super().__init__(*args, **kwargs)
 
     def error(self, message: str) -> NoReturn:
         raise UsageError(f"{self.prog}: {message} (see --help)")
