@@ -1,4 +1,4 @@
-"""A small HTTP/1.1 client for the API server: asyncio streams, TLS, h11 framing.
+"""A small HTTP/1.1 client for the API server: h11 framing over ``channel`` (socket, TLS).
 
 Why not a full client library: this code runs in every pod of every workload
 that uses the sidecar, and the official client costs ~25 MB of RSS more than
@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import socket
 import ssl
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
@@ -22,6 +21,7 @@ from typing import Any
 import h11
 
 from .. import __version__
+from .channel import Channel
 
 USER_AGENT = f"grelmicro-sidecar/{__version__}"
 
@@ -40,9 +40,8 @@ class Response:
 class Connection:
     """One HTTP/1.1 connection; not safe for concurrent requests."""
 
-    def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter):
-        self.reader = reader
-        self.writer = writer
+    def __init__(self, channel: Channel):
+        self.channel = channel
         self.conn = h11.Connection(h11.CLIENT)
 
     @classmethod
@@ -51,21 +50,15 @@ class Connection:
     ) -> Connection:
         try:
             async with asyncio.timeout(timeout):
-                reader, writer = await asyncio.open_connection(
-                    host.strip("[]"),
-                    port,
-                    ssl=ssl_context,
-                    server_hostname=host.strip("[]") if ssl_context else None,
-                    limit=1 << 20,
-                )
+                channel = await Channel.open(host.strip("[]"), port, ssl_context)
         except ssl.SSLCertVerificationError as err:
             raise Unreachable(
                 f"TLS verification of {host}:{port} failed: {err.verify_message}"
             ) from None
         except (OSError, ssl.SSLError, TimeoutError) as err:
             raise Unreachable(f"cannot connect to {host}:{port}: {_describe(err)}") from None
-        _keepalive(writer)
-        return cls(reader, writer)
+        channel.keepalive()
+        return cls(channel)
 
     @property
     def reusable(self) -> bool:
@@ -86,18 +79,13 @@ class Connection:
         if body is not None:
             data += self.conn.send(h11.Data(data=body))
         data += self.conn.send(h11.EndOfMessage())
-        self.writer.write(data)
-        await self.writer.drain()
+        await self.channel.send(data)
 
     async def _next_event(self) -> h11.Event:
         while True:
             event: Any = self.conn.next_event()
             if event is h11.NEED_DATA:
-                chunk = await self.reader.read(65536)
-                if not chunk and self.reader.at_eof():
-                    self.conn.receive_data(b"")
-                    continue
-                self.conn.receive_data(chunk)
+                self.conn.receive_data(await self.channel.recv())  # b"" at the end
                 continue
             if isinstance(event, h11.ConnectionClosed):
                 raise Unreachable("the API server closed the connection")
@@ -121,8 +109,7 @@ class Connection:
                 return
 
     def close(self) -> None:
-        with contextlib.suppress(Exception):
-            self.writer.close()
+        self.channel.close()
 
 
 class HttpClient:
@@ -140,7 +127,7 @@ class HttpClient:
     async def _connection(self, timeout: float) -> Connection:
         while self._idle:
             conn = self._idle.pop()
-            if conn.reusable and not conn.reader.at_eof():
+            if conn.reusable and conn.channel.alive():
                 return conn
             conn.close()
         return await Connection.open(
@@ -231,18 +218,6 @@ class HttpClient:
         for conn in self._idle:
             conn.close()
         self._idle.clear()
-
-
-def _keepalive(writer: asyncio.StreamWriter) -> None:
-    """TCP keep-alive probes, so a half-open connection (a watch above all) dies in about a minute."""
-    sock = writer.get_extra_info("socket")
-    if sock is None:
-        return
-    with contextlib.suppress(OSError, AttributeError):
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1)
-        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_KEEPIDLE, 30)
-        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_KEEPINTVL, 10)
-        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_KEEPCNT, 3)
 
 
 def _describe(err: BaseException) -> str:
