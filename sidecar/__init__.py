@@ -6,14 +6,15 @@ three rules marked * with import-linter, see ``[tool.importlinter]`` in pyprojec
 - ``defaults``, ``durations``, ``timing``, ``lease``, ``election``: pure logic, no
   I/O (unit-tested with a fake clock). * They import nothing of the layers below,
   nor h11/kopf/aiohttp/yaml.
-- ``kube``: API access (config, HTTP/1.1 client, one call path, errors, the Lease
-  store and its watch, the one pod label the sidecar writes).
+- ``kube``: API access (config, the connection with its in-memory TLS, HTTP/1.1
+  client, one call path, errors, the Lease store and its watch, the one pod
+  label the sidecar writes).
 - ``publish``: what the application sees (the typed state, state file, HTTP
   endpoints, metrics, the leader label).
-- ``runner``, ``cleanup``, ``sweepduty``, ``roster``, ``held_signals``: the driver
-  of the election, the sweep and which sidecar of a namespace does it, the roster
-  a release names its successor from, and the signals that arrive before the
-  driver can handle them.
+- ``runner``, ``handover``, ``roster``, ``cleanup``, ``sweepduty``, ``held_signals``:
+  the driver of the election; the release that names a successor and the roster
+  it names from; the sweep, and which sidecar of a namespace does it at exit;
+  the signals that arrive before the driver can handle them.
 - ``cli``, ``commands``, ``options`` (the settings toolkit: flag, env, default,
   one-line errors), ``settings``, ``logs``: the command line; ``lock`` and
   ``guard``: the ``lock`` command (a command run only while leading; the guard is

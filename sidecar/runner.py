@@ -31,14 +31,14 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from . import cleanup, held_signals
+from . import held_signals
 from .election import Election, Read, Wait, Write
+from .handover import Handover
 from .kube.config import ApiConfig
 from .kube.errors import ApiError, Conflict, Forbidden, NotFound, Unauthorized
 from .kube.events import EventRecorder
 from .kube.leases import LeaseStore
 from .kube.watch import Changed, Deleted, LeaseWatch
-from .lease import LeaseRecord, vacate
 from .logs import Logger
 from .publish.changes import Changes
 from .publish.http import StatusServer
@@ -46,13 +46,11 @@ from .publish.label import LeaderLabel
 from .publish.metrics import Metrics
 from .publish.state import State
 from .publish.statefile import StateDirError, StateFile
-from .roster import Roster
 from .settings import RunSettings
-from .sweepduty import SweepDuty
+from .sweepduty import ExitSweep
 
 SHUTDOWN_BUDGET = 10.0  # release + sweep, well inside the default 30 s grace period
 LABEL_BUDGET = 3.0  # of it, how long the release waits for the leader label to come off
-ROSTER_BUDGET = 1.0  # how long the release waits for the roster before it names nobody
 TASK_STOP_SECONDS = 2.0  # how long the shutdown waits for cancelled tasks
 RBAC_FIX = (
     "grant the pod's ServiceAccount a Role with get, list, watch, create, update, patch, delete "
@@ -121,16 +119,29 @@ class Sidecar:
         )
         self._tasks: list[asyncio.Task[Any]] = []
         self._loop_task: asyncio.Task[Any] | None = None
-        # The shutdown sweep judges Leases on what this process saw since it started,
-        # and only the holder of the namespace's sweep duty looks at all.
-        self.sightings = cleanup.Sightings(self.clock.monotonic)
-        self.duty = SweepDuty(store, namespace, settings.identity, self.clock.wall)
-        #: Who a release may hand the Lease to (contract §2); this candidate joins at start.
-        self.roster = Roster(store, settings.lease, namespace, settings.identity, self.clock.wall)
-        self._joining: asyncio.Task[None] | None = None
-        self._forget_task: asyncio.Task[None] | None = None
-        self._sighted = False
-        self._sighting: asyncio.Task[None] | None = None
+        #: Only the holder of the namespace's sweep duty sweeps at exit (contract §5).
+        self.sweep = ExitSweep(
+            store,
+            namespace,
+            settings.identity,
+            self.clock.wall,
+            self.clock.monotonic,
+            log,
+            on_delete=self._count_swept,
+        )
+        #: The roster, the release naming a successor (contract §2, hand-off).
+        self.handover = Handover(
+            store,
+            self.election,
+            settings.lease,
+            namespace,
+            settings.identity,
+            self.clock.wall,
+            self.clock.monotonic,
+            log,
+        )
+        #: Tasks of the start-up that the shutdown cancels when they are still running.
+        self._starting: list[asyncio.Task[None]] = []
         self._signals = 0
 
     # ---- what the application sees ----------------------------------------
@@ -201,8 +212,10 @@ class Sidecar:
         if self.label is not None:
             self._label_task = asyncio.create_task(self.label.run(), name="leader-label")
             self._tasks.append(self._label_task)
-        self._sighting = asyncio.create_task(self._sight(), name="sighting")
-        self._joining = asyncio.create_task(self._join_roster(), name="roster")
+        self._starting = [
+            asyncio.create_task(self.sweep.start(), name="sighting"),
+            asyncio.create_task(self.handover.join(), name="roster"),
+        ]
         stop = asyncio.create_task(self._stop.wait())
         done, _ = await asyncio.wait([stop, *self._tasks], return_when=asyncio.FIRST_COMPLETED)
         failed = next((t for t in self._tasks if t in done), None)
@@ -215,43 +228,6 @@ class Sidecar:
             await self._shutdown()
             return 1
         return await self._shutdown()
-
-    async def _sight(self) -> None:
-        """Claim the sweep duty; its holder lists the namespace's managed Leases once.
-
-        Without that list the sweep could only trust wall clocks (contract §5).
-        A sidecar without the duty, or whose list failed, sweeps nothing at
-        exit: the duty holder, the injector's sweep and ``cleanup`` remain.
-        """
-        try:
-            if not await self.duty.claim():
-                self.log.debug("another sidecar holds the sweep duty", sweeper=self.duty.holder)
-                return
-            await cleanup.sight(self.store, self.sightings)
-            self._sighted = True
-        except ApiError as err:
-            self.log.debug(
-                "could not claim the sweep duty or list managed leases; the shutdown sweep will skip",
-                error=str(err),
-            )
-
-    async def _join_roster(self) -> None:
-        """Join the election's roster, so a releasing leader may name this candidate.
-
-        Not needed for safety or for leading: without it, a release names
-        somebody else or nobody, and this candidate claims like any follower.
-        """
-        try:
-            await self.roster.join()
-        except ApiError as err:
-            self.log.once(
-                "roster",
-                "warning",
-                "could not join the election's roster; handovers will not name this pod "
-                "(it still takes over as any follower does)",
-                roster=self.roster.name,
-                error=str(err),
-            )
 
     def _on_signal(self, sig: int) -> None:
         self._signals += 1
@@ -306,7 +282,7 @@ class Sidecar:
         self.watch.resume_from(list_rv)
 
     async def _write(self, action: Write) -> None:
-        over = self.election.record  # what this write replaces
+        over = self.election.record  # what this write replaces (a hand-off, maybe)
         started = self.clock.monotonic()
         timeout = self._request_timeout()
         try:
@@ -341,25 +317,8 @@ class Sidecar:
             self.metrics.observe_renew(now - started)
         self.election.on_written(obj, started, now)
         self._clear_api_errors()
-        if (
-            action.purpose == "acquire"
-            and over is not None
-            and over.handoff_from is not None
-            and over.holder not in (None, self.settings.identity)
-        ):
-            # Named by a hand-off and it did not take the Lease: gone, or too slow.
-            self._forget_task = asyncio.create_task(self._forget(over.holder))
-
-    async def _forget(self, identity: str) -> None:
-        """Take a successor that never claimed out of the roster, so nobody names it again."""
-        try:
-            await self.roster.forget(identity)
-            self.log.info(
-                "named successor did not take the lease; removed it from the roster",
-                successor=identity,
-            )
-        except ApiError as err:
-            self.log.debug("could not update the roster", error=str(err))
+        if action.purpose == "acquire":
+            self.handover.claimed(over)
 
     async def _wait(self, until: float) -> None:
         timeout = until - self.clock.monotonic()
@@ -519,7 +478,7 @@ class Sidecar:
         self.publish(force=True)
         self.log.info("published not-leader", lease=self.settings.lease)
         tasks = [t for t in self._tasks if t is not self._label_task]
-        tasks += [t for t in (self._sighting, self._joining) if t is not None]
+        tasks += self._starting
         for task in tasks:
             task.cancel()
         # Bounded: a task that ignores its cancellation must not keep the Lease held.
@@ -533,9 +492,8 @@ class Sidecar:
         deadline = self.clock.monotonic() + SHUTDOWN_BUDGET
         try:
             async with asyncio.timeout(SHUTDOWN_BUDGET):
-                await self._release(deadline)
-                await self.roster.leave(timeout=max(0.1, deadline - self.clock.monotonic()))
-                await self._sweep()
+                await self.handover.leave(deadline)
+                await self.sweep.finish()
         except TimeoutError:
             self.log.warning(
                 "shutdown budget spent; exiting without finishing release/sweep",
@@ -577,82 +535,8 @@ class Sidecar:
                 waited_seconds=LABEL_BUDGET,
             )
 
-    async def _sweep(self) -> None:
-        """The exit sweep (contract §5 step 3), by the sweep duty's holder only."""
-        if not self.duty.held:
-            self.log.info("sweep left to the sweep duty's holder", sweeper=self.duty.holder or None)
-            return
-        if self._sighted:
-            result = await cleanup.sweep(
-                self.store,
-                self.log,
-                sightings=self.sightings,
-                now=self.clock.wall,
-                on_delete=lambda _r: self._count_swept(),
-            )
-            self.log.info(
-                "sweep done",
-                deleted=len(result.deleted),
-                kept_live=result.kept_live,
-                kept_unconfirmed=result.kept_unconfirmed,
-            )
-        await self.duty.give_back()
-
     def _count_swept(self) -> None:
         self.metrics.swept += 1
-
-    async def _release(self, deadline: float) -> None:
-        """Release our own claim, naming a successor from the roster when there is one."""
-        timeout = max(0.1, deadline - self.clock.monotonic())
-        # Read alongside the Lease, so a handover waits for one round trip, not two;
-        # only by a process that holds a claim of its own (a follower names nobody).
-        holding = self.election.written_version is not None
-        wait = min(timeout, ROSTER_BUDGET)
-        named = asyncio.ensure_future(self._successor(wait) if holding else _nobody())
-        try:
-            for _ in range(3):
-                timeout = max(0.1, deadline - self.clock.monotonic())
-                obj = await self.store.get(self.settings.lease, timeout=timeout)
-                if obj is None:
-                    return
-                record = LeaseRecord.from_object(obj)
-                if record.holder != self.settings.identity:
-                    self.log.info("not holding the lease; nothing to release", holder=record.holder)
-                    return
-                if not self.election.may_release(record):
-                    self.log.info(
-                        "the lease names this pod but is not a claim this process wrote; "
-                        "leaving it to expire",
-                        lease=self.settings.lease,
-                    )
-                    return
-                successor = await named
-                body = vacate(record, now=self.clock.wall(), successor=successor)
-                try:
-                    await self.store.replace(body, timeout=timeout)
-                except Conflict:
-                    continue
-                self.log.info(
-                    "released lease",
-                    lease=self.settings.lease,
-                    transitions=record.transitions,
-                    successor=successor,
-                )
-                return
-        finally:
-            named.cancel()
-
-    async def _successor(self, timeout: float) -> str | None:
-        """Who the roster says to hand over to; None (anyone may claim) when it cannot say."""
-        try:
-            return await self.roster.successor(timeout=timeout)
-        except ApiError as err:
-            self.log.debug("could not read the roster; releasing to anyone", error=str(err))
-            return None
-
-
-async def _nobody() -> None:
-    return None
 
 
 def resolve_namespace(explicit: str | None, config: ApiConfig) -> str:

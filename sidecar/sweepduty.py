@@ -26,8 +26,11 @@ import datetime as dt
 from collections.abc import Callable
 from typing import Any, Protocol
 
-from .kube.errors import Conflict, NotFound
+from . import cleanup
+from .kube.errors import ApiError, Conflict, NotFound
+from .kube.leases import LeaseStore
 from .lease import API_VERSION, LeaseRecord, format_microtime
+from .logs import Logger
 
 DUTY_LEASE = "grelmicro-sidecar-sweeper"
 #: How long a claim lasts; a holder that lives longer shares the duty with the next starter.
@@ -120,3 +123,66 @@ class SweepDuty:
         except (Conflict, NotFound):
             return
         self.held = False
+
+
+class ExitSweep:
+    """A sidecar's part in sweeps: claim the duty and sight at start; sweep and give back at exit."""
+
+    def __init__(
+        self,
+        store: LeaseStore,
+        namespace: str,
+        identity: str,
+        wall: Callable[[], dt.datetime],
+        monotonic: Callable[[], float],
+        log: Logger,
+        on_delete: Callable[[], None],
+    ):
+        self.store = store
+        self.log = log
+        self.wall = wall
+        self.on_delete = on_delete
+        self.duty = SweepDuty(store, namespace, identity, wall)
+        # The sweep judges Leases on what this process saw since it started.
+        self.sightings = cleanup.Sightings(monotonic)
+        self.sighted = False
+
+    async def start(self) -> None:
+        """Claim the sweep duty; its holder lists the namespace's managed Leases once.
+
+        Without that list the sweep could only trust wall clocks (contract §5).
+        A sidecar without the duty, or whose list failed, sweeps nothing at
+        exit: the duty holder, the injector's sweep and ``cleanup`` remain.
+        """
+        try:
+            if not await self.duty.claim():
+                self.log.debug("another sidecar holds the sweep duty", sweeper=self.duty.holder)
+                return
+            await cleanup.sight(self.store, self.sightings)
+            self.sighted = True
+        except ApiError as err:
+            self.log.debug(
+                "could not claim the sweep duty or list managed leases; the shutdown sweep will skip",
+                error=str(err),
+            )
+
+    async def finish(self) -> None:
+        """The exit sweep (contract §5 step 3), by the sweep duty's holder only."""
+        if not self.duty.held:
+            self.log.info("sweep left to the sweep duty's holder", sweeper=self.duty.holder or None)
+            return
+        if self.sighted:
+            result = await cleanup.sweep(
+                self.store,
+                self.log,
+                sightings=self.sightings,
+                now=self.wall,
+                on_delete=lambda _r: self.on_delete(),
+            )
+            self.log.info(
+                "sweep done",
+                deleted=len(result.deleted),
+                kept_live=result.kept_live,
+                kept_unconfirmed=result.kept_unconfirmed,
+            )
+        await self.duty.give_back()
