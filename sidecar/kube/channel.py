@@ -19,6 +19,7 @@ import asyncio
 import contextlib
 import socket
 import ssl
+from collections.abc import Callable
 from typing import Any
 
 CHUNK = 65536
@@ -34,6 +35,7 @@ class Channel:
         self._outgoing = ssl.MemoryBIO()
         self.closed = False
         self.ended = False  # the server closed its side (TLS close_notify or end of stream)
+        self._parked: asyncio.AbstractEventLoop | None = None
 
     @classmethod
     async def open(cls, host: str, port: int, context: ssl.SSLContext | None) -> Channel:
@@ -133,6 +135,28 @@ class Channel:
         self.ended = True
         return False
 
+    def park(self, on_close: Callable[[], None]) -> None:
+        """While idle, close at once when the server closes its side, then call ``on_close``.
+
+        The API server drops idle connections after a while; without this the
+        socket would wait in CLOSE-WAIT until the next request found it dead.
+        """
+        loop = asyncio.get_running_loop()
+
+        def readable() -> None:
+            if not self.alive():
+                self.close()
+                on_close()
+
+        loop.add_reader(self.sock, readable)
+        self._parked = loop
+
+    def unpark(self) -> None:
+        if self._parked is not None:
+            with contextlib.suppress(RuntimeError, ValueError):  # a closed loop or socket
+                self._parked.remove_reader(self.sock)
+            self._parked = None
+
     def keepalive(self) -> None:
         """TCP keep-alive probes, so a half-open connection (a watch above all) dies in about a minute."""
         with contextlib.suppress(OSError, AttributeError):
@@ -143,6 +167,7 @@ class Channel:
 
     def close(self) -> None:
         if not self.closed:
+            self.unpark()
             self.closed = True
             self.sock.close()
 

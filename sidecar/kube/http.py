@@ -127,6 +127,7 @@ class HttpClient:
     async def _connection(self, timeout: float) -> Connection:
         while self._idle:
             conn = self._idle.pop()
+            conn.channel.unpark()
             if conn.reusable and conn.channel.alive():
                 return conn
             conn.close()
@@ -160,6 +161,7 @@ class HttpClient:
             raise
         if conn.recycle():
             self._idle.append(conn)
+            conn.channel.park(lambda: self._forget(conn))
         else:
             conn.close()
         return Response(status, hdrs, b"".join(chunks))
@@ -210,6 +212,11 @@ class HttpClient:
             raise Unreachable(f"watch: {_describe(err)}") from None
         finally:
             conn.close()
+
+    def _forget(self, conn: Connection) -> None:
+        """An idle connection the server closed."""
+        with contextlib.suppress(ValueError):
+            self._idle.remove(conn)
 
     def _headers(self, extra: list[tuple[str, str]]) -> list[tuple[str, str]]:
         return [("Host", f"{self.host}:{self.port}"), ("User-Agent", USER_AGENT), *extra]

@@ -93,12 +93,39 @@ def test_an_idle_connection_the_server_closed_is_not_reused(
             stale = http._idle[0]
             writers[0].close()  # the server drops the idle connection (as at its idle timeout)
             await asyncio.sleep(0.2)
-            assert not stale.channel.alive()
-            # The next request notices before sending and opens a new connection.
+            # Noticed while idle: closed at once (no socket left in CLOSE-WAIT), out of the pool.
+            assert stale.channel.closed and http._idle == []
             assert (await http.request("GET", "/x", [], timeout=5)).status == 200
-            assert len(writers) == 2 and stale.channel.closed
+            assert len(writers) == 2
         finally:
             http.close()
+            srv.close()
+
+    asyncio.run(go())
+
+
+def test_alive_tells_a_closed_idle_connection_before_a_request_is_sent_on_it(
+    contexts: tuple[ssl.SSLContext, ssl.SSLContext],
+) -> None:
+    """Without the idle watch (a connection taken from the pool is checked again)."""
+    writers: list[asyncio.StreamWriter] = []
+
+    async def keep(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        writers.append(writer)
+        await _answer(reader, writer)
+
+    async def go() -> None:
+        srv, port = await _serve(contexts[0], keep)
+        channel = await Channel.open("127.0.0.1", port, contexts[1])
+        try:
+            await asyncio.sleep(0.2)
+            assert channel.alive()
+            writers[0].close()
+            await asyncio.sleep(0.2)
+            assert not channel.alive()
+            assert not channel.alive()  # and stays so (close_notify already taken in)
+        finally:
+            channel.close()
             srv.close()
 
     asyncio.run(go())
