@@ -4,22 +4,24 @@ What a user feels, on the node of ``tests/cluster/node.py`` with the image
 built from the Dockerfile and the chart installed:
 
 - node start (kubelet to Ready, CoreDNS answering) and the image's size;
-- pod create -> leader elected: ``kubectl apply`` of a 3-replica annotated
-  Deployment until one pod's ``/leader`` answers 200 from inside its app;
-- the sidecar container's RSS in a pod (``VmRSS`` of its process, steady state);
-- leaderless time on ``kubectl delete pod`` of the leader, ``--rounds`` times:
-  from the Lease's release (holder cleared, or handed off) to the successor's claim,
-  both seen by a watch on the Lease; and delete -> successor;
-- leaderless time per ``kubectl rollout restart`` (default strategy, readiness
-  not gated), summed over the handovers the rollout causes;
+- for each way of electing a leader (``bench/podpeers.py``: the sidecar, the
+  sidecar with the leader label, client-go with ``ReleaseOnCancel`` as a
+  sidecar, grelmicro inside the app), one 3-replica Deployment, in the same run:
+  - create -> first leader, and the election process's RSS in each pod;
+  - leaderless time on ``kubectl delete pod`` of the leader, ``--rounds``
+    times: from the Lease's release (holder emptied, handed off, or the Lease
+    deleted) to the successor's claim, both seen by a watch on the Lease; and
+    delete -> successor;
+  - leaderless time per ``kubectl rollout restart`` (default strategy,
+    readiness not gated), summed over the handovers the rollout causes;
 - the leader Service (``manifests/examples/leader-service.yaml``, 3 replicas,
   the leader label): per ``kubectl delete pod`` of the leader and per rollout,
   how long the Service had no ready endpoint, and how long after the Lease
   named the new leader the Service routed to it alone (sampled every 50 ms:
   EndpointSlices, labels and the Lease, through the API).
 
-Writes ``bench/results/pods.json`` and prints a Markdown table. Numbers only:
-the behaviour is asserted by ``tests/e2e``.
+Writes ``bench/results/pods.json`` and ``bench/PODS.md``. Numbers only: the
+behaviour is asserted by ``tests/e2e``.
 """
 
 from __future__ import annotations
@@ -27,7 +29,6 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
-import subprocess
 import sys
 import tempfile
 import threading
@@ -36,10 +37,13 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+from kubernetes import client, config, watch
+
+from bench import podpeers
+from sidecar.lease import HANDOFF_ANNOTATION
 from tests.cluster import images
 from tests.cluster.node import Node
-from tests.e2e.conftest import CHART, ROOT, Cluster, tool, wait_for
-from tests.e2e.test_election import deployment, leaders
+from tests.e2e.conftest import CHART, ROOT, Cluster, wait_for
 from tests.e2e.test_leader_service import Sampler, follow_time, longest
 
 HERE = Path(__file__).resolve().parent
@@ -53,53 +57,68 @@ def _log(msg: str) -> None:
 
 
 class LeaseWatch:
-    """Every change of one Lease's holder, timestamped on arrival (``kubectl get -w``).
+    """Every change of one Lease's leadership, timestamped on arrival (a watch in a thread).
 
-    A hand-off (a release naming its successor, contract §2) counts as no holder:
-    the successor leads only once its own claim is written.
+    Recorded as (time, holder) with holder ``""`` while nobody leads: the holder
+    emptied (a release), the Lease deleted (grelmicro's release), or handed off
+    (a release naming its successor, contract §2: the successor leads only once
+    its own claim is written).
     """
 
-    def __init__(self, cluster: Cluster, name: str) -> None:
-        kubectl = tool("kubectl", "kubernetes")
-        self.proc = subprocess.Popen(
-            [
-                str(kubectl),
-                f"--kubeconfig={cluster.kubeconfig}",
-                "get",
-                "lease",
-                name,
-                "-n",
-                NS,
-                "-w",
-                "-o",
-                "jsonpath={.spec.holderIdentity}{' '}"
-                "{.metadata.annotations.leader-election\\.grelmicro\\.io/handoff-from}{'\\n'}",
-            ],
-            stdout=subprocess.PIPE,
-            text=True,
-        )
+    def __init__(self, cluster: Cluster, namespace: str, name: str) -> None:
+        self.api = config.new_client_from_config(config_file=str(cluster.kubeconfig))
+        self.namespace, self.name = namespace, name
         self.changes: list[tuple[float, str]] = []
-        threading.Thread(target=self._pump, daemon=True).start()
+        #: Holder changes with no release between them (a takeover, not a handover)
+        self.unreleased = 0
+        self._watch = watch.Watch()
+        self._stopped = False
+        self._thread = threading.Thread(target=self._pump, daemon=True)
+        self._thread.start()
 
     def _pump(self) -> None:
-        assert self.proc.stdout is not None
-        for line in self.proc.stdout:
-            holder, _, handed_by = line.strip().partition(" ")
-            if handed_by:
-                holder = ""  # a release that names a successor: nobody leads until it claims
-            if not self.changes or self.changes[-1][1] != holder:
-                self.changes.append((time.time(), holder))
+        leases = client.CoordinationV1Api(self.api)
+        while not self._stopped:
+            try:
+                for event in self._watch.stream(
+                    leases.list_namespaced_lease,
+                    self.namespace,
+                    field_selector=f"metadata.name={self.name}",
+                    timeout_seconds=300,
+                ):
+                    self._record(event["type"], event["object"])
+            except Exception as err:
+                if not self._stopped:
+                    _log(f"lease watch {self.namespace}/{self.name}: {err}; re-opening")
+                    time.sleep(0.2)
+
+    def _record(self, kind: str, lease: Any) -> None:
+        now = time.time()
+        holder = (lease.spec.holder_identity if lease.spec else None) or ""
+        if kind == "DELETED" or HANDOFF_ANNOTATION in (lease.metadata.annotations or {}):
+            holder = ""
+        last = self.changes[-1][1] if self.changes else None
+        if holder == last:
+            return
+        if last and holder:
+            self.unreleased += 1
+        self.changes.append((now, holder))
+
+    def holder(self) -> str:
+        """Who leads now, by the Lease ("" while nobody does)."""
+        return self.changes[-1][1] if self.changes else ""
 
     def since(self, t: float) -> list[tuple[float, str]]:
         return [c for c in self.changes if c[0] >= t]
 
     def stop(self) -> None:
-        self.proc.terminate()
-        self.proc.wait(10)
+        self._stopped = True
+        self._watch.stop()
+        self.api.close()
 
 
 def gaps(changes: list[tuple[float, str]], start: float) -> list[float]:
-    """Leaderless intervals: from a cleared holder to the next holder."""
+    """Leaderless intervals: from a release to the next holder's claim."""
     out, cleared = [], None
     for t, holder in changes:
         if not holder:
@@ -110,21 +129,29 @@ def gaps(changes: list[tuple[float, str]], start: float) -> list[float]:
     return out
 
 
-def sidecar_rss_mib() -> list[float]:
-    """VmRSS of every ``grelmicro-sidecar run`` process on this machine (the pods' sidecars)."""
+def process_rss_mib(*needles: bytes) -> list[float]:
+    """VmRSS of every process on this machine whose command line holds all of ``needles``."""
     found = []
     for proc in Path("/proc").iterdir():
         if not proc.name.isdigit():
             continue
         try:
-            cmd = (proc / "cmdline").read_bytes().split(b"\0")
-            if any(part.endswith(b"grelmicro-sidecar") for part in cmd[:2]) and b"run" in cmd:
+            cmd = (proc / "cmdline").read_bytes()
+            if all(n in cmd for n in needles):
                 for line in (proc / "status").read_text().splitlines():
                     if line.startswith("VmRSS:"):
-                        found.append(int(line.split()[1]) / 1024)
+                        found.append(round(int(line.split()[1]) / 1024, 1))
         except OSError:
             continue
     return found
+
+
+#: How each workload's election process is recognised on the node, for its RSS.
+PROCESS = {
+    "sidecar": (b"grelmicro-sidecar\0run",),
+    "clientgo": (b"clientgo-peer",),
+    "grelmicro": (b"pypeer.py\0grelmicro",),
+}
 
 
 def summary(values: list[float]) -> dict[str, float]:
@@ -135,7 +162,16 @@ def summary(values: list[float]) -> dict[str, float]:
     }
 
 
-def run(rounds: int, rollouts: int) -> dict[str, Any]:
+def live_pods(cluster: Cluster, namespace: str) -> set[str]:
+    items = cluster.json("get", "pods", "-n", namespace)["items"]
+    return {
+        p["metadata"]["name"]
+        for p in items
+        if not p["metadata"].get("deletionTimestamp") and p["status"].get("phase") == "Running"
+    }
+
+
+def run(rounds: int, rollouts: int, only: set[str] | None = None) -> dict[str, Any]:
     node = Node(Path(tempfile.mkdtemp(prefix="grelmicro-bench-node-")))
     res: dict[str, Any] = {"started": datetime.now().isoformat(timespec="seconds")}
     try:
@@ -144,65 +180,88 @@ def run(rounds: int, rollouts: int) -> dict[str, Any]:
         res["node_and_dns_ready_s"] = round(node.timings["ready"], 2)
         cluster = Cluster(node.kubeconfig)
         archives = images.product_images()
-        node.load_images(archives)
+        node.load_images(archives + podpeers.peer_images())
         res["image_bytes"] = images.image_size(archives[0])
         t0 = time.monotonic()
         cluster.helm(
             "install", "gs", str(CHART), "-n", "grelmicro-system", "--create-namespace", "--wait"
         )
         res["helm_install_wait_s"] = round(time.monotonic() - t0, 2)
-        cluster.kubectl("create", "namespace", NS)
-        cluster.kubectl("apply", "-n", NS, "-f", str(ROOT / "manifests" / "rbac.yaml"))
-
-        t0 = time.monotonic()
-        cluster.kubectl("apply", "-n", NS, "-f", "-", input=json.dumps(deployment("worker")))
-        wait_for(lambda: leaders(cluster, NS, "worker"), 120, "a leader", interval=0.1)
-        res["create_to_leader_s"] = round(time.monotonic() - t0, 2)
-        cluster.kubectl("rollout", "status", "-n", NS, "deployment/worker", "--timeout=120s")
-        time.sleep(10)
-        res["sidecar_rss_mib"] = [round(v, 1) for v in sidecar_rss_mib()]
-
-        watch = LeaseWatch(cluster, "leader-worker")
-        time.sleep(1)
-        delete_gap, delete_total = [], []
-        for i in range(rounds):
-            old = wait_for(lambda: leaders(cluster, NS, "worker"), 60, "a leader")[0]
-            t = time.time()
-            cluster.kubectl("delete", "pod", "-n", NS, old, "--wait=false")
-            new = wait_for(
-                lambda t=t, old=old: next((h for _, h in watch.since(t) if h and h != old), None),
-                60,
-                "a successor",
-                0.02,
-            )
-            seen = next(ts for ts, h in watch.since(t) if h == new)
-            delete_total.append(seen - t)
-            delete_gap += gaps(watch.since(t), t)
-            _log(f"delete {i + 1}/{rounds}: {old} -> {new} in {seen - t:.2f}s")
-            cluster.kubectl("rollout", "status", "-n", NS, "deployment/worker", "--timeout=120s")
-        res["delete_pod_leaderless_s"] = summary(delete_gap)
-        res["delete_pod_to_successor_s"] = summary(delete_total)
-
-        rollout_gap: list[float] = []
-        for i in range(rollouts):
-            t = time.time()
-            cluster.kubectl("rollout", "restart", "-n", NS, "deployment/worker")
-            cluster.kubectl("rollout", "status", "-n", NS, "deployment/worker", "--timeout=180s")
-            wait_for(
-                lambda: len(leaders(cluster, NS, "worker")) == 1, 60, "one leader after the rollout"
-            )
-            total = sum(gaps(watch.since(t), t))
-            rollout_gap.append(total)
-            _log(f"rollout {i + 1}/{rollouts}: leaderless {total:.2f}s in total")
-        res["rollout_restart_leaderless_s"] = summary(rollout_gap)
-        watch.stop()
-        res.update(leader_service(cluster, rounds, rollouts))
+        res["workloads"] = {}
+        for workload in podpeers.workloads(NS):
+            if only and workload.key not in only:
+                continue
+            res["workloads"][workload.key] = measure(cluster, workload, rounds, rollouts)
+        if not only or "service" in only:
+            res.update(leader_service(cluster, rounds, rollouts))
     finally:
         left = node.stop()
         if not left:
             node.remove()
         res["left_behind"] = left
     return res
+
+
+def measure(
+    cluster: Cluster, workload: podpeers.Workload, rounds: int, rollouts: int
+) -> dict[str, Any]:
+    """One workload through ``rounds`` leader pod deletions and ``rollouts`` rollout restarts."""
+    ns, out = workload.namespace, {"label": workload.label}
+    cluster.kubectl("create", "namespace", ns)
+    cluster.kubectl("apply", "-n", ns, "-f", str(ROOT / "manifests" / "rbac.yaml"))
+    if workload.key == "sidecar-label":
+        cluster.kubectl("apply", "-n", ns, "-f", str(ROOT / "manifests" / "leader-label.yaml"))
+    watch = LeaseWatch(cluster, ns, podpeers.LEASE)
+    t0 = time.monotonic()
+    cluster.kubectl("apply", "-n", ns, "-f", "-", input=json.dumps(workload.manifest))
+    wait_for(watch.holder, 120, f"{workload.key}: a leader", interval=0.02)
+    out["create_to_leader_s"] = round(time.monotonic() - t0, 2)
+    cluster.kubectl("rollout", "status", "-n", ns, "deployment/worker", "--timeout=180s")
+    time.sleep(10)
+    needles = PROCESS.get(workload.key.split("-")[0], ())
+    out["rss_mib"] = process_rss_mib(*needles) if needles else []
+
+    delete_gap, delete_total = [], []
+    for i in range(rounds):
+        old = wait_for(
+            lambda: watch.holder() in live_pods(cluster, ns) and watch.holder(), 60, "a leader"
+        )
+        t = time.time()
+        cluster.kubectl("delete", "pod", "-n", ns, old, "--wait=false")
+        new = wait_for(
+            lambda t=t, old=old: next((h for _, h in watch.since(t) if h and h != old), None),
+            90,
+            f"{workload.key}: a successor",
+            0.02,
+        )
+        seen = next(ts for ts, h in watch.since(t) if h == new)
+        delete_total.append(seen - t)
+        delete_gap += gaps(watch.since(t), t)
+        _log(f"{workload.key} delete {i + 1}/{rounds}: {old} -> {new} in {seen - t:.2f}s")
+        cluster.kubectl("rollout", "status", "-n", ns, "deployment/worker", "--timeout=180s")
+    out["delete_pod_leaderless_s"] = summary(delete_gap)
+    out["delete_pod_to_successor_s"] = summary(delete_total)
+
+    rollout_gap: list[float] = []
+    handovers: list[int] = []
+    for i in range(rollouts):
+        t = time.time()
+        cluster.kubectl("rollout", "restart", "-n", ns, "deployment/worker")
+        cluster.kubectl("rollout", "status", "-n", ns, "deployment/worker", "--timeout=180s")
+        wait_for(lambda: watch.holder() in live_pods(cluster, ns), 90, "a leader after the rollout")
+        window = gaps(watch.since(t), t)
+        rollout_gap.append(sum(window))
+        handovers.append(len(window))
+        _log(
+            f"{workload.key} rollout {i + 1}/{rollouts}: leaderless {sum(window):.2f}s "
+            f"in {len(window)} handover(s)"
+        )
+    out["rollout_restart_leaderless_s"] = summary(rollout_gap)
+    out["rollout_handovers"] = summary([float(h) for h in handovers])
+    out["takeovers_without_release"] = watch.unreleased
+    watch.stop()
+    cluster.kubectl("delete", "namespace", ns, "--wait=false")
+    return out
 
 
 def leader_service(cluster: Cluster, rounds: int, rollouts: int) -> dict[str, Any]:
@@ -249,22 +308,74 @@ def leader_service(cluster: Cluster, rounds: int, rollouts: int) -> dict[str, An
     }
 
 
+def _cell(s: dict[str, float] | None) -> str:
+    return f"{s['p50']} / {s['max']}" if s and s.get("n") else "-"
+
+
+def _ratio(theirs: dict[str, float] | None, ours: dict[str, float] | None) -> str:
+    if not theirs or not ours or not theirs.get("n") or not ours.get("n") or not ours["p50"]:
+        return ""
+    return f" ({theirs['p50'] / ours['p50']:.0f}×)"
+
+
 def markdown(res: dict[str, Any]) -> str:
     rows = [
         ("node start: kubelet to Node Ready", f"{res['node_ready_s']} s"),
         ("node start: Ready and CoreDNS answering", f"{res['node_and_dns_ready_s']} s"),
         ("image size (uncompressed)", f"{res['image_bytes'] / 1e6:.0f} MB"),
         ("helm install --wait (2 injector pods Ready)", f"{res['helm_install_wait_s']} s"),
-        (
-            "3-replica Deployment created -> leader seen from an app",
-            f"{res['create_to_leader_s']} s",
-        ),
-        ("sidecar RSS per pod (VmRSS)", ", ".join(f"{v} MiB" for v in res["sidecar_rss_mib"])),
     ]
-    for key, label in (
-        ("delete_pod_leaderless_s", "kubectl delete pod (leader): leaderless, release -> acquire"),
-        ("delete_pod_to_successor_s", "kubectl delete pod (leader): delete -> successor holds"),
-        ("rollout_restart_leaderless_s", "kubectl rollout restart: leaderless per rollout"),
+    out = "| measure | value |\n|---|---|\n" + "\n".join(f"| {a} | {b} |" for a, b in rows) + "\n"
+    loads = res.get("workloads") or {}
+    if loads:
+        ours = loads.get("sidecar") or {}
+        keys = list(loads)
+        out += (
+            "\nEach way of electing in its own 3-replica Deployment (default rolling update, "
+            "readiness not gated), one after the other in this run; seconds, p50 / max; "
+            "in brackets, p50 against grelmicro-sidecar's:\n\n"
+            "| measure | " + " | ".join(loads[k]["label"] for k in keys) + " |\n"
+            "|---|" + "---|" * len(keys) + "\n"
+        )
+        for key, label in (
+            ("rollout_restart_leaderless_s", "kubectl rollout restart: leaderless per rollout"),
+            ("rollout_handovers", "kubectl rollout restart: handovers per rollout"),
+            (
+                "delete_pod_leaderless_s",
+                "kubectl delete pod (leader): leaderless, release -> claim",
+            ),
+            (
+                "delete_pod_to_successor_s",
+                "kubectl delete pod (leader): delete -> successor claims",
+            ),
+        ):
+            n = max((loads[k].get(key) or {}).get("n", 0) for k in keys)
+            cells = [
+                _cell(loads[k].get(key))
+                + (
+                    ""
+                    if k == "sidecar" or "handovers" in key
+                    else _ratio(loads[k].get(key), ours.get(key))
+                )
+                for k in keys
+            ]
+            out += f"| {label} (n={n}) | " + " | ".join(cells) + " |\n"
+        out += (
+            "| 3 replicas created -> first leader | "
+            + " | ".join(f"{loads[k]['create_to_leader_s']} s" for k in keys)
+            + " |\n"
+        )
+        out += (
+            "| election process RSS per pod (VmRSS, MiB) | "
+            + " | ".join(", ".join(str(v) for v in loads[k]["rss_mib"]) or "-" for k in keys)
+            + " |\n"
+        )
+        out += (
+            "| holder changes without a release (takeovers) | "
+            + " | ".join(str(loads[k]["takeovers_without_release"]) for k in keys)
+            + " |\n"
+        )
+    service = [
         (
             "service_delete_unrouted_s",
             "leader Service, kubectl delete pod (leader): longest time without an endpoint",
@@ -274,18 +385,28 @@ def markdown(res: dict[str, Any]) -> str:
             "leader Service, kubectl rollout restart: longest time without an endpoint",
         ),
         ("service_follow_s", "leader Service: Lease names the new leader -> routed to it alone"),
-    ):
-        if key not in res:
-            continue
-        s = res[key]
-        rows.append((f"{label} (n={s['n']})", f"p50 {s['p50']} s, max {s['max']} s"))
-    return "| measure | value |\n|---|---|\n" + "\n".join(f"| {a} | {b} |" for a, b in rows) + "\n"
+    ]
+    if any(key in res for key, _ in service):
+        out += (
+            "\n| leader Service (manifests/examples/leader-service.yaml) | p50 / max |\n|---|---|\n"
+        )
+        for key, label in service:
+            if key in res:
+                s = res[key]
+                out += f"| {label} (n={s['n']}) | {s['p50']} s / {s['max']} s |\n"
+    return out
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.pods")
     parser.add_argument("--rounds", type=int, default=10, help="leader pod deletions (default 10)")
     parser.add_argument("--rollouts", type=int, default=10, help="rollout restarts (default 10)")
+    parser.add_argument(
+        "--only",
+        action="append",
+        choices=("sidecar", "sidecar-label", "clientgo", "grelmicro", "service"),
+        help="measure only these (repeatable; default all)",
+    )
     parser.add_argument(
         "--report-only", action="store_true", help="rewrite PODS.md from results/pods.json"
     )
@@ -295,19 +416,20 @@ def main(argv: list[str] | None = None) -> int:
     if args.report_only:
         res = json.loads(RESULTS.read_text())
     else:
-        res = run(args.rounds, args.rollouts)
+        res = run(args.rounds, args.rollouts, set(args.only or ()))
         res["rounds"], res["rollouts"] = args.rounds, args.rollouts
+        res["only"] = sorted(args.only or ())
     res.setdefault("machine", machine())
     res.setdefault("source", source())
-    res.setdefault("rounds", res["delete_pod_to_successor_s"]["n"])
-    res.setdefault("rollouts", res["rollout_restart_leaderless_s"]["n"])
     RESULTS.parent.mkdir(parents=True, exist_ok=True)
     RESULTS.write_text(json.dumps(res, indent=1) + "\n")
     m, src = res["machine"], res["source"]
     dirty = " with uncommitted changes" if src.get("dirty") else ""
+    only = "".join(f" --only {o}" for o in res.get("only", []))
     text = (
         "# Real pods on this machine's node\n\n"
-        f"`python -m bench.pods --rounds {res['rounds']} --rollouts {res['rollouts']}`, {res['started']}, "
+        f"`python -m bench.pods --rounds {res['rounds']} --rollouts {res['rollouts']}{only}`, "
+        f"{res['started']}, "
         f"commit `{str(src.get('commit'))[:12]}`{dirty}; {m['cpu']}, {m['cores']} cores, Linux {m['kernel']}.\n"
         "Leaderless times come from a watch on the Lease (release, emptied or handed off -> "
         "the next holder's own claim); "

@@ -2,7 +2,8 @@
 
 Runs in the peer virtualenv (``bench/peers.py`` builds it), not in the
 project's: ``python pypeer.py grelmicro|official --kubeconfig ... --namespace
-... --identity ... --state-dir ...``.
+... --identity ... --state-dir ...``; in a pod (``bench/podpeers.py``) without
+``--kubeconfig``, as its ServiceAccount.
 
 Each library is used through its public API with its default timings
 (15 s / 10 s / 2 s) and reports leadership the way the sidecar does: a
@@ -98,7 +99,10 @@ def run_official(args: argparse.Namespace, state: StateFile) -> None:
 
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
-    config.load_kube_config(config_file=args.kubeconfig)
+    if args.kubeconfig:
+        config.load_kube_config(config_file=args.kubeconfig)
+    else:
+        config.load_incluster_config()
     lock = LeaseLock(args.lease, args.namespace, args.identity)
     cfg = electionconfig.Config(
         lock,
@@ -115,7 +119,9 @@ def run_official(args: argparse.Namespace, state: StateFile) -> None:
 def main() -> int:
     parser = argparse.ArgumentParser(prog="pypeer")
     parser.add_argument("library", choices=("grelmicro", "official"))
-    parser.add_argument("--kubeconfig", required=True)
+    parser.add_argument(
+        "--kubeconfig", help="without it, the pod's ServiceAccount (in-cluster configuration)"
+    )
     parser.add_argument("--namespace", required=True)
     parser.add_argument("--identity", required=True)
     parser.add_argument("--state-dir", required=True, type=Path)

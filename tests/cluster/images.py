@@ -214,24 +214,34 @@ def curl_standin() -> ImageArchive:
 
 def product() -> ImageArchive:
     """The Dockerfile built as ``docker build`` would, cached by the hash of its inputs."""
+    files = {f.relative_to(ROOT).as_posix(): f for f in _context_files()}
+    return dockerfile_image(
+        product_image_name(), "grelmicro-sidecar", files, (ROOT / "Dockerfile").read_text()
+    )
+
+
+def dockerfile_image(name: str, stem: str, files: dict[str, Path], dockerfile: str) -> ImageArchive:
+    """``dockerfile`` built with ``files`` as its context (path inside the context -> source).
+
+    Its ``FROM`` must be the Python base (``python_base``), the one base this
+    machine can make; cached under ``<stem>-<hash of every input>.tar``.
+    """
     base = python_base()
-    files = _context_files()
     key = _hash(
         base.path.name.encode(),
-        *(f.relative_to(ROOT).as_posix().encode() + b"\0" + f.read_bytes() for f in files),
-        (ROOT / "Dockerfile").read_bytes(),
+        *(rel.encode() + b"\0" + files[rel].read_bytes() for rel in sorted(files)),
+        dockerfile.encode(),
     )
-    name = product_image_name()
-    archive = _images_dir() / f"grelmicro-sidecar-{key}.tar"
+    archive = _images_dir() / f"{stem}-{key}.tar"
 
     def build(staging: Path) -> None:
         t0 = time.monotonic()
         context = staging / "context"
-        for f in files:
-            target = context / f.relative_to(ROOT)
+        for rel, source in files.items():
+            target = context / rel
             target.parent.mkdir(parents=True, exist_ok=True)
-            shutil.copy2(f, target)
-        shutil.copy2(ROOT / "Dockerfile", context / "Dockerfile")
+            shutil.copy2(source, target)
+        (context / "Dockerfile").write_text(dockerfile)
         mounts = []
         # pip inside the build trusts what the machine's own pip trusts.
         for path in ("/etc/ssl/certs/ca-certificates.crt", "/etc/pip.conf"):
@@ -249,7 +259,7 @@ def product() -> ImageArchive:
             str(context),
         )
         buildah("push", name, f"docker-archive:{staging / archive.name}:{name}")
-        _log(f"built {name} from the Dockerfile in {time.monotonic() - t0:.1f}s")
+        _log(f"built {name} from its Dockerfile in {time.monotonic() - t0:.1f}s")
 
     directory = archive.with_suffix(".d")
     binaries.build_once(directory, ready=lambda d: (d / archive.name).exists(), build=build)
