@@ -416,7 +416,9 @@ def main(argv: list[str] | None = None) -> int:
     if args.report_only:
         res = json.loads(RESULTS.read_text())
     else:
+        measured = source()  # before the run: the tree the image is built from
         res = run(args.rounds, args.rollouts, set(args.only or ()))
+        res["source"] = measured
         res["rounds"], res["rollouts"] = args.rounds, args.rollouts
         res["only"] = sorted(args.only or ())
     res.setdefault("machine", machine())
