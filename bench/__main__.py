@@ -47,9 +47,12 @@ class Plan:
     many_elections: int
     many_window: float
     scale_impls: tuple[str, ...]
+    pod_rounds: int = 0  # real pods (bench.pods): leader deletions and rollouts per way; 0 skips
 
 
-FULL = Plan("full", 2, 12, 10, 2.0, 6, 150, 20, 5, 50, 60, 10, 200, 60, ("sidecar", "clientgo"))
+FULL = Plan(
+    "full", 2, 12, 10, 2.0, 6, 150, 20, 5, 50, 60, 10, 200, 60, ("sidecar", "clientgo"), 10
+)  # fmt: skip
 QUICK = Plan("quick", 1, 5, 2, 1.5, 2, 30, 10, 2, 10, 15, 3, 20, 15, ("sidecar", "clientgo"))
 
 
@@ -131,6 +134,7 @@ def run(plan: Plan, only: set[str] | None) -> dict[str, Any]:
         return only is None or name in only
 
     started = time.time()
+    measured = source()  # before the run: what is measured, whatever happens to the tree meanwhile
     _log("preparing the peers (cached after the first run) ...")
     peers.ensure_clientgo()
     py = peers.ensure_python_peers()
@@ -205,6 +209,8 @@ def run(plan: Plan, only: set[str] | None) -> dict[str, Any]:
     finally:
         plane.stop()
         shutil.rmtree(workdir, ignore_errors=True)
+    if plan.pod_rounds and wanted("pods"):
+        res["pods"] = real_pods(plan.pod_rounds)
     finished = time.time()
     res["meta"] = {
         "mode": plan.mode,
@@ -213,7 +219,7 @@ def run(plan: Plan, only: set[str] | None) -> dict[str, Any]:
         "finished": _iso(finished),
         "duration_minutes": round((finished - started) / 60, 1),
         "machine": machine(),
-        "source": source(),
+        "source": measured,
         "loadavg_start": LOAD_START,
         "loadavg_end": loadavg(),
         "versions": versions,
@@ -223,6 +229,20 @@ def run(plan: Plan, only: set[str] | None) -> dict[str, Any]:
 
 
 LOAD_START: list[float] = []
+
+
+def real_pods(rounds: int) -> dict[str, Any]:
+    """bench.pods in this run: the rollouts and pod deletions on the real node, every way side by side."""
+    from tests.cluster.host import unsupported_reason
+
+    from . import pods
+
+    why = unsupported_reason()
+    if why:
+        _log(f"real pods skipped: {why}")
+        return {"gap": why}
+    _log(f"real pods: {rounds} leader deletions and {rounds} rollouts per way of electing ...")
+    return pods.run(rounds, rounds)
 
 
 def graceful(plan: Plan, keys: list[str], workdir: Path, creds: Any) -> dict[str, Any]:
@@ -453,6 +473,32 @@ def targets(res: dict[str, Any]) -> list[dict[str, Any]]:
                 f"p50 {ms(s['p50'])}, max {ms(s['max'])} (n = {s['n']})",
                 s["max"] <= 0.5,
             )
+    peer = (res.get("footprint") or {}).get("clientgo")
+    if fp and peer and fp["rss_mb_leader"] and peer["rss_mb_leader"]:
+        add(
+            "15",
+            "leader RSS at steady state",
+            "≤ client-go's",
+            f"{fp['rss_mb_leader']:.1f} vs {peer['rss_mb_leader']:.1f} MB",
+            fp["rss_mb_leader"] <= peer["rss_mb_leader"],
+        )
+    loads = (res.get("pods") or {}).get("workloads") or {}
+    ours = loads.get("sidecar") or {}
+    for key, who in (("clientgo", "client-go"), ("grelmicro", "grelmicro")):
+        theirs = loads.get(key) or {}
+        for measure, what in (
+            ("rollout_restart_leaderless_s", "rollout restart"),
+            ("delete_pod_leaderless_s", "leader pod deletion"),
+        ):
+            a, b = ours.get(measure) or {}, theirs.get(measure) or {}
+            if a.get("n") and b.get("n"):
+                add(
+                    "15",
+                    f"leaderless per {what}, real pods, p50",
+                    f"≤ {who}'s",
+                    f"{ms(a['p50'])} vs {ms(b['p50'])} (n = {a['n']}, {b['n']})",
+                    a["p50"] <= b["p50"],
+                )
     inj = res.get("injector")
     if inj is not None:
         if inj.get("gap"):
@@ -505,7 +551,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--quick", action="store_true", help="fewer runs, shorter windows (~5 min)")
     parser.add_argument(
         "--only",
-        help="comma-separated subset: handover, failover, steady, startup, scale, injector",
+        help="comma-separated subset: handover, failover, steady, startup, scale, injector, pods",
     )
     parser.add_argument(
         "--report-only", action="store_true", help="redraw from results/latest.json"

@@ -303,6 +303,23 @@ def markdown(res: dict[str, Any]) -> str:
     else:
         add(f"**Gap:** {inj.get('gap') if inj else 'not measured'}\n")
 
+    pods = res.get("pods")
+    if pods:
+        add("## 7. Real pods: rolling updates and leader deletions on the node\n")
+        if pods.get("gap"):
+            add(f"**Gap:** {pods['gap']}\n")
+        else:
+            from .pods import markdown as pods_markdown
+
+            add(
+                "On the project's node (`tests/cluster/node.py`: kubelet, containerd, CNI), the "
+                "image built from the Dockerfile, the chart installed; by `bench/pods.py` "
+                "(`bench/podpeers.py` says how each way is deployed). Leaderless: from the "
+                "Lease's release (emptied, handed off, or deleted) to the next holder's own "
+                "claim, from a watch on the Lease; a rollout's is the sum over the handovers "
+                "it causes.\n"
+            )
+            add(pods_markdown(pods))
     add("## Figures\n")
     for name, caption in FIGURES:
         if name in res.get("figures", []):
