@@ -27,9 +27,10 @@ import contextlib
 import datetime as dt
 import json
 from collections.abc import Callable
-from typing import Any, Protocol
+from typing import Any
 
 from .kube.errors import Conflict, NotFound
+from .kube.leases import LeaseStore
 from .lease import API_VERSION, format_microtime, parse_time
 
 SUFFIX = ".candidates"
@@ -39,18 +40,6 @@ LABELS = {
     "app.kubernetes.io/managed-by": "grelmicro-sidecar",
     "app.kubernetes.io/component": "candidates",
 }
-
-
-class RosterStore(Protocol):
-    async def get(self, name: str, timeout: float | None = None) -> dict[str, Any] | None: ...
-
-    async def create(
-        self, body: dict[str, Any], timeout: float | None = None
-    ) -> dict[str, Any]: ...
-
-    async def patch(
-        self, name: str, body: dict[str, Any], timeout: float | None = None
-    ) -> dict[str, Any]: ...
 
 
 def roster_name(lease: str) -> str | None:
@@ -107,7 +96,7 @@ class Roster:
 
     def __init__(
         self,
-        store: RosterStore,
+        store: LeaseStore,
         lease: str,
         namespace: str,
         identity: str,

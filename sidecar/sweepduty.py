@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import datetime as dt
 from collections.abc import Callable
-from typing import Any, Protocol
+from typing import Any
 
 from . import cleanup
 from .kube.errors import ApiError, Conflict, NotFound
@@ -39,18 +39,6 @@ LABELS = {
     "app.kubernetes.io/managed-by": "grelmicro-sidecar",
     "app.kubernetes.io/component": "sweep-duty",
 }
-
-
-class DutyStore(Protocol):
-    async def get(self, name: str, timeout: float | None = None) -> dict[str, Any] | None: ...
-
-    async def create(
-        self, body: dict[str, Any], timeout: float | None = None
-    ) -> dict[str, Any]: ...
-
-    async def replace(
-        self, body: dict[str, Any], timeout: float | None = None
-    ) -> dict[str, Any]: ...
 
 
 def duty_body(
@@ -77,7 +65,7 @@ class SweepDuty:
     """Claim the namespace's sweep duty at start; give it back after the exit sweep."""
 
     def __init__(
-        self, store: DutyStore, namespace: str, identity: str, now: Callable[[], dt.datetime]
+        self, store: LeaseStore, namespace: str, identity: str, now: Callable[[], dt.datetime]
     ):
         self.store = store
         self.namespace = namespace
