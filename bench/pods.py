@@ -29,6 +29,7 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
+import subprocess
 import sys
 import tempfile
 import threading
@@ -115,6 +116,40 @@ class LeaseWatch:
         self._stopped = True
         self._watch.stop()
         self.api.close()
+
+
+class SidecarLog:
+    """The sidecar container's log of one pod, followed from now (``kubectl logs -f``)."""
+
+    def __init__(self, cluster: Cluster, namespace: str, pod: str) -> None:
+        self.proc = subprocess.Popen(
+            cluster.command("logs", "-f", "-n", namespace, pod, "-c", "grelmicro-sidecar"),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,
+            text=True,
+        )
+        self.lines: list[str] = []
+        threading.Thread(target=self._pump, daemon=True).start()
+        time.sleep(0.3)  # attached before the pod is deleted
+
+    def _pump(self) -> None:
+        assert self.proc.stdout is not None
+        self.lines.extend(self.proc.stdout)
+
+    def stop_times(self) -> tuple[float | None, float | None]:
+        """When the sidecar logged 'shutting down' (its SIGTERM) and 'released lease' (epoch s)."""
+        time.sleep(0.5)
+        self.proc.terminate()
+        self.proc.wait(10)
+        found: dict[str, float] = {}
+        for line in self.lines:
+            try:
+                record = json.loads(line)
+                at = datetime.fromisoformat(record["ts"].replace("Z", "+00:00")).timestamp()
+            except (ValueError, KeyError, TypeError):
+                continue
+            found.setdefault(str(record.get("msg")), at)
+        return found.get("shutting down"), found.get("released lease")
 
 
 def gaps(changes: list[tuple[float, str]], start: float) -> list[float]:
@@ -221,11 +256,12 @@ def measure(
     needles = PROCESS.get(workload.key.split("-")[0], ())
     out["rss_mib"] = process_rss_mib(*needles) if needles else []
 
-    delete_gap, delete_total = [], []
+    delete_gap, delete_total, to_sigterm, to_release = [], [], [], []
     for i in range(rounds):
         old = wait_for(
             lambda: watch.holder() in live_pods(cluster, ns) and watch.holder(), 60, "a leader"
         )
+        sidecar_log = SidecarLog(cluster, ns, old) if workload.key.startswith("sidecar") else None
         t = time.time()
         cluster.kubectl("delete", "pod", "-n", ns, old, "--wait=false")
         new = wait_for(
@@ -237,10 +273,24 @@ def measure(
         seen = next(ts for ts, h in watch.since(t) if h == new)
         delete_total.append(seen - t)
         delete_gap += gaps(watch.since(t), t)
-        _log(f"{workload.key} delete {i + 1}/{rounds}: {old} -> {new} in {seen - t:.2f}s")
+        split = ""
+        if sidecar_log is not None:
+            sigterm, released = sidecar_log.stop_times()
+            if sigterm is not None and released is not None:
+                to_sigterm.append(sigterm - t)
+                to_release.append(released - sigterm)
+                split = (
+                    f" (sidecar SIGTERM +{sigterm - t:.2f}s, released +{released - sigterm:.3f}s)"
+                )
+        _log(f"{workload.key} delete {i + 1}/{rounds}: {old} -> {new} in {seen - t:.2f}s{split}")
         cluster.kubectl("rollout", "status", "-n", ns, "deployment/worker", "--timeout=180s")
     out["delete_pod_leaderless_s"] = summary(delete_gap)
     out["delete_pod_to_successor_s"] = summary(delete_total)
+    if to_sigterm:
+        # Where delete -> successor goes: the app's own shutdown (native sidecar order),
+        # then the sidecar's, from its log.
+        out["delete_pod_to_sidecar_sigterm_s"] = summary(to_sigterm)
+        out["sidecar_sigterm_to_release_s"] = summary(to_release)
 
     rollout_gap: list[float] = []
     handovers: list[int] = []
@@ -348,6 +398,8 @@ def markdown(res: dict[str, Any]) -> str:
                 "delete_pod_to_successor_s",
                 "kubectl delete pod (leader): delete -> successor claims",
             ),
+            ("delete_pod_to_sidecar_sigterm_s", "... of which delete -> the sidecar's SIGTERM"),
+            ("sidecar_sigterm_to_release_s", "... of which the sidecar's SIGTERM -> released"),
         ):
             n = max((loads[k].get(key) or {}).get("n", 0) for k in keys)
             cells = [
