@@ -11,8 +11,6 @@ from __future__ import annotations
 import argparse
 import datetime as dt
 import json
-import os
-import platform
 import re
 import shutil
 import signal
@@ -24,6 +22,8 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+from .provenance import machine, source
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
@@ -68,56 +68,6 @@ def ensure_matplotlib() -> None:
         subprocess.run(
             [sys.executable, "-m", "pip", "install", "--quiet", "-e", f"{ROOT}[bench]"], check=True
         )
-
-
-def machine() -> dict[str, Any]:
-    cpu = "?"
-    for line in Path("/proc/cpuinfo").read_text().splitlines():
-        if line.startswith("model name"):
-            cpu = line.split(":", 1)[1].strip()
-            break
-    mem = 0
-    for line in Path("/proc/meminfo").read_text().splitlines():
-        if line.startswith("MemTotal:"):
-            mem = int(line.split()[1])
-    go = "no go"
-    if shutil.which("go"):
-        go = subprocess.run(["go", "version"], capture_output=True, text=True).stdout.strip()
-        go = go.replace("go version ", "")
-    return {
-        "cpu": cpu,
-        "cores": os.cpu_count(),
-        "memory_gib": round(mem / 1024 / 1024, 1),
-        "kernel": platform.release(),
-        "python": platform.python_version(),
-        "go": go,
-    }
-
-
-def source(root: Path = ROOT) -> dict[str, Any]:
-    """The commit measured and whether the tree had changes on top of it.
-
-    A result without its commit cannot be compared with a later one; a dirty
-    tree is recorded so a number is never credited to a commit that lacks it.
-    """
-
-    def git(*args: str) -> str:
-        done = subprocess.run(["git", "-C", str(root), *args], capture_output=True, text=True)
-        return done.stdout.strip() if done.returncode == 0 else ""
-
-    commit = git("rev-parse", "HEAD")
-    if not commit:
-        return {"commit": "unknown (not a git checkout)", "dirty": None}
-    changed = git(
-        "status",
-        "--porcelain",
-        "--untracked-files=no",
-        "--",
-        ".",
-        ":!bench/results",
-        ":!bench/RESULTS.md",
-    )
-    return {"commit": commit, "subject": git("log", "-1", "--format=%s"), "dirty": bool(changed)}
 
 
 def _impl_order(keys: list[str]) -> list[str]:

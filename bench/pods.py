@@ -463,7 +463,7 @@ def main(argv: list[str] | None = None) -> int:
         "--report-only", action="store_true", help="rewrite PODS.md from results/pods.json"
     )
     args = parser.parse_args(argv)
-    from bench.__main__ import machine, source
+    from bench.provenance import machine, source
 
     if args.report_only:
         res = json.loads(RESULTS.read_text())

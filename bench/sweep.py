@@ -178,7 +178,7 @@ def main(argv: list[str] | None = None) -> int:
         finally:
             plane.stop()
             plane.remove()
-    from bench.__main__ import machine, source
+    from bench.provenance import machine, source
 
     out = {"source": source(), "machine": machine(), "runs": results}
     RESULTS.write_text(json.dumps(out, indent=2) + "\n")

@@ -5,7 +5,7 @@ from __future__ import annotations
 import subprocess
 from pathlib import Path
 
-from bench.__main__ import source
+from bench.provenance import source
 
 
 def _git(repo: Path, *args: str) -> None:
