@@ -102,8 +102,10 @@ class Election:
     #: Wall time of the claim behind ``renewed_at``: where ``vouched_until`` is anchored.
     renewed_wall: dt.datetime | None = None
     fencing_token: int | None = None
-    #: resourceVersion of our last successful claim: the only Lease state we may release.
+    #: resourceVersion of our last successful claim: a Lease state we may release.
     written_version: str | None = None
+    #: renewTime of the last claim we sent, answered or not: the other one (``may_release``).
+    sent_renew_time: dt.datetime | None = None
     not_before: float = -math.inf
     #: After a rollback of the store, nobody's claim is judged free before this.
     quarantine_until: float = -math.inf
@@ -181,7 +183,7 @@ class Election:
         return self.expires_at
 
     def _claim(self, purpose: Literal["acquire", "renew"]) -> Write:
-        self._claimed_wall = self.wall()
+        self._claimed_wall = self.sent_renew_time = self.wall()
         body = claim(
             self.record,
             name=self.lease,
@@ -262,6 +264,7 @@ class Election:
         if self.leading:
             self._step_down("the Lease's store went back in time (restored from a backup)")
         self.written_version = None
+        self.sent_renew_time = None
         self.quarantine_until = now + self.timing.lease_duration
 
     def _problem(self, problem: str) -> None:
@@ -349,11 +352,19 @@ class Election:
         """Whether ``current`` is a claim this process wrote and nobody has touched since.
 
         Releasing lets a successor take over at once. That is safe only for our
-        own term: a record that names us through a hand edit, a crashed earlier
-        run or a write whose answer we lost is left to be waited out, since
-        whoever led before may still be publishing.
+        own writes: a record that names us through a hand edit or a crashed
+        earlier run is left to be waited out, since whoever led before may still
+        be publishing. Our own writes are the last one answered (its
+        resourceVersion) and the last one sent, answered or not (a shutdown
+        cancels a renew in flight; a connection drops): the API server applied
+        it only if the Lease was as we read it, the same rule as for an answered
+        write, and it carries the renewTime we stamped, to the microsecond.
         """
-        return current.holder == self.identity and current.resource_version == self.written_version
+        if current.holder != self.identity:
+            return False
+        if current.resource_version == self.written_version:
+            return True
+        return self.sent_renew_time is not None and current.renew_time == self.sent_renew_time
 
     def resign(self) -> None:
         """Stop claiming leadership now (shutdown); nothing is written here."""

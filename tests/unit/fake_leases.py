@@ -31,6 +31,9 @@ class FakeLeases:
         #: Virtual seconds each write takes to reach the store (a request's round trip):
         #: writers woken together then race as they do against a real API server
         self.latency = 0.0
+        #: Virtual seconds between applying a write and answering it: a caller
+        #: cancelled in that time never learns that its write happened (a lost answer)
+        self.answer_latency = 0.0
         #: (verb, holderIdentity) of writes to election Leases (labelled managed-by
         #: grelmicro); the sweep duty's go to ``duty_writes``, the rosters' to ``roster_writes``
         self.writes: list[tuple[str, str]] = []
@@ -47,6 +50,10 @@ class FakeLeases:
     async def _travel(self) -> None:
         if self.latency:
             await asyncio.sleep(self.latency)
+
+    async def _answer(self) -> None:
+        if self.answer_latency:
+            await asyncio.sleep(self.answer_latency)
 
     def _check(self, verb: str) -> None:
         if self.down:
@@ -120,6 +127,7 @@ class FakeLeases:
         self.objects[name] = obj
         self._wrote("update", obj)
         await self._record("MODIFIED", obj)
+        await self._answer()
         return copy.deepcopy(obj)
 
     async def patch(

@@ -545,3 +545,31 @@ def test_a_store_restored_from_a_backup_is_believed_waited_out_and_never_re_read
     assert isinstance(step(b, store, 31), Write) and b.is_leader(31)
     step(a, store, 35)
     assert not a.is_leader(35) and b.is_leader(35)
+
+
+def test_a_release_may_follow_our_own_write_whose_answer_was_lost_and_nothing_else() -> None:
+    """``may_release``: our last answered write, or our last sent one (its renewTime, to the
+    microsecond) when the answer never came; never a record naming us that we did not write,
+    and nothing after the store went back in time."""
+    store, a = Store(), make("a")
+    step(a, store, 0), step(a, store, 0)  # a leads
+    renew = a.next_action(5)
+    assert isinstance(renew, Write) and renew.purpose == "renew"
+    assert store.write(renew) != "conflict"  # applied; the answer is lost (a shutdown cancelled it)
+    current = LeaseRecord.from_object(store.read() or {})
+    assert current.resource_version != a.written_version
+    assert a.may_release(current)
+    # The same Lease hand-edited to name us (another renewTime): not ours.
+    edited = store.read() or {}
+    edited["spec"]["renewTime"] = "2026-01-01T00:00:07.000001Z"
+    assert not a.may_release(LeaseRecord.from_object(edited))
+    # After a rollback nothing is trusted as ours, not even the last write sent.
+    a.observe(
+        {
+            **(store.read() or {}),
+            "metadata": {**(store.read() or {})["metadata"], "resourceVersion": "50"},
+        },
+        6,
+        quorum=True,
+    )
+    assert not a.may_release(LeaseRecord.from_object(store.read() or {}))
