@@ -17,6 +17,7 @@ import base64
 import contextlib
 import json
 import os
+import random
 import shutil
 import signal
 import socket
@@ -42,10 +43,30 @@ rules:
 SERVICE_ACCOUNT_ISSUER = "https://kubernetes.default.svc.cluster.local"
 
 
+#: Ports handed out by this process, so two callers never get the same one.
+_HANDED_OUT: set[int] = set()
+
+
 def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+    """A port to listen on, below the NodePort range (30000 and up) and Linux's ephemeral one.
+
+    A port the kernel picks (bind to 0) comes from the ephemeral range, where it
+    is free now but may be taken by the next outgoing connection before the
+    process it is meant for listens on it: with hundreds of sidecars starting at
+    once (the bench's scale scenario) a few died of "address already in use".
+    """
+    for _ in range(1000):
+        port = random.randrange(20000, 30000)
+        if port in _HANDED_OUT:
+            continue
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+            try:
+                s.bind(("", port))
+            except OSError:
+                continue
+        _HANDED_OUT.add(port)
+        return port
+    raise RuntimeError("no free port between 20000 and 29999")
 
 
 def _kubeconfig(server: str, ca_pem: bytes, cert_pem: bytes, key_pem: bytes, user: str) -> str:
