@@ -140,6 +140,10 @@ def run(plan: Plan, only: set[str] | None) -> dict[str, Any]:
                     res["startup"][k] = scenarios.startup(
                         IMPLS[k], workdir, creds, plan.startup_runs
                     )
+                _log("start-up with no Lease yet, sidecar ...")
+                res["startup_create"] = {
+                    "sidecar": scenarios.startup(IMPLS["sidecar"], workdir, creds, 2, free=False)
+                }
             if wanted("scale"):
                 res["scale"] = {"one_election": {}, "many_elections": {}}
                 for k in plan.scale_impls:

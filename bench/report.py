@@ -215,8 +215,17 @@ def markdown(res: dict[str, Any]) -> str:
         add(
             "RSS: the largest `VmRSS` sampled every 5 s during the N = 3 steady-state window; CPU: "
             "`utime + stime` over that window. Start: from `Popen` to the `updated_at` of the first "
-            '"leading" state file, with no Lease yet (create path).\n'
+            '"leading" state file, the Lease existing and free (released, as a graceful exit '
+            "leaves it).\n"
         )
+        created = [x["seconds"] for x in (res.get("startup_create") or {}).get("sidecar", [])]
+        if created:
+            add(
+                "With no Lease at all the sidecar first waits one lease duration (someone may "
+                "have led under a Lease that was deleted; contract §2), by design: start → leading "
+                + ", ".join(ms(x) for x in created)
+                + f" (n = {len(created)}); the peers create it at once.\n"
+            )
 
     sc = res.get("scale")
     if sc:

@@ -7,6 +7,8 @@ data (dicts and lists of floats) that ``report`` turns into tables and plots.
 
 from __future__ import annotations
 
+import datetime as dt
+import json
 import random
 import signal
 import statistics
@@ -261,20 +263,45 @@ def _mean_verbs(items: list[dict[str, float]]) -> dict[str, float]:
 
 
 # ---- start-up ---------------------------------------------------------------
-def startup(impl: Impl, workdir: Path, creds: Credentials, runs: int) -> list[dict[str, float]]:
-    """Process start to holding a free Lease (none exists yet), and the RSS once leading."""
+def startup(
+    impl: Impl, workdir: Path, creds: Credentials, runs: int, *, free: bool = True
+) -> list[dict[str, float]]:
+    """Process start to leading, and the RSS once leading.
+
+    ``free``: the Lease exists and is free (released: no holder, as a graceful
+    exit leaves it), what the target names. Otherwise no Lease exists yet (the
+    create path), where the sidecar waits one lease duration first by design
+    (contract §2: someone may have led under a Lease that was deleted).
+    """
     out = []
+    kind = "free" if free else "none"
     for i in range(runs):
-        pool = Pool(impl, f"start-{i}", workdir, creds, prefix=f"start{i}")
+        pool = Pool(impl, f"start-{kind}-{i}", workdir, creds, prefix=f"start{kind}{i}")
         try:
+            if free:
+                creds.plane.kubectl(
+                    "apply", "-n", impl.namespace, "-f", "-",
+                    input=json.dumps(released_lease(f"leader-{pool.election}")),
+                )  # fmt: skip
             cand = pool.spawn()
             t: float = wait_until(cand.leading_since, 30, 0.005, f"{impl.key} to lead")
             time.sleep(1.0)
             out.append({"seconds": t - cand.started_wall, "rss_mb": cand.rss_mb() or 0.0})
-            _log(f"  {impl.key} start #{i}: {out[-1]['seconds'] * 1000:.0f} ms")
+            _log(f"  {impl.key} start #{i} ({kind} lease): {out[-1]['seconds'] * 1000:.0f} ms")
         finally:
             pool.stop()
     return out
+
+
+def released_lease(name: str) -> dict[str, Any]:
+    """A Lease as a graceful release leaves it: no holder, a 1 s duration, renewed a minute ago."""
+    stamp = (dt.datetime.now(dt.UTC) - dt.timedelta(minutes=1)).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+    return {
+        "apiVersion": "coordination.k8s.io/v1",
+        "kind": "Lease",
+        "metadata": {"name": name, "labels": {"app.kubernetes.io/managed-by": "grelmicro"}},
+        "spec": {"holderIdentity": "", "leaseDurationSeconds": 1, "renewTime": stamp},
+    }
 
 
 # ---- scale ------------------------------------------------------------------
