@@ -48,10 +48,11 @@ class Plan:
     many_window: float
     scale_impls: tuple[str, ...]
     pod_rounds: int = 0  # real pods (bench.pods): leader deletions and rollouts per way; 0 skips
+    sweep_pods: int = 0  # bench.sweep: pods stopping at once among 1000 managed Leases; 0 skips
 
 
 FULL = Plan(
-    "full", 2, 12, 10, 2.0, 6, 150, 20, 5, 50, 60, 10, 200, 60, ("sidecar", "clientgo"), 10
+    "full", 2, 12, 10, 2.0, 6, 150, 20, 5, 50, 60, 10, 200, 60, ("sidecar", "clientgo"), 10, 50
 )  # fmt: skip
 QUICK = Plan("quick", 1, 5, 2, 1.5, 2, 30, 10, 2, 10, 15, 3, 20, 15, ("sidecar", "clientgo"))
 
@@ -160,6 +161,12 @@ def run(plan: Plan, only: set[str] | None) -> dict[str, Any]:
                     )  # fmt: skip
             if wanted("injector"):
                 res["injector"] = injector(plane.kubeconfig)
+            if plan.sweep_pods and wanted("sweep"):
+                from . import sweep
+
+                _log(f"shutdown sweeps: {plan.sweep_pods} pods stop among 1000 managed Leases, "
+                     f"{sweep.BASELINE} then this tree ...")  # fmt: skip
+                res["sweep"] = sweep.before_after(plane, workdir, plan.sweep_pods, 1000)
     finally:
         plane.stop()
         shutil.rmtree(workdir, ignore_errors=True)
@@ -453,6 +460,22 @@ def targets(res: dict[str, Any]) -> list[dict[str, Any]]:
                     f"{ms(a['p50'])} vs {ms(b['p50'])} (n = {a['n']}, {b['n']})",
                     a["p50"] <= b["p50"],
                 )
+    sweep = res.get("sweep") or {}
+    if sweep.get("after"):
+        now, was_run = sweep["after"], sweep.get("before")
+        lists = now["start"]["sweep_lists"] + now["stop"]["sweep_lists"]
+        was = (
+            f" (before: {was_run['start']['sweep_lists'] + was_run['stop']['sweep_lists']})"
+            if was_run
+            else ""
+        )
+        add(
+            "15",
+            f"sweep LISTs, {now['pods']} pods start and stop among {now['leases']} Leases",
+            "linear in stopping pods, not pods × elections",
+            f"{lists}{was}; DELETEs {now['stop']['deletes']:,}, abandoned left {now['abandoned_left']}",
+            lists <= 2 and now["abandoned_left"] == 0,
+        )
     inj = res.get("injector")
     if inj is not None:
         if inj.get("gap"):
@@ -505,7 +528,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--quick", action="store_true", help="fewer runs, shorter windows (~5 min)")
     parser.add_argument(
         "--only",
-        help="comma-separated subset: handover, failover, steady, startup, scale, injector, pods",
+        help="comma-separated subset: handover, failover, steady, startup, scale, injector, sweep, pods",
     )
     parser.add_argument(
         "--report-only", action="store_true", help="redraw from results/latest.json"

@@ -329,6 +329,10 @@ def markdown(res: dict[str, Any]) -> str:
                 "it causes.\n"
             )
             add(pods_markdown(pods))
+    sweep = res.get("sweep")
+    if sweep:
+        add("## 8. Shutdown sweeps when many pods stop at once\n")
+        add(sweep_markdown(sweep))
     add("## Figures\n")
     for name, caption in FIGURES:
         if name in res.get("figures", []):
@@ -348,6 +352,54 @@ FIGURES = [
     ("api_load.png", "Steady-state API requests per candidate"),
     ("scale.png", "Handover latency at scale"),
 ]
+
+
+SWEEP_ROWS = (
+    "sweep LISTs at start / at exit",
+    "bytes of Lease LIST answers at start / at exit",
+    "DELETEs at exit (succeeded)",
+    "sweep-duty requests at start / at exit",
+    "abandoned Leases left after the exits",
+    "SIGTERM to the last exit",
+    "exit codes",
+)
+
+
+def _sweep_cells(r: dict[str, Any]) -> list[str]:
+    """One run of ``bench.sweep.one_run``, a cell per ``SWEEP_ROWS`` entry."""
+    return [
+        f"{r['start']['sweep_lists']} / {r['stop']['sweep_lists']}",
+        f"{r['list_bytes_start'] / 1e6:.2f} MB / {r['list_bytes_stop'] / 1e6:.2f} MB",
+        f"{r['stop']['deletes']:,} ({r['stop']['deletes_ok']:,})",
+        f"{r['start']['duty']} / {r['stop']['duty']}",
+        str(r["abandoned_left"]),
+        f"{r['stop_seconds']:.2f} s",
+        ", ".join(str(c) for c in r["exit_codes"]),
+    ]
+
+
+def sweep_markdown(sweep: dict[str, Any]) -> str:
+    """Section 8: ``bench.sweep.before_after`` on this run's control plane, as a table."""
+    after = sweep["after"]
+    before = sweep.get("before")
+    lines = [
+        f"{after['pods']} sidecars of one election in a namespace holding {after['leases']} "
+        "managed Leases abandoned an hour ago; after 70 s (long enough for a sweep to confirm "
+        f"them abandoned) all {after['pods']} get SIGTERM at once. Requests on Leases from the "
+        "API server's audit log, bytes of Lease LIST answers from its metrics (they include the "
+        f"election's own reads by name). Before: the sidecar of `{sweep['baseline']}`, where "
+        "every sidecar lists its namespace at start and sweeps it at exit; this tree: one sweep "
+        "per namespace, by the holder of the sweep duty (contract §5). By `bench/sweep.py`.\n",
+    ]
+    if not before:
+        lines.append(f"**Gap (before):** {sweep.get('gap_before', 'not measured')}\n")
+    head = "| | before | this tree |" if before else "| | this tree |"
+    lines += [head, "|---|---|---|" if before else "|---|---|"]
+    columns = [_sweep_cells(before), _sweep_cells(after)] if before else [_sweep_cells(after)]
+    for i, what in enumerate(SWEEP_ROWS):
+        lines.append(f"| {what} | " + " | ".join(col[i] for col in columns) + " |")
+    lines.append("")
+    return "\n".join(lines)
 
 
 def _load(values: list[float]) -> str:

@@ -15,6 +15,10 @@ answer (the sweep's, and the election's own small reads by name).
 before/after in one run:
 
     .venv/bin/python -m bench.sweep [--pods 50] [--leases 1000] [--old /tmp/old]
+
+A full ``python -m bench`` calls :func:`before_after` on its own control plane,
+with ``BASELINE`` (the last commit where every sidecar swept for itself) as the
+"before", so the numbers land in ``RESULTS.md`` from the same run.
 """
 
 from __future__ import annotations
@@ -25,6 +29,7 @@ import json
 import os
 import re
 import signal
+import subprocess
 import sys
 import tempfile
 import time
@@ -35,6 +40,8 @@ from tests.cluster import ControlPlane
 from tests.sidecar.proc import SidecarProcess, wait_for
 
 RESULTS = Path(__file__).parent / "results" / "sweep.json"
+ROOT = Path(__file__).resolve().parent.parent
+BASELINE = "b3113d0"  # every sidecar lists its namespace at start and sweeps it at exit
 SELECTOR = "app.kubernetes.io%2Fmanaged-by%3Dgrelmicro"
 TIMING = ("--lease-duration=3s", "--renew-deadline=2s", "--retry-period=500ms")
 
@@ -151,6 +158,31 @@ def one_run(
     for proc in procs:
         proc.stop()
     return result
+
+
+def baseline_package(into: Path) -> str | None:
+    """``BASELINE``'s ``sidecar`` package under ``into``, or why it could not be had."""
+    into.mkdir(parents=True, exist_ok=True)
+    archive = subprocess.run(
+        ["git", "-C", str(ROOT), "archive", BASELINE, "sidecar"], capture_output=True, check=False
+    )
+    if archive.returncode:
+        return f"git archive {BASELINE} failed ({archive.stderr.decode().strip()[:120]})"
+    subprocess.run(["tar", "-x", "-C", str(into)], input=archive.stdout, check=True)
+    return None
+
+
+def before_after(plane: ControlPlane, tmp: Path, pods: int, leases: int) -> dict[str, Any]:
+    """BASELINE then this tree on one control plane; a missing baseline is reported, not hidden."""
+    old = tmp / "baseline"
+    out: dict[str, Any] = {"baseline": BASELINE}
+    gap = baseline_package(old)
+    if gap:
+        out["gap_before"] = gap
+    else:
+        out["before"] = one_run(plane, tmp, "before", pods, leases, str(old))
+    out["after"] = one_run(plane, tmp, "after", pods, leases, None)
+    return out
 
 
 def main(argv: list[str] | None = None) -> int:
