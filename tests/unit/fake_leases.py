@@ -42,8 +42,6 @@ class FakeLeases:
         #: Writes refused with 409 (every Lease)
         self.conflicts = 0
         self.lists = 0
-        #: Names read one by one (``get``), in order
-        self.gets: list[str] = []
         self.label_lists = 0  # lists by label (the sweep's), not the election's by name
         self._generation = 0
         self._changed = asyncio.Condition()
@@ -85,7 +83,6 @@ class FakeLeases:
 
     async def get(self, name: str, timeout: float | None = None) -> dict[str, Any] | None:
         self._check("get")
-        self.gets.append(name)
         obj = self.objects.get(name)
         return copy.deepcopy(obj) if obj is not None else None
 
