@@ -273,6 +273,15 @@ def listed(store: FakeLeases) -> list[str]:
     return sorted(identity for _, identity in entries(store.objects.get(LEASE + ".candidates")))
 
 
+async def _leader_and_follower(store: FakeLeases, tmp_path: Path) -> tuple[Candidate, Candidate]:
+    """``a`` leading and ``b`` following it (started after, settled for 3 s)."""
+    a = await Candidate("a", store, tmp_path).start()
+    await until(a.leads, 16, "a leads")
+    b = await Candidate("b", store, tmp_path).start()
+    await asyncio.sleep(3)
+    return a, b
+
+
 async def _with_an_abandoned_lease() -> FakeLeases:
     """A store holding an expired managed Lease of another election, renewed an hour before the epoch."""
     store = FakeLeases()
@@ -313,10 +322,7 @@ def test_a_shutdown_during_a_renew_whose_answer_is_lost_still_releases(tmp_path:
 
     async def scenario() -> None:
         store = FakeLeases()
-        a = await Candidate("a", store, tmp_path).start()
-        await until(a.leads, 16, "a leads")
-        b = await Candidate("b", store, tmp_path).start()
-        await asyncio.sleep(3)
+        a, b = await _leader_and_follower(store, tmp_path)
         store.answer_latency = 1.0  # applied at once, answered a second later
         renews = len(store.writes)
         await until(lambda: len(store.writes) > renews, 10, "a renew applied")
@@ -396,10 +402,7 @@ def test_a_lapsed_sweep_duty_is_taken_over_by_the_next_sidecar_to_start(tmp_path
 def test_a_watch_that_lost_its_place_re_reads_and_still_follows(tmp_path: Path) -> None:
     async def scenario() -> None:
         store = FakeLeases()
-        a = await Candidate("a", store, tmp_path).start()
-        await until(a.leads, 16, "a leads")
-        b = await Candidate("b", store, tmp_path).start()
-        await asyncio.sleep(3)
+        a, b = await _leader_and_follower(store, tmp_path)
         lists = store.lists
         await store.compact()  # b's watch ends and cannot resume: 410
         await until(lambda: store.lists > lists, 5, "a re-read after the 410")
