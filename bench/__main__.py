@@ -48,7 +48,7 @@ class Plan:
     many_window: float
     scale_impls: tuple[str, ...]
     pod_rounds: int = 0  # real pods (bench.pods): leader deletions and rollouts per way; 0 skips
-    sweep_pods: int = 0  # bench.sweep: pods stopping at once among 1000 managed Leases; 0 skips
+    sweep_pods: int = 0  # bench.sweep: pods stopping at once among its LEASES; 0 skips
 
 
 FULL = Plan(
@@ -164,9 +164,9 @@ def run(plan: Plan, only: set[str] | None) -> dict[str, Any]:
             if plan.sweep_pods and wanted("sweep"):
                 from . import sweep
 
-                _log(f"shutdown sweeps: {plan.sweep_pods} pods stop among 1000 managed Leases, "
-                     f"{sweep.BASELINE} then this tree ...")  # fmt: skip
-                res["sweep"] = sweep.before_after(plane, workdir, plan.sweep_pods, 1000)
+                _log(f"shutdown sweeps: {plan.sweep_pods} pods stop among {sweep.LEASES} managed "
+                     f"Leases, {sweep.BASELINE} then this tree ...")  # fmt: skip
+                res["sweep"] = sweep.before_after(plane, workdir, plan.sweep_pods, sweep.LEASES)
     finally:
         plane.stop()
         shutil.rmtree(workdir, ignore_errors=True)

@@ -17,6 +17,8 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from sidecar.lease import format_microtime
+
 from .harness import (
     IMPLS,
     AuditLog,
@@ -295,7 +297,7 @@ def startup(
 
 def released_lease(name: str) -> dict[str, Any]:
     """A Lease as a graceful release leaves it: no holder, a 1 s duration, renewed a minute ago."""
-    stamp = (dt.datetime.now(dt.UTC) - dt.timedelta(minutes=1)).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+    stamp = format_microtime(dt.datetime.now(dt.UTC) - dt.timedelta(minutes=1))
     return {
         "apiVersion": "coordination.k8s.io/v1",
         "kind": "Lease",

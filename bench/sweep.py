@@ -10,15 +10,13 @@ the sweep's LISTs (by label), its DELETEs, and the requests on the sweep duty
 Lease, at start and at exit; from its metrics, the bytes of every Lease LIST
 answer (the sweep's, and the election's own small reads by name).
 
-``--old PATH`` runs the same with the ``sidecar`` package found under PATH
-(e.g. ``git archive <commit> sidecar | tar -x -C PATH``) first, for a
-before/after in one run:
+It measures an older ``sidecar`` package first, for a before/after in one
+run: ``BASELINE``'s (by ``git archive``), or the one found under ``--old PATH``:
 
     .venv/bin/python -m bench.sweep [--pods 50] [--leases 1000] [--old /tmp/old]
 
 A full ``python -m bench`` calls :func:`before_after` on its own control plane,
-with ``BASELINE`` (the last commit where every sidecar swept for itself) as the
-"before", so the numbers land in ``RESULTS.md`` from the same run.
+so the numbers land in ``RESULTS.md`` from the same run.
 """
 
 from __future__ import annotations
@@ -36,11 +34,13 @@ import time
 from pathlib import Path
 from typing import Any
 
+from sidecar.lease import format_microtime
 from tests.cluster import ControlPlane
 from tests.sidecar.proc import SidecarProcess, wait_for
 
 RESULTS = Path(__file__).parent / "results" / "sweep.json"
 ROOT = Path(__file__).resolve().parent.parent
+LEASES = 1000  # managed Leases abandoned in the namespace
 BASELINE = "b3113d0"  # every sidecar lists its namespace at start and sweeps it at exit
 SELECTOR = "app.kubernetes.io%2Fmanaged-by%3Dgrelmicro"
 TIMING = ("--lease-duration=3s", "--renew-deadline=2s", "--retry-period=500ms")
@@ -48,7 +48,7 @@ TIMING = ("--lease-duration=3s", "--renew-deadline=2s", "--retry-period=500ms")
 
 def abandoned_leases(plane: ControlPlane, namespace: str, count: int) -> None:
     """``count`` managed Leases last renewed an hour ago, for one second: long abandoned."""
-    stamp = (dt.datetime.now(dt.UTC) - dt.timedelta(hours=1)).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+    stamp = format_microtime(dt.datetime.now(dt.UTC) - dt.timedelta(hours=1))
     items = [
         {
             "apiVersion": "coordination.k8s.io/v1",
@@ -104,7 +104,7 @@ def count_requests(plane: ControlPlane, namespace: str, since: str, until: str) 
 
 
 def stamp() -> str:
-    return dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+    return format_microtime(dt.datetime.now(dt.UTC))
 
 
 def one_run(
@@ -172,41 +172,46 @@ def baseline_package(into: Path) -> str | None:
     return None
 
 
-def before_after(plane: ControlPlane, tmp: Path, pods: int, leases: int) -> dict[str, Any]:
-    """BASELINE then this tree on one control plane; a missing baseline is reported, not hidden."""
-    old = tmp / "baseline"
-    out: dict[str, Any] = {"baseline": BASELINE}
-    gap = baseline_package(old)
-    if gap:
-        out["gap_before"] = gap
-    else:
+def before_after(
+    plane: ControlPlane, tmp: Path, pods: int, leases: int, old: Path | None = None
+) -> dict[str, Any]:
+    """An older package (``old``, else BASELINE's), then this tree, on one control plane.
+
+    A baseline that cannot be had is reported, not hidden.
+    """
+    out: dict[str, Any] = {"baseline": str(old) if old else BASELINE}
+    if old is None:
+        old = tmp / "baseline"
+        gap = baseline_package(old)
+        if gap:
+            out["gap_before"] = gap
+    if "gap_before" not in out:
+        _say(f"before: {pods} pods, {leases} leases")
         out["before"] = one_run(plane, tmp, "before", pods, leases, str(old))
+    _say(f"after: {pods} pods, {leases} leases")
     out["after"] = one_run(plane, tmp, "after", pods, leases, None)
     return out
+
+
+def _say(msg: str) -> None:
+    print(f"[bench.sweep] {msg}", file=sys.stderr, flush=True)
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.sweep")
     parser.add_argument("--pods", type=int, default=50)
-    parser.add_argument("--leases", type=int, default=1000)
+    parser.add_argument("--leases", type=int, default=LEASES)
     parser.add_argument(
-        "--old", help="a directory holding an older sidecar package, measured first"
+        "--old",
+        help=f"a directory holding the older sidecar package measured first (default: {BASELINE}'s)",
     )
     args = parser.parse_args(argv)
-    results: dict[str, Any] = {}
     with tempfile.TemporaryDirectory(prefix="grelmicro-sweep-") as tmp:
         plane = ControlPlane(Path(tmp) / "controlplane")
         plane.start()
         try:
-            runs = [("before", args.old)] if args.old else []
-            runs.append(("after", None))
-            for label, old in runs:
-                print(
-                    f"[bench.sweep] {label}: {args.pods} pods, {args.leases} leases",
-                    file=sys.stderr,
-                )
-                results[label] = one_run(plane, Path(tmp), label, args.pods, args.leases, old)
-                print(json.dumps(results[label]), file=sys.stderr)
+            old = Path(args.old) if args.old else None
+            results = before_after(plane, Path(tmp), args.pods, args.leases, old)
         finally:
             plane.stop()
             plane.remove()
