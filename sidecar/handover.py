@@ -100,34 +100,30 @@ class Handover:
         return max(0.1, deadline - self.monotonic())
 
     async def _release(self, deadline: float) -> None:
-        # The roster is read alongside the Lease, so a handover waits for one
-        # round trip, not two; only by a process holding a claim of its own
-        # (a follower names nobody).
+        # The roster is read alongside, so a handover waits for one round trip
+        # more at most; only by a process holding a claim of its own (a
+        # follower names nobody).
         holding = self.election.written_version is not None
         wait = min(self._left(deadline), ROSTER_BUDGET)
         named = asyncio.ensure_future(self._successor(wait) if holding else _nobody())
+        # First try: our last answered claim as we hold it, unread. The write
+        # carries its resourceVersion, so the API server applies it only if
+        # nobody wrote since (what a re-read would have checked); a 409 sends
+        # us to read what is there.
+        record = self._last_claim()
         try:
             for _ in range(3):
                 timeout = self._left(deadline)
-                obj = await self.store.get(self.lease, timeout=timeout)
-                if obj is None:
-                    return
-                record = LeaseRecord.from_object(obj)
-                if record.holder != self.identity:
-                    self.log.info("not holding the lease; nothing to release", holder=record.holder)
-                    return
-                if not self.election.may_release(record):
-                    self.log.info(
-                        "the lease names this pod but is not a claim this process wrote; "
-                        "leaving it to expire",
-                        lease=self.lease,
-                    )
-                    return
+                if record is None:
+                    record = await self._releasable(timeout)
+                    if record is None:
+                        return
                 successor = await named
                 body = vacate(record, now=self.wall(), successor=successor)
                 try:
                     await self.store.replace(body, timeout=timeout)
                 except Conflict:
+                    record = None
                     continue
                 self.log.info(
                     "released lease",
@@ -138,6 +134,38 @@ class Handover:
                 return
         finally:
             named.cancel()
+
+    def _last_claim(self) -> LeaseRecord | None:
+        """The Lease as our last answered claim left it, if nothing can have changed it since.
+
+        Not while a renew is in flight (the last one sent is not the one answered): the API
+        server may have applied it, and a release against the version before it would be
+        refused and written twice.
+        """
+        record, election = self.election.record, self.election
+        if record is None or record.holder != self.identity:
+            return None
+        if record.resource_version != election.written_version:
+            return None
+        return record if record.renew_time == election.sent_renew_time else None
+
+    async def _releasable(self, timeout: float) -> LeaseRecord | None:
+        """The Lease as it is now, if it is still a claim this process may release (logged if not)."""
+        obj = await self.store.get(self.lease, timeout=timeout)
+        if obj is None:
+            return None
+        record = LeaseRecord.from_object(obj)
+        if record.holder != self.identity:
+            self.log.info("not holding the lease; nothing to release", holder=record.holder)
+            return None
+        if not self.election.may_release(record):
+            self.log.info(
+                "the lease names this pod but is not a claim this process wrote; "
+                "leaving it to expire",
+                lease=self.lease,
+            )
+            return None
+        return record
 
     async def _successor(self, timeout: float) -> str | None:
         """Who the roster says to hand over to; None (anyone may claim) when it cannot say."""

@@ -34,6 +34,11 @@ class FakeLeases:
         #: Virtual seconds between applying a write and answering it: a caller
         #: cancelled in that time never learns that its write happened (a lost answer)
         self.answer_latency = 0.0
+        #: Virtual seconds between applying a write and its event reaching the watches
+        #: (a busy API server or a slow network): a writer may have its answer before its
+        #: own event, or, with ``answer_latency``, neither
+        self.watch_latency = 0.0
+        self._visible_at: dict[int, float] = {}  # resourceVersion -> when watches may see it
         #: (verb, holderIdentity) of writes to election Leases (labelled managed-by
         #: grelmicro); the sweep duty's go to ``duty_writes``, the rosters' to ``roster_writes``
         self.writes: list[tuple[str, str]] = []
@@ -42,6 +47,8 @@ class FakeLeases:
         #: Writes refused with 409 (every Lease)
         self.conflicts = 0
         self.lists = 0
+        #: Names read one by one (``get``), in order
+        self.gets: list[str] = []
         self.label_lists = 0  # lists by label (the sweep's), not the election's by name
         self._generation = 0
         self._changed = asyncio.Condition()
@@ -61,6 +68,7 @@ class FakeLeases:
 
     async def _record(self, kind: str, obj: dict[str, Any]) -> None:
         self.history.append((self.rv, kind, copy.deepcopy(obj)))
+        self._visible_at[self.rv] = asyncio.get_running_loop().time() + self.watch_latency
         async with self._changed:
             self._changed.notify_all()
 
@@ -83,6 +91,7 @@ class FakeLeases:
 
     async def get(self, name: str, timeout: float | None = None) -> dict[str, Any] | None:
         self._check("get")
+        self.gets.append(name)
         obj = self.objects.get(name)
         return copy.deepcopy(obj) if obj is not None else None
 
@@ -164,19 +173,28 @@ class FakeLeases:
             raise Gone("watch leases: HTTP 410", status=410, verb="watch")
         deadline = asyncio.get_running_loop().time() + timeout_seconds
         generation = self._generation
+        loop = asyncio.get_running_loop()
         while True:
+            held = None  # when the first event not yet delivered becomes visible
             for rv, kind, obj in list(self.history):
                 if rv > since and obj["metadata"]["name"] == name:
+                    visible_at = self._visible_at.get(rv, 0.0)
+                    if visible_at > loop.time():
+                        held = visible_at  # in order: nothing after it is delivered first
+                        break
                     since = rv
                     yield kind, copy.deepcopy(obj)
-            left = deadline - asyncio.get_running_loop().time()
+            now = loop.time()
+            left = deadline - now
             if left <= 0 or self.down or generation != self._generation:
                 return
+            wait = left if held is None else min(left, held - now)
             async with self._changed:
                 try:
-                    await asyncio.wait_for(self._changed.wait(), left)
+                    await asyncio.wait_for(self._changed.wait(), wait)
                 except TimeoutError:
-                    return
+                    if held is None or held - now >= left:
+                        return
 
     def close(self) -> None:
         pass
@@ -188,6 +206,7 @@ class FakeLeases:
         self.rv += 1  # reads from now on see a version at the compaction point
         self.compacted = self.rv
         self.history.clear()
+        self._visible_at.clear()
         self._generation += 1
         async with self._changed:
             self._changed.notify_all()
