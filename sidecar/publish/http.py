@@ -43,6 +43,8 @@ TOO_LARGE = b"HTTP/1.1 431 Request Header Fields Too Large\r\nContent-Length: 0\
 MAX_WAITERS = 16
 MAX_WAIT = 300.0
 KEEPALIVE = 15.0
+#: The status port listens on IPv4 and IPv6 everywhere (IPv6 only where the kernel has it).
+EVERY_INTERFACE = ("0.0.0.0", "::")
 CLOSE_GRACE = 0.5  # at shutdown, time for streams to send their last event
 
 Answer = tuple[int, str, bytes]
@@ -74,8 +76,11 @@ class StatusServer:
         self._boot = os.urandom(4).hex()
 
     async def start(self) -> None:
-        # Every interface: the kubelet probes the pod IP, the app uses loopback.
-        self.server = await asyncio.start_server(self._serve, None, self.port, reuse_address=True)
+        # Every interface: the kubelet probes the pod IP, the app uses loopback. Named by
+        # address, not None: None is resolved in a thread that then idles in every pod.
+        self.server = await asyncio.start_server(
+            self._serve, EVERY_INTERFACE, self.port, reuse_address=True
+        )
 
     @property
     def bound_port(self) -> int:

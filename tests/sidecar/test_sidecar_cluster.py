@@ -6,8 +6,10 @@ import datetime as dt
 import json
 import os
 import signal
+import socket
 import subprocess
 import time
+import urllib.request
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -75,6 +77,31 @@ def test_one_candidate_leads_after_one_lease_duration_and_all_views_agree(
     )
     assert lease["metadata"]["labels"]["app.kubernetes.io/managed-by"] == "grelmicro"
     assert lease["spec"]["leaseDurationSeconds"] == 15
+
+
+def _ipv6_loopback() -> bool:
+    try:
+        with socket.socket(socket.AF_INET6, socket.SOCK_STREAM) as probe:
+            probe.bind(("::1", 0))
+    except OSError:
+        return False
+    return True
+
+
+def test_status_port_answers_on_ipv4_and_ipv6_from_the_one_thread_of_the_process(
+    spawn: Spawn,
+) -> None:
+    """Every interface, both families, as when the port was bound with no address; named by
+    address now, so no resolver thread is started to look up "no address" and then idles
+    in every pod for the life of the sidecar (it also loaded the thread-pool modules)."""
+    a = spawn("pod-a")
+    wait_for(lambda: a.http("/healthz")[0] == 200, 30, what="the status port")
+    hosts = ["127.0.0.1"] + (["[::1]"] if _ipv6_loopback() else [])
+    for host in hosts:
+        with urllib.request.urlopen(f"http://{host}:{a.port}/healthz", timeout=5) as resp:
+            assert resp.status == 200, host
+    assert a.proc is not None
+    assert os.listdir(f"/proc/{a.proc.pid}/task") == [str(a.proc.pid)], "threads besides main"
 
 
 def test_three_candidates_exactly_one_leader_at_every_sample(spawn: Spawn) -> None:
