@@ -212,6 +212,15 @@ def markdown(res: dict[str, Any]) -> str:
                 f"{ms(s.get('p50'))} | {ms(s.get('max'))} |"
             )
         add("")
+        floor, ours = fp.get("floor"), fp.get("sidecar")
+        if floor and ours and ours["rss_mb_leader"]:
+            add(
+                f"CPython floor, same window: {floor['rss_mb_leader']:.1f} MB for `bench/floor.py` "
+                "(the sidecar's interpreter with asyncio and ssl, one TLS context, one Lease watch, "
+                "no election). The sidecar's leader is "
+                f"{ours['rss_mb_leader'] - floor['rss_mb_leader']:+.1f} MB above it: its own "
+                "modules, h11, the HTTP server, the state it holds.\n"
+            )
         add(
             "RSS: the largest `VmRSS` sampled every 5 s during the N = 3 steady-state window; CPU: "
             "`utime + stime` over that window. Start: from `Popen` to the `updated_at` of the first "

@@ -12,6 +12,8 @@ import json
 import random
 import signal
 import statistics
+import subprocess
+import sys
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -29,8 +31,13 @@ from .harness import (
     count_in_window,
     loadavg,
     parse_time,
+    rss_mb,
+    user_name,
     wait_until,
 )
+
+#: The CPython floor program (``bench/floor.py``), run by the sidecar's interpreter.
+FLOOR = Path(__file__).with_name("floor.py")
 
 
 @dataclass
@@ -163,10 +170,25 @@ def steady_state(
     n: int,
     duration: float,
     warmup: float,
+    floor: bool = False,
 ) -> dict[str, Any]:
-    """All implementations side by side, each in its namespace: API requests, RSS, CPU."""
+    """All implementations side by side, each in its namespace: API requests, RSS, CPU.
+
+    ``floor``: ``bench/floor.py`` runs through the same window and its RSS is
+    sampled with the candidates' (``floor_rss_mb``): asyncio, ssl and one Lease
+    watch over TLS in the sidecar's interpreter, the least a Python elector costs.
+    """
     pools = [Pool(impl, f"steady{n}", workdir, creds, prefix=f"s{n}") for impl in impls]
+    floor_proc: subprocess.Popen[bytes] | None = None
+    floor_rss = 0.0
     try:
+        if floor:
+            kubeconfig = creds.kubeconfig(user_name("floor", "floor"))
+            floor_proc = subprocess.Popen(
+                [sys.executable, str(FLOOR), str(kubeconfig), impls[0].namespace, "leader-floor"],
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
+            )
         for pool in pools:
             for _ in range(n):
                 pool.spawn()
@@ -185,6 +207,8 @@ def steady_state(
                     r = c.rss_mb()
                     if r is not None:
                         rss_max[c.user] = max(rss_max.get(c.user, 0.0), r)
+            if floor_proc is not None and floor_proc.poll() is None:
+                floor_rss = max(floor_rss, rss_mb(floor_proc.pid) or 0.0)
             time.sleep(min(5.0, max(0.0, end_at - time.monotonic())))
         end = time.time()
         cpu1 = {c.user: c.cpu_seconds() for p in pools for c in p.live()}
@@ -192,6 +216,9 @@ def steady_state(
     finally:
         for pool in pools:
             pool.stop()
+        if floor_proc is not None:
+            floor_proc.kill()
+            floor_proc.wait()
     time.sleep(1.0)
     reqs = audit.requests(offset)
     counts = count_in_window(reqs, start, end)
@@ -202,6 +229,8 @@ def steady_state(
         "loadavg": load_start,
         "impls": {},
     }
+    if floor:
+        result["floor_rss_mb"] = round(floor_rss, 1)
     for pool in pools:
         key = pool.impl.key
         leader = leaders[key]
