@@ -164,15 +164,21 @@ def gaps(changes: list[tuple[float, str]], start: float) -> list[float]:
     return out
 
 
-def process_rss_mib(*needles: bytes) -> list[float]:
-    """VmRSS of every process on this machine whose command line holds all of ``needles``."""
+def process_rss_mib(needles: tuple[bytes, ...], pod_uids: set[str]) -> list[float]:
+    """VmRSS of every process of these pods whose command line holds all of ``needles``.
+
+    The pod is told by the process's cgroup (``.../pod<uid>/...``, cgroupfs): a
+    command line alone also matched the sidecars injected into every other pod
+    still running on the node (17 values for a 3-replica workload in one run).
+    """
     found = []
     for proc in Path("/proc").iterdir():
         if not proc.name.isdigit():
             continue
         try:
             cmd = (proc / "cmdline").read_bytes()
-            if all(n in cmd for n in needles):
+            cgroups = (proc / "cgroup").read_text()
+            if all(n in cmd for n in needles) and any(f"pod{u}" in cgroups for u in pod_uids):
                 for line in (proc / "status").read_text().splitlines():
                     if line.startswith("VmRSS:"):
                         found.append(round(int(line.split()[1]) / 1024, 1))
@@ -254,7 +260,10 @@ def measure(
     cluster.kubectl("rollout", "status", "-n", ns, "deployment/worker", "--timeout=180s")
     time.sleep(10)
     needles = PROCESS.get(workload.key.split("-")[0], ())
-    out["rss_mib"] = process_rss_mib(*needles) if needles else []
+    uids = cluster.kubectl(
+        "get", "pods", "-n", ns, "-o", "jsonpath={.items[*].metadata.uid}"
+    ).stdout.split()
+    out["rss_mib"] = process_rss_mib(needles, set(uids)) if needles else []
 
     delete_gap, delete_total, to_sigterm, to_release = [], [], [], []
     for i in range(rounds):
