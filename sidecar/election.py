@@ -366,6 +366,23 @@ class Election:
             return True
         return self.sent_renew_time is not None and current.renew_time == self.sent_renew_time
 
+    def settled_claim(self) -> LeaseRecord | None:
+        """Our last answered claim, if a release may be written against it without a re-read.
+
+        The release carries its resourceVersion, so the API server applies it
+        only if nobody wrote since: what a re-read would check. Not while a
+        claim is in flight (the last one sent is not the one answered, or the
+        watch already showed a newer version): the server may have applied it,
+        and a release against the version before would be refused and written
+        twice.
+        """
+        record = self.record
+        if record is None or record.holder != self.identity:
+            return None
+        if record.resource_version != self.written_version:
+            return None
+        return record if record.renew_time == self.sent_renew_time else None
+
     def resign(self) -> None:
         """Stop claiming leadership now (shutdown); nothing is written here."""
         if self.leading:

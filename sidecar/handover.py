@@ -106,11 +106,9 @@ class Handover:
         holding = self.election.written_version is not None
         wait = min(self._left(deadline), ROSTER_BUDGET)
         named = asyncio.ensure_future(self._successor(wait) if holding else _nobody())
-        # First try: our last answered claim as we hold it, unread. The write
-        # carries its resourceVersion, so the API server applies it only if
-        # nobody wrote since (what a re-read would have checked); a 409 sends
-        # us to read what is there.
-        record = self._last_claim()
+        # First try: our last answered claim, unread (Election.settled_claim);
+        # a 409 sends us to read what is there.
+        record = self.election.settled_claim()
         try:
             for _ in range(3):
                 timeout = self._left(deadline)
@@ -134,20 +132,6 @@ class Handover:
                 return
         finally:
             named.cancel()
-
-    def _last_claim(self) -> LeaseRecord | None:
-        """The Lease as our last answered claim left it, if nothing can have changed it since.
-
-        Not while a renew is in flight (the last one sent is not the one answered): the API
-        server may have applied it, and a release against the version before it would be
-        refused and written twice.
-        """
-        record, election = self.election.record, self.election
-        if record is None or record.holder != self.identity:
-            return None
-        if record.resource_version != election.written_version:
-            return None
-        return record if record.renew_time == election.sent_renew_time else None
 
     async def _releasable(self, timeout: float) -> LeaseRecord | None:
         """The Lease as it is now, if it is still a claim this process may release (logged if not)."""

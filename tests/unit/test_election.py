@@ -547,6 +547,36 @@ def test_a_store_restored_from_a_backup_is_believed_waited_out_and_never_re_read
     assert not a.is_leader(35) and b.is_leader(35)
 
 
+def test_a_settled_claim_is_the_last_answered_one_and_none_while_a_claim_is_in_flight() -> None:
+    """``settled_claim``: what a release may be written against without a re-read. While a
+    renew is sent and unanswered the Lease may already hold it, so a release against the
+    version before would be refused (409) and written twice: there is none then."""
+    wall = [0.0]
+    store, a, b = Store(), make("a", wall), make("b")
+    step(a, store, 0), step(a, store, 0)  # a leads
+    step(b, store, 1)
+    assert b.settled_claim() is None  # a follower holds no claim
+    settled = a.settled_claim()
+    assert settled is not None and settled.resource_version == a.written_version
+    wall[0] = 5.0
+    renew = a.next_action(5)
+    assert isinstance(renew, Write) and renew.purpose == "renew"
+    applied = store.write(renew)
+    assert isinstance(applied, dict)
+    assert a.settled_claim() is None  # sent, applied, not answered
+    a.observe(applied, 5)
+    assert a.settled_claim() is None  # its event seen, its answer still not
+    a.on_written(applied, 5, 5)
+    answered = a.settled_claim()
+    assert (
+        answered is not None and answered.resource_version == applied["metadata"]["resourceVersion"]
+    )
+    a.observe(
+        {**applied, "metadata": {**applied["metadata"], "resourceVersion": "50"}}, 6, quorum=True
+    )
+    assert a.settled_claim() is None  # after a rollback nothing is ours
+
+
 def test_a_release_may_follow_our_own_write_whose_answer_was_lost_and_nothing_else() -> None:
     """``may_release``: our last answered write, or our last sent one (its renewTime, to the
     microsecond) when the answer never came; never a record naming us that we did not write,
