@@ -171,9 +171,9 @@ class FakeLeases:
         since = int(resource_version)
         if since < self.compacted:
             raise Gone("watch leases: HTTP 410", status=410, verb="watch")
-        deadline = asyncio.get_running_loop().time() + timeout_seconds
-        generation = self._generation
         loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout_seconds
+        generation = self._generation
         while True:
             held = None  # when the first event not yet delivered becomes visible
             for rv, kind, obj in list(self.history):
