@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import asyncio
+import json
+import subprocess
+import sys
 from typing import Any
 
 import pytest
@@ -49,3 +52,34 @@ def test_statuses_map_to_the_store_exceptions(cluster: ControlPlane, namespace: 
             store.close()
 
     asyncio.run(go())
+
+
+#: In a fresh interpreter: a verified TLS handshake with the API server by the name given,
+#: then whether the ``idna`` codec got loaded on the way (contract §1, footprint).
+_HANDSHAKE = """
+import asyncio, json, sys
+from sidecar.kube.channel import Channel
+from sidecar.kube.config import tls_context
+async def shake():
+    channel = await Channel.open(sys.argv[1], int(sys.argv[2]), tls_context(cafile=sys.argv[3]))
+    channel.close()
+asyncio.run(shake())
+print(json.dumps({"idna": "encodings.idna" in sys.modules}))
+"""
+
+
+@pytest.mark.parametrize("host", ["127.0.0.1", "localhost"])
+def test_the_server_is_verified_by_address_or_name_without_loading_the_idna_codec(
+    cluster: ControlPlane, host: str
+) -> None:
+    """An ASCII name goes to ssl and to the resolver as bytes: the certificate is still
+    checked against it, and the codec with its unicodedata tables is never loaded."""
+    port = from_kubeconfig(cluster.kubeconfig).port
+    done = subprocess.run(
+        [sys.executable, "-c", _HANDSHAKE, host, str(port), str(cluster.ca_file)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout) == {"idna": False}
