@@ -318,10 +318,8 @@ def derive(res: dict[str, Any]) -> None:
                 "cpu_s_per_min_leader": b.get("cpu_s_per_min_leader"),
                 "cpu_s_per_min_follower": b.get("cpu_s_per_min_follower_mean"),
             }
-        floor = (res.get("steady_state") or {}).get("3", {}).get("floor_rss_mb")
-        if floor:
-            fp["floor"] = {"rss_mb_leader": floor}
         res["footprint"] = fp
+        res["floor_rss_mb"] = (res.get("steady_state") or {}).get("3", {}).get("floor_rss_mb")
     res["targets"] = targets(res)
 
 
@@ -440,16 +438,13 @@ def targets(res: dict[str, Any]) -> list[dict[str, Any]]:
             )
     peer = (res.get("footprint") or {}).get("clientgo")
     if fp and peer and fp["rss_mb_leader"] and peer["rss_mb_leader"]:
+        floor = res.get("floor_rss_mb")
         add(
             "15",
             "leader RSS at steady state",
             "≤ client-go's",
             f"{fp['rss_mb_leader']:.1f} vs {peer['rss_mb_leader']:.1f} MB"
-            + (
-                f" (CPython floor {floor['rss_mb_leader']:.1f} MB)"
-                if (floor := (res.get("footprint") or {}).get("floor"))
-                else ""
-            ),
+            + (f" (CPython floor {floor:.1f} MB)" if floor else ""),
             fp["rss_mb_leader"] <= peer["rss_mb_leader"],
         )
     loads = (res.get("pods") or {}).get("workloads") or {}

@@ -7,8 +7,10 @@ sidecar's interpreter beside the elections it measures, so the footprint table
 can say how much of the sidecar's RSS is the platform it runs on and how much
 is its own code: nothing a Python elector does can cost less than this.
 
-Run as a program: ``python -m bench.floor KUBECONFIG NAMESPACE LEASE``. It
-imports nothing from this repository, on purpose.
+Run as a program: ``python bench/floor.py KUBECONFIG NAMESPACE LEASE``. It
+imports nothing from this repository, on purpose. Anything but a 200 to the
+watch ends it with status 1, so the bench reports no floor rather than the
+RSS of a program that did not watch.
 """
 
 from __future__ import annotations
@@ -20,12 +22,13 @@ import os
 import ssl
 import sys
 import tempfile
+from typing import Any
 
 
-def tls(kubeconfig: dict[str, object]) -> tuple[str, int, ssl.SSLContext]:
+def tls(kubeconfig: dict[str, Any]) -> tuple[str, int, ssl.SSLContext]:
     """Host, port and a client TLS context from a kubeconfig's first cluster and user."""
-    cluster = kubeconfig["clusters"][0]["cluster"]  # type: ignore[index]
-    user = kubeconfig["users"][0]["user"]  # type: ignore[index]
+    cluster = kubeconfig["clusters"][0]["cluster"]
+    user = kubeconfig["users"][0]["user"]
     host, port = cluster["server"].removeprefix("https://").rsplit(":", 1)
     context = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
     context.load_verify_locations(
@@ -49,6 +52,9 @@ async def watch(host: str, port: int, context: ssl.SSLContext, namespace: str, l
         f"?watch=1&fieldSelector=metadata.name%3D{lease}"
     )
     writer.write(f"GET {path} HTTP/1.1\r\nHost: {host}\r\n\r\n".encode())
+    status = await reader.readline()
+    if status.split()[1:2] != [b"200"]:
+        raise SystemExit(f"floor: the watch was answered {status.decode().strip()!r}")
     while await reader.read(65536):
         pass
 

@@ -177,8 +177,10 @@ def process_rss_mib(needles: tuple[bytes, ...], pod_uids: set[str]) -> list[floa
             continue
         try:
             cmd = (proc / "cmdline").read_bytes()
+            if not all(n in cmd for n in needles):
+                continue
             cgroups = (proc / "cgroup").read_text()
-            if all(n in cmd for n in needles) and any(f"pod{u}" in cgroups for u in pod_uids):
+            if any(f"pod{u}" in cgroups for u in pod_uids):
                 for line in (proc / "status").read_text().splitlines():
                     if line.startswith("VmRSS:"):
                         found.append(round(int(line.split()[1]) / 1024, 1))

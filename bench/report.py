@@ -212,13 +212,13 @@ def markdown(res: dict[str, Any]) -> str:
                 f"{ms(s.get('p50'))} | {ms(s.get('max'))} |"
             )
         add("")
-        floor, ours = fp.get("floor"), fp.get("sidecar")
+        floor, ours = res.get("floor_rss_mb"), fp.get("sidecar")
         if floor and ours and ours["rss_mb_leader"]:
             add(
-                f"CPython floor, same window: {floor['rss_mb_leader']:.1f} MB for `bench/floor.py` "
+                f"CPython floor, same window: {floor:.1f} MB for `bench/floor.py` "
                 "(the sidecar's interpreter with asyncio and ssl, one TLS context, one Lease watch, "
                 "no election). The sidecar's leader is "
-                f"{ours['rss_mb_leader'] - floor['rss_mb_leader']:+.1f} MB above it: its own "
+                f"{ours['rss_mb_leader'] - floor:+.1f} MB above it: its own "
                 "modules, h11, the HTTP server, the state it holds.\n"
             )
         add(

@@ -229,8 +229,13 @@ def steady_state(
         "loadavg": load_start,
         "impls": {},
     }
-    if floor:
-        result["floor_rss_mb"] = round(floor_rss, 1)
+    if floor_proc is not None:
+        # Killed at the end of the window (-9) as planned; any other end means it never
+        # watched through the window, and it is not reported.
+        if floor_proc.returncode == -9:
+            result["floor_rss_mb"] = round(floor_rss, 1)
+        else:
+            _log(f"  the CPython floor program ended early ({floor_proc.returncode}); not reported")
     for pool in pools:
         key = pool.impl.key
         leader = leaders[key]
