@@ -19,7 +19,7 @@ COPY pyproject.toml README.md ./
 COPY sidecar ./sidecar
 
 # The injector's extra (kopf, aiohttp) is installed for the
-# injector role; `run` never imports it (sidecar/cli.py loads it lazily).
+# injector role; `run` never imports it (sidecar/commands/cli.py loads it lazily).
 RUN python -m venv /opt/venv \
     && /opt/venv/bin/pip install --no-cache-dir ".[injector]" \
     && /opt/venv/bin/pip uninstall --yes pip setuptools \

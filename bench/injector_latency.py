@@ -214,7 +214,7 @@ async def _measure(
         [
             sys.executable,
             "-m",
-            "sidecar.cli",
+            "sidecar.commands.cli",
             "injector",
             f"--kubeconfig={kubeconfig}",
             "--host=127.0.0.1",

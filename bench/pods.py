@@ -41,7 +41,7 @@ from typing import Any
 from kubernetes import client, config, watch
 
 from bench import podpeers
-from sidecar.lease import HANDOFF_ANNOTATION
+from sidecar.core.lease import HANDOFF_ANNOTATION
 from tests.cluster import images
 from tests.cluster.node import Node
 from tests.e2e.conftest import CHART, ROOT, Cluster, wait_for

@@ -19,7 +19,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from sidecar.lease import format_microtime
+from sidecar.core.lease import format_microtime
 
 from .harness import (
     IMPLS,

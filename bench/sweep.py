@@ -34,7 +34,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from sidecar.lease import format_microtime
+from sidecar.core.lease import format_microtime
 from tests.cluster import ControlPlane
 from tests.sidecar.proc import SidecarProcess, wait_for
 

@@ -23,7 +23,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from sidecar.lease import HANDOFF_ANNOTATION
+from sidecar.core.lease import HANDOFF_ANNOTATION
 from tests.cluster import images
 from tests.cluster.node import Node
 from tests.demo import BOLD, GREEN, RESET, Interrupted, _interrupt, say, title

@@ -18,12 +18,12 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from ..defaults import MAX_DURATION
-from ..defaults import PORT as DEFAULT_PORT
-from ..defaults import STATE_DIR as DEFAULT_STATE_DIR
-from ..durations import ACCEPTED_FORM, format_duration, parse_duration
-from ..lease import election_of, lease_name
-from ..timing import Timing
+from ..core.defaults import MAX_DURATION
+from ..core.defaults import PORT as DEFAULT_PORT
+from ..core.defaults import STATE_DIR as DEFAULT_STATE_DIR
+from ..core.durations import ACCEPTED_FORM, format_duration, parse_duration
+from ..core.lease import election_of, lease_name
+from ..core.timing import Timing
 
 PREFIX = "leader-election.grelmicro.io/"
 INJECT = PREFIX + "inject"

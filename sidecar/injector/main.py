@@ -13,11 +13,11 @@ import json
 import sys
 from pathlib import Path
 
-from .. import defaults
+from ..core import defaults
+from ..kit.logs import Logger
+from ..kit.options import INJECTOR_ENV, Source
 from ..kube.config import ConfigError
 from ..kube.kubectl import load as load_config
-from ..logs import Logger
-from ..options import INJECTOR_ENV, Source
 from .settings import SettingsError, UsageError, check_files, injector_settings, parse_args
 from .webhookconfig import WEBHOOK_PATH, ca_bundle_of, webhook_configuration
 

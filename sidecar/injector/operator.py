@@ -48,12 +48,12 @@ from typing import Any
 import aiohttp.web
 import kopf
 
-from ..cleanup import Sightings
+from ..driver.sweep import Sightings
+from ..kit.logs import Logger
 from ..kube import kubectl
 from ..kube.config import SERVICE_ACCOUNT_DIR, ConfigError, in_cluster, in_pod
 from ..kube.errors import ApiError, Forbidden
 from ..kube.kubectl import load as load_config
-from ..logs import Logger
 from . import rbac
 from .annotations import INJECT, LABEL_LEADER
 from .kubeapi import ClusterApi

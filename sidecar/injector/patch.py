@@ -29,8 +29,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from ..durations import format_duration
-from ..timing import Timing
+from ..core.durations import format_duration
+from ..core.timing import Timing
 from .annotations import (
     PORT,
     STATE_DIR,

@@ -12,8 +12,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from .. import defaults
-from ..options import (
+from ..core import defaults
+from ..kit.options import (
     DNS_LABEL,
     INJECTOR_ENV,
     Parser,
@@ -21,7 +21,7 @@ from ..options import (
     Source,
     UsageError,
 )
-from ..options import env_name as _env_name
+from ..kit.options import env_name as _env_name
 from .patch import SidecarSpec
 
 __all__ = ["InjectorSettings", "SettingsError", "UsageError", "injector_settings", "parse_args"]

@@ -23,10 +23,10 @@ import datetime as dt
 from collections.abc import Callable
 from typing import Any, Protocol
 
-from ..cleanup import SELECTOR, Sightings, SweepResult, sweep_objects
-from ..defaults import SWEEP_MARGIN
-from ..lease import LeaseRecord
-from ..logs import Logger
+from ..core.defaults import SWEEP_MARGIN
+from ..core.lease import LeaseRecord
+from ..driver.sweep import SELECTOR, Sightings, SweepResult, sweep_objects
+from ..kit.logs import Logger
 
 
 class SweepApi(Protocol):

@@ -16,8 +16,8 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from ..lease import format_microtime
-from ..logs import Logger
+from ..core.lease import format_microtime
+from ..kit.logs import Logger
 from .api import CORE, KubeApi, path
 from .config import ApiConfig
 from .errors import ApiError, Forbidden

@@ -12,7 +12,7 @@ from __future__ import annotations
 import asyncio
 from collections import deque
 
-from .state import State
+from ..core.state import State
 
 #: Changes kept for a stream that fell behind; one further behind skips to these.
 HISTORY = 64

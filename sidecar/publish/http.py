@@ -23,10 +23,10 @@ from urllib.parse import parse_qs
 
 import h11
 
-from ..durations import ACCEPTED_FORM, parse_duration
-from ..logs import Logger
+from ..core.durations import ACCEPTED_FORM, parse_duration
+from ..core.state import State
+from ..kit.logs import Logger
 from .changes import Changes
-from .state import State
 
 StateFn = Callable[[], State]
 

@@ -13,7 +13,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from .state import State
+from ..core.state import State
 
 STATE_FILE = "state.json"
 

@@ -21,11 +21,11 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from sidecar.cli import build_parser
-from sidecar.durations import parse_duration
+from sidecar.commands.cli import build_parser
+from sidecar.commands.settings import SettingsError, run_settings
+from sidecar.core.durations import parse_duration
 from sidecar.injector.annotations import KNOWN, PREFIX
 from sidecar.injector.patch import CONTAINER_NAME, SidecarSpec, _decide
-from sidecar.settings import SettingsError, run_settings
 from tests.patched import patched
 
 SPEC = SidecarSpec(image="img:1")

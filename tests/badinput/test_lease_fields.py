@@ -24,9 +24,9 @@ from typing import Any
 import pytest
 from kubernetes import client
 
-from sidecar.election import Election, Wait, Write
-from sidecar.lease import LeaseRecord, parse_time
-from sidecar.timing import Timing
+from sidecar.core.election import Election, Wait, Write
+from sidecar.core.lease import LeaseRecord, parse_time
+from sidecar.core.timing import Timing
 from tests.chaos.checker import FileVersion, claims_of, overlaps
 from tests.cluster import ControlPlane
 from tests.sidecar.proc import SidecarProcess, leaders, wait_for

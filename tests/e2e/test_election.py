@@ -15,7 +15,7 @@ import time
 from datetime import datetime
 from typing import Any
 
-from sidecar.lease import HANDOFF_ANNOTATION
+from sidecar.core.lease import HANDOFF_ANNOTATION
 from tests.e2e.conftest import Cluster, process_identity, wait_for
 from tests.e2e.observer import OBSERVER_SCRIPT, Views, handovers, overlaps
 from tests.sidecar.proc import BIN

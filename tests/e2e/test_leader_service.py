@@ -16,7 +16,7 @@ from typing import Any
 
 from kubernetes import client, config
 
-from sidecar.lease import HANDOFF_ANNOTATION
+from sidecar.core.lease import HANDOFF_ANNOTATION
 from tests.e2e.conftest import ROOT, Cluster, wait_for
 
 LABEL = "leader-election.grelmicro.io/leader"

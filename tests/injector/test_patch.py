@@ -7,6 +7,7 @@ from typing import Any
 
 import pytest
 
+from sidecar.core.timing import Timing
 from sidecar.injector.annotations import default_election, read_settings
 from sidecar.injector.patch import (
     CONTAINER_NAME,
@@ -14,7 +15,6 @@ from sidecar.injector.patch import (
     SidecarSpec,
     decide,
 )
-from sidecar.timing import Timing
 from tests.patched import patched
 
 P = "leader-election.grelmicro.io/"

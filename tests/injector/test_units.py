@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from sidecar.cleanup import Sightings
+from sidecar.driver.sweep import Sightings
 from sidecar.injector import rbac
 from sidecar.injector.annotations import INJECT
 from sidecar.injector.settings import SettingsError, injector_settings, parse_args
@@ -24,8 +24,8 @@ from sidecar.injector.webhookconfig import (
     ca_bundle_of,
     webhook_configuration,
 )
+from sidecar.kit.logs import Logger
 from sidecar.kube.errors import ApiUnavailable, Conflict, NotFound
-from sidecar.logs import Logger
 
 from .conftest import EXE
 

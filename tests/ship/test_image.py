@@ -164,7 +164,7 @@ def test_the_sidecar_role_installs_two_small_dependencies() -> None:
 PROBE = textwrap.dedent(
     """
     import os, signal, socket, sys, threading, time
-    from sidecar.cli import main
+    from sidecar.commands.cli import main
 
     out, port = sys.argv[1], int(sys.argv[2])
 
@@ -220,7 +220,7 @@ def test_run_never_imports_the_injector_dependencies(
     assert proc.returncode == 0, proc.stderr
     report = json.loads(wait_for(lambda: out.exists() and out.read_text(), 5, "the probe's report"))
     modules = report["modules"]
-    assert "sidecar.runner" in modules and "h11" in modules  # it did run the sidecar
+    assert "sidecar.driver.elector" in modules and "h11" in modules  # it did run the sidecar
     loaded = [m for m in modules if any(m == p or m.startswith(p + ".") for p in INJECTOR_ONLY)]
     assert loaded == [], f"`run` imported injector-only modules: {loaded}"
     heavy = [m for m in modules if m.split(".")[0] in NOT_ON_RUNS_PATH]

@@ -13,7 +13,7 @@ import sys
 import time
 from pathlib import Path
 
-from sidecar import guard
+from sidecar.driver import guard
 
 GUARD = Path(guard.__file__)
 

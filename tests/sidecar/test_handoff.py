@@ -19,9 +19,9 @@ from typing import Any
 
 from kubernetes import client
 
+from sidecar.driver.roster import Roster, entries
 from sidecar.kube.config import from_kubeconfig
 from sidecar.kube.leases import LeaseStore
-from sidecar.roster import Roster, entries
 from tests import accounts
 from tests.cluster import ControlPlane
 from tests.sidecar.proc import SidecarProcess, leaders, wait_for

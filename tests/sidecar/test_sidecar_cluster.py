@@ -302,10 +302,10 @@ def test_sweep_spares_a_lease_renewed_between_list_and_delete(
 ) -> None:
     import asyncio
 
-    from sidecar.cleanup import Sightings, sight, sweep
+    from sidecar.driver.sweep import Sightings, sight, sweep
+    from sidecar.kit.logs import Logger
     from sidecar.kube.config import from_kubeconfig
     from sidecar.kube.leases import LeaseStore
-    from sidecar.logs import Logger
 
     coord = client.CoordinationV1Api(api)
     old = dt.datetime.now(dt.UTC) - dt.timedelta(minutes=10)

@@ -20,7 +20,7 @@ from typing import Any
 
 from kubernetes import client
 
-from sidecar.sweepduty import duty_body
+from sidecar.driver.sweepduty import duty_body
 from tests.cluster import ControlPlane
 from tests.metrics import samples
 from tests.sidecar.proc import BIN, SidecarProcess, wait_for

@@ -5,8 +5,8 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 
+from sidecar.core.state import State
 from sidecar.publish.changes import HISTORY, Changes
-from sidecar.publish.state import State
 
 FOLLOWER = State(
     election="main",

@@ -18,16 +18,16 @@ from typing import Any, TypeVar
 
 import looptime
 
+from sidecar.commands.settings import RunSettings
+from sidecar.core.lease import LeaseRecord, claim
+from sidecar.core.timing import Timing
+from sidecar.driver.elector import Sidecar
+from sidecar.driver.label import LeaderLabel
+from sidecar.driver.roster import Roster, entries
+from sidecar.driver.sweepduty import DUTY_LEASE, DUTY_SECONDS, duty_body
+from sidecar.kit.logs import Logger
 from sidecar.kube.errors import Forbidden
 from sidecar.kube.events import EventRecorder
-from sidecar.lease import LeaseRecord, claim
-from sidecar.logs import Logger
-from sidecar.publish.label import LeaderLabel
-from sidecar.roster import Roster, entries
-from sidecar.runner import Sidecar
-from sidecar.settings import RunSettings
-from sidecar.sweepduty import DUTY_LEASE, DUTY_SECONDS, duty_body
-from sidecar.timing import Timing
 from tests.unit.fake_leases import FakeLeases
 
 EPOCH = dt.datetime(2026, 1, 1, tzinfo=dt.UTC)

@@ -10,9 +10,9 @@ from typing import Any
 
 import pytest
 
-from sidecar.election import Election, Read, Wait, Write
-from sidecar.lease import LeaseRecord, vacate
-from sidecar.timing import Timing
+from sidecar.core.election import Election, Read, Wait, Write
+from sidecar.core.lease import LeaseRecord, vacate
+from sidecar.core.timing import Timing
 
 T = Timing(lease_duration=15, renew_deadline=10, retry_period=2)
 EPOCH = dt.datetime(2026, 1, 1, tzinfo=dt.UTC)
@@ -502,7 +502,7 @@ def test_a_resource_version_that_is_not_a_number_gives_no_token_but_leadership_h
 
 
 def test_only_a_claim_this_process_wrote_may_be_released() -> None:
-    from sidecar.lease import LeaseRecord
+    from sidecar.core.lease import LeaseRecord
 
     store, a, b = Store(), make("a"), make("b")
     step(a, store, 0), step(a, store, 0)

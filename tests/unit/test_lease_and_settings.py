@@ -12,8 +12,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from sidecar.durations import format_duration, parse_duration
-from sidecar.lease import (
+from sidecar.commands.settings import SettingsError, run_settings
+from sidecar.core.durations import format_duration, parse_duration
+from sidecar.core.lease import (
     HANDOFF_ANNOTATION,
     LeaseRecord,
     claim,
@@ -21,9 +22,8 @@ from sidecar.lease import (
     lease_name,
     vacate,
 )
-from sidecar.publish.state import State
+from sidecar.core.state import State
 from sidecar.publish.statefile import StateDirError, StateFile
-from sidecar.settings import SettingsError, run_settings
 
 
 @pytest.mark.parametrize(

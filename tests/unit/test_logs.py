@@ -6,7 +6,7 @@ import io
 import json
 import logging
 
-from sidecar.logs import Logger
+from sidecar.kit.logs import Logger
 
 
 def _lines(stream: io.StringIO) -> list[dict[str, object]]:

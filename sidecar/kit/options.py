@@ -17,9 +17,9 @@ import sys
 from collections.abc import Mapping, Sequence
 from typing import Any, NoReturn
 
-from . import defaults
-from .durations import ACCEPTED_FORM, format_duration, parse_duration
-from .timing import Timing
+from ..core import defaults
+from ..core.durations import ACCEPTED_FORM, format_duration, parse_duration
+from ..core.timing import Timing
 
 SIDECAR_ENV = "GRELMICRO_SIDECAR_"
 INJECTOR_ENV = "GRELMICRO_INJECTOR_"

@@ -26,11 +26,11 @@ import datetime as dt
 from collections.abc import Callable
 from typing import Any
 
-from . import cleanup
-from .kube.errors import ApiError, Conflict, NotFound
-from .kube.leases import LeaseStore
-from .lease import API_VERSION, LeaseRecord, format_microtime
-from .logs import Logger
+from ..core.lease import API_VERSION, LeaseRecord, format_microtime
+from ..kit.logs import Logger
+from ..kube.errors import ApiError, Conflict, NotFound
+from ..kube.leases import LeaseStore
+from . import sweep as cleanup
 
 DUTY_LEASE = "grelmicro-sidecar-sweeper"
 #: How long a claim lasts; a holder that lives longer shares the duty with the next starter.

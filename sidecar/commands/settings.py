@@ -13,10 +13,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from . import defaults
-from .lease import lease_name
-from .options import SIDECAR_ENV, SettingsError, Source
-from .timing import Timing
+from ..core import defaults
+from ..core.lease import lease_name
+from ..core.timing import Timing
+from ..kit.options import SIDECAR_ENV, SettingsError, Source
 
 
 @dataclass(frozen=True)

@@ -12,8 +12,8 @@ import datetime as dt
 from dataclasses import dataclass
 from typing import Any
 
-from ..election import Election
-from ..lease import format_microtime
+from .election import Election
+from .lease import format_microtime
 
 
 @dataclass(frozen=True)

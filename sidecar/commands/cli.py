@@ -10,9 +10,11 @@ from __future__ import annotations
 import argparse
 import sys
 
-from . import __version__, defaults, held_signals
-from .defaults import PROG
-from .options import SIDECAR_ENV, Parser, SettingsError, env_name
+from .. import __version__
+from ..core import defaults
+from ..core.defaults import PROG
+from ..kit import held_signals
+from ..kit.options import SIDECAR_ENV, Parser, SettingsError, env_name
 
 
 def _add_connection(p: argparse.ArgumentParser) -> None:
@@ -132,18 +134,18 @@ def main(argv: list[str] | None = None) -> int:
     if argv[:1] in (["run"], ["lock"]):
         held_signals.hold()  # a SIGTERM during start-up becomes a graceful exit
     if argv[:1] == ["injector"]:
-        from .injector.main import main as injector_main  # kopf is only imported here
+        from ..injector.main import main as injector_main  # kopf is only imported here
 
         return injector_main(argv[1:])
     parser = build_parser()
     try:
         args = parser.parse_args(argv)
         if args.command == "run":
-            from .commands import run
+            from .run import run
 
             return run(args)
         if args.command == "lock":
-            from .commands import lock
+            from .run import lock
 
             return lock(args)
         if args.command == "status":
@@ -151,7 +153,7 @@ def main(argv: list[str] | None = None) -> int:
 
             return status(args)
         if args.command == "cleanup":
-            from .commands import cleanup
+            from .run import cleanup
 
             return cleanup(args)
     except SettingsError as err:  # a UsageError too

@@ -9,16 +9,16 @@ import sys
 from pathlib import Path
 from typing import Any, Protocol
 
-from .cleanup import Leases
-from .defaults import MIN_SWEEP_MARGIN, PROG, SWEEP_MARGIN
-from .kube.config import ApiConfig, ConfigError, load
-from .kube.errors import ApiError, Forbidden
-from .kube.events import EventRecorder, api_poster
-from .kube.leases import LeaseStore
-from .logs import Logger
-from .options import SIDECAR_ENV, Source
-from .publish.statefile import StateDirError
-from .runner import RBAC_FIX, Sidecar, pick_namespace, resolve_namespace, store_for
+from ..core.defaults import MIN_SWEEP_MARGIN, PROG, SWEEP_MARGIN
+from ..driver.elector import RBAC_FIX, Sidecar, pick_namespace, resolve_namespace, store_for
+from ..driver.sweep import Leases
+from ..kit.logs import Logger
+from ..kit.options import SIDECAR_ENV, Source
+from ..kube.config import ApiConfig, ConfigError, load
+from ..kube.errors import ApiError, Forbidden
+from ..kube.events import EventRecorder, api_poster
+from ..kube.leases import LeaseStore
+from ..publish.statefile import StateDirError
 from .settings import LockSettings, lock_settings, run_settings
 
 #: ``cleanup`` watches expired-looking Leases at most this long before judging
@@ -86,9 +86,9 @@ async def _run(
     )
     label = None
     if settings.label_pod:
-        from . import defaults
-        from .kube.pods import PodLabel
-        from .publish.label import LeaderLabel
+        from ..core import defaults
+        from ..driver.label import LeaderLabel
+        from ..kube.pods import PodLabel
 
         pod = PodLabel(
             store.api,
@@ -111,7 +111,7 @@ async def _run(
         log.error(message)
         return fail(message, 1)
     if locking is not None:
-        from .lock import Lock
+        from ..driver.lock import Lock
 
         return await Lock(sidecar, locking.command, locking.kill_grace, log).run()
     return await sidecar.run()
@@ -132,7 +132,7 @@ def human_store(src: Source, all_namespaces: bool = False) -> tuple[HumanStore, 
     (``kube.kubectl``); without it, the built-in loader, which refuses what it
     does not implement.
     """
-    from .kube import kubectl
+    from ..kube import kubectl
 
     context, as_user = src.raw("context") or None, src.raw("as") or None
     groups = tuple(getattr(src.args, "as_group", None) or ())
@@ -160,7 +160,7 @@ def cleanup(args: argparse.Namespace) -> int:
     log = Logger("info" if level == "warning" else level, namespace=namespace)
 
     async def go() -> int:
-        from .cleanup import Sightings, sweep
+        from ..driver.sweep import Sightings, sweep
 
         sightings = Sightings()
         try:

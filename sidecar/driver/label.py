@@ -19,8 +19,8 @@ import asyncio
 import contextlib
 from collections.abc import Awaitable, Callable
 
+from ..kit.logs import Logger
 from ..kube.errors import ApiError, Forbidden, NotFound
-from ..logs import Logger
 
 RETRY_FIRST = 0.5
 RETRY_MAX = 30.0

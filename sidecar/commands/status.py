@@ -19,12 +19,12 @@ from typing import Any
 
 import yaml
 
-from .commands import HumanStore, fail, human_store
-from .kube.config import ConfigError
-from .kube.errors import ApiError, Forbidden
-from .lease import LeaseRecord, election_of
-from .options import SIDECAR_ENV, Source
-from .runner import RBAC_FIX
+from ..core.lease import LeaseRecord, election_of
+from ..driver.elector import RBAC_FIX
+from ..kit.options import SIDECAR_ENV, Source
+from ..kube.config import ConfigError
+from ..kube.errors import ApiError, Forbidden
+from .run import HumanStore, fail, human_store
 
 WATCH_SECONDS = 2.0
 COLUMNS = [
@@ -71,7 +71,7 @@ def status(args: argparse.Namespace) -> int:
 
 
 async def _rows(store: HumanStore) -> list[dict[str, Any]]:
-    from .cleanup import SELECTOR
+    from ..driver.sweep import SELECTOR
 
     items, _ = await store.list(label_selector=SELECTOR)
     now = dt.datetime.now(dt.UTC)

@@ -29,25 +29,38 @@ import random
 import signal
 import time
 from collections.abc import Callable
-from typing import Any
+from pathlib import Path
+from typing import Any, Protocol
 
-from . import held_signals
-from .election import Election, Read, Wait, Write
+from ..core.election import Election, Read, Wait, Write
+from ..core.state import State
+from ..core.timing import Timing
+from ..kit import held_signals
+from ..kit.logs import Logger
+from ..kube.config import ApiConfig
+from ..kube.errors import ApiError, Conflict, Forbidden, NotFound, Unauthorized
+from ..kube.events import EventRecorder
+from ..kube.leases import LeaseStore
+from ..kube.watch import Changed, Deleted, LeaseWatch
+from ..publish.changes import Changes
+from ..publish.http import StatusServer
+from ..publish.metrics import Metrics
+from ..publish.statefile import StateDirError, StateFile
 from .handover import Handover
-from .kube.config import ApiConfig
-from .kube.errors import ApiError, Conflict, Forbidden, NotFound, Unauthorized
-from .kube.events import EventRecorder
-from .kube.leases import LeaseStore
-from .kube.watch import Changed, Deleted, LeaseWatch
-from .logs import Logger
-from .publish.changes import Changes
-from .publish.http import StatusServer
-from .publish.label import LeaderLabel
-from .publish.metrics import Metrics
-from .publish.state import State
-from .publish.statefile import StateDirError, StateFile
-from .settings import RunSettings
+from .label import LeaderLabel
 from .sweepduty import ExitSweep
+
+
+class RunSettings(Protocol):
+    """What the driver reads of ``run``'s settings (until the elector takes only what it needs)."""
+
+    election: str
+    lease: str
+    identity: str
+    timing: Timing
+    state_dir: Path
+    port: int
+
 
 SHUTDOWN_BUDGET = 10.0  # release + sweep, well inside the default 30 s grace period
 LABEL_BUDGET = 3.0  # of it, how long the release waits for the leader label to come off

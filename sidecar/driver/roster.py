@@ -29,9 +29,9 @@ import json
 from collections.abc import Callable
 from typing import Any
 
-from .kube.errors import Conflict, NotFound
-from .kube.leases import LeaseStore
-from .lease import API_VERSION, format_microtime, parse_time
+from ..core.lease import API_VERSION, format_microtime, parse_time
+from ..kube.errors import Conflict, NotFound
+from ..kube.leases import LeaseStore
 
 SUFFIX = ".candidates"
 #: Entries are annotations under this prefix, one per candidate, keyed by a checksum of its identity.

@@ -31,10 +31,10 @@ from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from .defaults import SWEEP_MARGIN
-from .kube.errors import ApiError, Conflict, NotFound
-from .lease import MANAGED_BY_LABEL, MANAGED_BY_VALUE, LeaseRecord
-from .logs import Logger
+from ..core.defaults import SWEEP_MARGIN
+from ..core.lease import MANAGED_BY_LABEL, MANAGED_BY_VALUE, LeaseRecord
+from ..kit.logs import Logger
+from ..kube.errors import ApiError, Conflict, NotFound
 
 SELECTOR = f"{MANAGED_BY_LABEL}={MANAGED_BY_VALUE}"
 

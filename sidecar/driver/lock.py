@@ -31,9 +31,9 @@ import time
 from pathlib import Path
 from typing import Any
 
+from ..kit.logs import Logger
 from . import guard
-from .logs import Logger
-from .runner import Sidecar
+from .elector import Sidecar
 
 #: leadership was lost while the command ran (EX_TEMPFAIL)
 LOST_EXIT = 75

@@ -16,11 +16,11 @@ import asyncio
 import datetime as dt
 from collections.abc import Callable
 
-from .election import Election
-from .kube.errors import ApiError, Conflict
-from .kube.leases import LeaseStore
-from .lease import LeaseRecord, vacate
-from .logs import Logger
+from ..core.election import Election
+from ..core.lease import LeaseRecord, vacate
+from ..kit.logs import Logger
+from ..kube.errors import ApiError, Conflict
+from ..kube.leases import LeaseStore
 from .roster import Roster
 
 #: How long a release waits for the roster before it names nobody.
