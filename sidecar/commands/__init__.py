@@ -1,1 +1,17 @@
-"""commands"""
+"""The command line: ``run``, ``lock``, ``status``, ``cleanup`` and the door to ``injector``.
+
+The only package that builds and wires objects (``wiring``); each command is a
+module of its own, settings in, exit code out (contract §7).
+"""
+
+from __future__ import annotations
+
+import sys
+
+from ..core.defaults import PROG
+
+
+def fail(message: str, code: int) -> int:
+    """One line on stderr, then ``code`` (2: bad configuration, 1: runtime failure)."""
+    print(f"{PROG}: {message}", file=sys.stderr)
+    return code

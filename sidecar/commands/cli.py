@@ -153,7 +153,7 @@ def main(argv: list[str] | None = None) -> int:
 
             return status(args)
         if args.command == "cleanup":
-            from .run import cleanup
+            from .cleanup import cleanup
 
             return cleanup(args)
     except SettingsError as err:  # a UsageError too

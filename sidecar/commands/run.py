@@ -1,34 +1,25 @@
-"""The bodies of ``run``, ``status`` and ``cleanup``: settings in, exit code out."""
+"""``run`` and ``lock``: settings in, a wired elector run until a signal, exit code out."""
 
 from __future__ import annotations
 
 import argparse
 import asyncio
 import dataclasses
-import sys
+import os
+import signal
 from pathlib import Path
-from typing import Any, Protocol
 
-from ..core.defaults import MIN_SWEEP_MARGIN, PROG, SWEEP_MARGIN
-from ..driver.elector import RBAC_FIX, Sidecar, pick_namespace, resolve_namespace, store_for
-from ..driver.sweep import Leases
+from ..core import defaults
+from ..kit import held_signals
 from ..kit.logs import Logger
-from ..kit.options import SIDECAR_ENV, Source
 from ..kube.config import ApiConfig, ConfigError, load
-from ..kube.errors import ApiError, Forbidden
-from ..kube.events import EventRecorder, api_poster
+from ..kube.events import api_poster
 from ..kube.leases import LeaseStore
+from ..kube.namespace import resolve_namespace
 from ..publish.statefile import StateDirError
-from .settings import LockSettings, lock_settings, run_settings
-
-#: ``cleanup`` watches expired-looking Leases at most this long before judging
-#: (a Lease with a longer duration is left to the injector's sweep or a later run).
-CLEANUP_MAX_WAIT = 300.0
-
-
-def fail(message: str, code: int) -> int:
-    print(f"{PROG}: {message}", file=sys.stderr)
-    return code
+from . import fail
+from .settings import LockSettings, RunSettings, lock_settings, run_settings
+from .wiring import Sidecar, wire
 
 
 def run(args: argparse.Namespace) -> int:
@@ -39,12 +30,12 @@ def run(args: argparse.Namespace) -> int:
     except ConfigError as err:
         return fail(str(err), 2)
     namespace = resolve_namespace(settings.namespace, config)
-    return asyncio.run(_run(settings, config, namespace, log))
+    return asyncio.run(_serve(settings, config, namespace, log))
 
 
 def lock(args: argparse.Namespace) -> int:
-    """``lock``: ``run`` with a command that runs only while leading (``sidecar.lock``)."""
-    import shutil  # with tempfile, ~0.9 MB that ``run`` does not load
+    """``lock``: ``run`` with a command that runs only while leading (``driver.lock``)."""
+    import shutil  # with tempfile: modules that ``run`` does not load
     import tempfile
 
     settings = lock_settings(args)  # SettingsError -> exit 2 in cli
@@ -67,42 +58,45 @@ def lock(args: argparse.Namespace) -> int:
             )
         run_settings_ = dataclasses.replace(run_settings_, state_dir=scratch)
     try:
-        return asyncio.run(_run(run_settings_, config, namespace, log, settings))
+        return asyncio.run(_serve(run_settings_, config, namespace, log, settings))
     finally:
         if scratch is not None:
             shutil.rmtree(scratch, ignore_errors=True)
 
 
-async def _run(
-    settings: Any,
+async def _serve(
+    settings: RunSettings,
     config: ApiConfig,
     namespace: str,
     log: Logger,
-    locking: LockSettings | None = None,
+    command: LockSettings | None = None,
 ) -> int:
-    store = store_for(settings, config, namespace)
-    events = EventRecorder(
-        api_poster(config, namespace, store.request_timeout), namespace, settings.identity, log
+    # Requests are bounded by the retry period, so a slow answer is retried in time.
+    store = LeaseStore(
+        config, namespace, request_timeout=max(2.0, settings.timing.retry_period * 2)
     )
-    label = None
+    put_label = None
     if settings.label_pod:
-        from ..core import defaults
-        from ..driver.label import LeaderLabel
         from ..kube.pods import PodLabel
 
-        pod = PodLabel(
+        put_label = PodLabel(
             store.api,
             namespace,
             settings.label_pod,
             defaults.LEADER_LABEL,
             defaults.LEADER_LABEL_VALUE,
-        )
-        label = LeaderLabel(pod.put, settings.label_pod, log)
-    sidecar = Sidecar(
-        settings, namespace, store, log, source=config.source, events=events, label=label
+        ).put
+    sidecar = wire(
+        settings,
+        namespace,
+        store,
+        log,
+        post_event=api_poster(config, namespace, store.request_timeout),
+        put_label=put_label,
+        command=command,
     )
     try:
-        await sidecar.start()
+        await sidecar.elector.start()
     except StateDirError as err:
         log.error(str(err))
         return fail(str(err), 1)
@@ -110,93 +104,45 @@ async def _run(
         message = f"cannot listen on port {settings.port}: {err.strerror}; pick another with --port"
         log.error(message)
         return fail(message, 1)
-    if locking is not None:
-        from ..driver.lock import Lock
-
-        return await Lock(sidecar, locking.command, locking.kill_grace, log).run()
-    return await sidecar.run()
-
-
-class HumanStore(Leases, Protocol):
-    """What ``status`` and ``cleanup`` do with Leases: a sweep's list and delete, then close."""
-
-    def close(self) -> None: ...
-
-
-def human_store(src: Source, all_namespaces: bool = False) -> tuple[HumanStore, str]:
-    """The Leases of ``status``/``cleanup`` and their namespace; ConfigError when unusable.
-
-    ``all_namespaces``: the store lists every namespace (``status -A``).
-
-    With the official client installed, kubectl's kubeconfig semantics
-    (``kube.kubectl``); without it, the built-in loader, which refuses what it
-    does not implement.
-    """
-    from ..kube import kubectl
-
-    context, as_user = src.raw("context") or None, src.raw("as") or None
-    groups = tuple(getattr(src.args, "as_group", None) or ())
-    explicit = src.raw("kubeconfig") or None
-    if kubectl.available():
-        target = kubectl.connect(explicit, context, as_user, groups)
-        namespace = pick_namespace(src.namespace(), target.namespace, target.in_cluster)
-        return kubectl.OfficialLeases(target, "" if all_namespaces else namespace), namespace
-    if context or as_user or groups:
-        flag = "--context" if context else "--as"
-        raise ConfigError(f"{flag} needs the official client: {kubectl.INSTALL_HINT}")
-    config = load(explicit)
-    namespace = resolve_namespace(src.namespace(), config)
-    return LeaseStore(config, "" if all_namespaces else namespace), namespace
+    _handle_signals(sidecar, log)
+    server = sidecar.published.server
+    log.info(
+        "starting",
+        election=settings.election,
+        lease=settings.lease,
+        namespace=namespace,
+        identity=settings.identity,
+        source=config.source,
+        lease_duration=settings.timing.lease_duration,
+        renew_deadline=settings.timing.renew_deadline,
+        retry_period=settings.timing.retry_period,
+        port=server.bound_port if server is not None else 0,
+    )
+    code = await sidecar.elector.run()
+    store.close()
+    log.info("stopped")
+    return sidecar.lock.exit_code(code) if sidecar.lock is not None else code
 
 
-def cleanup(args: argparse.Namespace) -> int:
-    src = Source(args, SIDECAR_ENV)
-    level = src.log_level("warning")
-    margin = src.duration("margin", SWEEP_MARGIN, at_least=MIN_SWEEP_MARGIN)
-    try:
-        store, namespace = human_store(src)
-    except ConfigError as err:
-        return fail(str(err), 2)
-    log = Logger("info" if level == "warning" else level, namespace=namespace)
+def _handle_signals(sidecar: Sidecar, log: Logger) -> None:
+    """SIGTERM/SIGINT: a graceful stop (``lock``: to the command while it runs); a second: out now."""
+    received = 0
 
-    async def go() -> int:
-        from ..driver.sweep import Sightings, sweep
+    def on_signal(sig: int) -> None:
+        nonlocal received
+        if sidecar.lock is not None:
+            sidecar.lock.on_signal(sig)
+            return
+        received += 1
+        if received > 1:
+            log.warning("second signal: exiting at once", signal=signal.Signals(sig).name)
+            sidecar.elector.resign_now()  # synchronous: never leave a "leader" file behind
+            os._exit(1)
+        log.info("shutting down", signal=signal.Signals(sig).name)
+        sidecar.elector.stop()
 
-        sightings = Sightings()
-        try:
-            # No clock is trusted (contract §5): a Lease that looks expired is
-            # watched until it has stayed unchanged for its duration + margin.
-            result = await sweep(store, log, sightings=sightings, margin=margin)
-            if result.kept_unconfirmed:
-                wait = min(result.confirm_in, CLEANUP_MAX_WAIT)
-                print(
-                    f"watching {result.kept_unconfirmed} expired-looking lease(s) for "
-                    f"{wait:.0f}s to confirm nobody renews them",
-                    file=sys.stderr,
-                    flush=True,
-                )
-                await asyncio.sleep(wait)
-                result = await sweep(store, log, sightings=sightings, margin=margin)
-        finally:
-            store.close()
-        print(
-            f"deleted {len(result.deleted)} expired lease(s); kept {result.kept_live} live, "
-            f"{result.kept_unreadable} unreadable, {result.kept_unconfirmed} not yet confirmed; "
-            f"{result.skipped_changed} changed under us"
-        )
-        if result.errors:
-            # The sweep went on past each failure (logged above); the job is not done.
-            return fail(
-                f"could not delete {result.errors} expired lease(s) in {namespace} "
-                "(the warnings above say why); if forbidden, allow delete on "
-                "leases.coordination.k8s.io for this account",
-                1,
-            )
-        return 0
-
-    try:
-        return asyncio.run(go())
-    except Forbidden as err:
-        return fail(f"forbidden: cannot {err.verb} leases in {namespace}; {RBAC_FIX}", 1)
-    except ApiError as err:
-        return fail(f"cleanup failed in {namespace}: {err}", 1)
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, on_signal, sig)
+    for held in held_signals.take():
+        on_signal(held)

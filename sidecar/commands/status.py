@@ -20,11 +20,11 @@ from typing import Any
 import yaml
 
 from ..core.lease import LeaseRecord, election_of
-from ..driver.elector import RBAC_FIX
 from ..kit.options import SIDECAR_ENV, Source
 from ..kube.config import ConfigError
-from ..kube.errors import ApiError, Forbidden
-from .run import HumanStore, fail, human_store
+from ..kube.errors import RBAC_FIX, ApiError, Forbidden
+from . import fail
+from .human import HumanStore, human_store
 
 WATCH_SECONDS = 2.0
 COLUMNS = [

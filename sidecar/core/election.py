@@ -81,6 +81,8 @@ class Event:
     kind: Literal["leading", "stepped_down", "holder", "problem", "rolled_back"]
     detail: str
     fencing_token: int | None = None
+    #: ``leading``: the record the acquiring write replaced (a hand-off to someone else, maybe).
+    replaced: LeaseRecord | None = None
 
 
 @dataclass
@@ -306,6 +308,7 @@ class Election:
         """A write succeeded; ``started_at`` is when it was sent (the safety clock starts there)."""
         self.failures = 0
         self.not_before = -math.inf
+        replaced = self.record
         self.observe(obj, now)
         if self.record is not None and self.record.holder == self.identity and not self.resigned:
             self.written_version = self.record.resource_version
@@ -316,7 +319,12 @@ class Election:
                 if self.fencing_token is None:
                     self._problem("resourceVersion is not a positive integer: no fencing token")
                 self.events.append(
-                    Event("leading", "acquired the Lease", fencing_token=self.fencing_token)
+                    Event(
+                        "leading",
+                        "acquired the Lease",
+                        fencing_token=self.fencing_token,
+                        replaced=replaced,
+                    )
                 )
             if started_at >= self.renewed_at:
                 self.renewed_at = started_at
@@ -365,6 +373,11 @@ class Election:
         if current.resource_version == self.written_version:
             return True
         return self.sent_renew_time is not None and current.renew_time == self.sent_renew_time
+
+    @property
+    def holding(self) -> bool:
+        """Whether this process has a claim of its own that a release may write over."""
+        return self.written_version is not None
 
     def settled_claim(self) -> LeaseRecord | None:
         """Our last answered claim, if a release may be written against it without a re-read.

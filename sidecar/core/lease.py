@@ -181,17 +181,27 @@ class LeaseRecord:
         return self.renew_time + dt.timedelta(seconds=self.lease_duration)
 
 
+def lease_object(
+    name: str,
+    namespace: str,
+    labels: dict[str, str],
+    *,
+    annotations: dict[str, str] | None = None,
+    spec: dict[str, Any] | None = None,
+    resource_version: str | None = None,
+) -> dict[str, Any]:
+    """A Lease object to write: every Lease this project creates or replaces is built here."""
+    meta: dict[str, Any] = {"name": name, "namespace": namespace, "labels": dict(labels)}
+    if annotations:
+        meta["annotations"] = dict(annotations)
+    if resource_version is not None:
+        meta["resourceVersion"] = resource_version
+    return {"apiVersion": API_VERSION, "kind": "Lease", "metadata": meta, "spec": spec or {}}
+
+
 def new_lease(name: str, namespace: str) -> dict[str, Any]:
-    return {
-        "apiVersion": API_VERSION,
-        "kind": "Lease",
-        "metadata": {
-            "name": name,
-            "namespace": namespace,
-            "labels": {MANAGED_BY_LABEL: MANAGED_BY_VALUE},
-        },
-        "spec": {},
-    }
+    """An election's Lease, before its first claim."""
+    return lease_object(name, namespace, {MANAGED_BY_LABEL: MANAGED_BY_VALUE})
 
 
 def _base(record: LeaseRecord | None, name: str, namespace: str) -> dict[str, Any]:

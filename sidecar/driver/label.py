@@ -8,7 +8,9 @@ Guarantees:
   request is in flight is acted on as soon as that request ends, so a pod that
   stepped down has its label taken off right after;
 - it is taken off at start-up (one left by a killed sidecar) and, at shutdown,
-  before the Lease is released (``settled``, which the driver awaits, bounded);
+  before the Lease is released (waited for up to ``SETTLE_BUDGET``: not a
+  safety step, consumers gate on ``valid_until``, and a terminating pod leaves
+  the Service's ready endpoints anyway);
 - an API error never touches the election: it is logged once with its fix and
   retried with backoff until the label is what the state says.
 """
@@ -19,18 +21,22 @@ import asyncio
 import contextlib
 from collections.abc import Awaitable, Callable
 
+from ..kit import aio
 from ..kit.logs import Logger
 from ..kube.errors import ApiError, Forbidden, NotFound
+from .observer import Control, Observer, View
 
 RETRY_FIRST = 0.5
 RETRY_MAX = 30.0
+#: How long the release waits for the label to come off.
+SETTLE_BUDGET = 3.0
 POLICY_FIX = (
     "apply manifests/leader-label.yaml (the Role that grants it and the admission policy "
     "that limits it to this label on this pod), or the chart's leaderLabel settings"
 )
 
 
-class LeaderLabel:
+class LeaderLabel(Observer):
     """Keeps one pod label equal to "this process leads"."""
 
     def __init__(
@@ -47,6 +53,30 @@ class LeaderLabel:
         self._news = asyncio.Event()
         self._news.set()
         self._settled = asyncio.Event()
+        self._task: asyncio.Task[None] | None = None
+
+    async def start(self, control: Control) -> None:
+        self._task = control.spawn(self.run(), "leader-label")
+
+    def on_state(self, view: View) -> None:
+        self.offer(view.state.is_leader)
+
+    async def before_release(self) -> None:
+        """Wait (bounded) for the label to come off, then stop following."""
+        if self._task is None:
+            return
+        settled = asyncio.ensure_future(self._settled.wait())
+        done, _ = await asyncio.wait(
+            [settled, self._task], timeout=SETTLE_BUDGET, return_when=asyncio.FIRST_COMPLETED
+        )
+        settled.cancel()
+        await aio.cancel([self._task], SETTLE_BUDGET, self.log)
+        if settled not in done:
+            self.log.warning(
+                "the leader label may still be on this pod; releasing the lease anyway",
+                pod=self.pod,
+                waited_seconds=SETTLE_BUDGET,
+            )
 
     def offer(self, leading: bool) -> None:
         """The published state; never blocks (the put happens in ``run``)."""
@@ -54,10 +84,6 @@ class LeaderLabel:
             self.want = leading
             self._settled.clear()
             self._news.set()
-
-    async def settled(self) -> None:
-        """Return once the label on the pod is what the last state said."""
-        await self._settled.wait()
 
     async def run(self) -> None:
         retry = RETRY_FIRST

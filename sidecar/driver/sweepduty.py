@@ -22,15 +22,18 @@ the duty holder's exit, not on every exit; the injector's periodic sweep and
 
 from __future__ import annotations
 
+import asyncio
 import datetime as dt
 from collections.abc import Callable
 from typing import Any
 
-from ..core.lease import API_VERSION, LeaseRecord, format_microtime
+from ..core.lease import LeaseRecord, format_microtime, lease_object
+from ..kit.clock import Clock
 from ..kit.logs import Logger
 from ..kube.errors import ApiError, Conflict, NotFound
 from ..kube.leases import LeaseStore
-from . import sweep as cleanup
+from . import sweep
+from .observer import Control, Observer
 
 DUTY_LEASE = "grelmicro-sidecar-sweeper"
 #: How long a claim lasts; a holder that lives longer shares the duty with the next starter.
@@ -44,21 +47,15 @@ LABELS = {
 def duty_body(
     namespace: str, holder: str, now: dt.datetime, record: LeaseRecord | None = None
 ) -> dict[str, Any]:
-    meta: dict[str, Any] = {"name": DUTY_LEASE, "namespace": namespace, "labels": dict(LABELS)}
-    if record is not None:
-        meta["resourceVersion"] = record.resource_version
     stamp = format_microtime(now)
-    return {
-        "apiVersion": API_VERSION,
-        "kind": "Lease",
-        "metadata": meta,
-        "spec": {
-            "holderIdentity": holder,
-            "leaseDurationSeconds": DUTY_SECONDS if holder else 1,
-            "acquireTime": stamp,
-            "renewTime": stamp,
-        },
+    spec = {
+        "holderIdentity": holder,
+        "leaseDurationSeconds": DUTY_SECONDS if holder else 1,
+        "acquireTime": stamp,
+        "renewTime": stamp,
     }
+    version = record.resource_version if record is not None else None
+    return lease_object(DUTY_LEASE, namespace, LABELS, spec=spec, resource_version=version)
 
 
 class SweepDuty:
@@ -113,7 +110,7 @@ class SweepDuty:
         self.held = False
 
 
-class ExitSweep:
+class ExitSweep(Observer):
     """A sidecar's part in sweeps: claim the duty and sight at start; sweep and give back at exit."""
 
     def __init__(
@@ -121,21 +118,23 @@ class ExitSweep:
         store: LeaseStore,
         namespace: str,
         identity: str,
-        wall: Callable[[], dt.datetime],
-        monotonic: Callable[[], float],
+        clock: Clock,
         log: Logger,
-        on_delete: Callable[[], None],
+        on_delete: Callable[[], None] = lambda: None,
     ):
         self.store = store
+        self.clock = clock
         self.log = log
-        self.wall = wall
         self.on_delete = on_delete
-        self.duty = SweepDuty(store, namespace, identity, wall)
-        # The sweep judges Leases on what this process saw since it started.
-        self.sightings = cleanup.Sightings(monotonic)
+        self.duty = SweepDuty(store, namespace, identity, clock.wall)
+        self.sightings = sweep.Sightings(clock.monotonic)
         self.sighted = False
+        self._start: asyncio.Task[None] | None = None
 
-    async def start(self) -> None:
+    async def start(self, control: Control) -> None:
+        self._start = asyncio.create_task(self._claim(), name="sweep-duty")
+
+    async def _claim(self) -> None:
         """Claim the sweep duty; its holder lists the namespace's managed Leases once.
 
         Without that list the sweep could only trust wall clocks (contract §5).
@@ -146,7 +145,7 @@ class ExitSweep:
             if not await self.duty.claim():
                 self.log.debug("another sidecar holds the sweep duty", sweeper=self.duty.holder)
                 return
-            await cleanup.sight(self.store, self.sightings)
+            await sweep.sight(self.store, self.sightings)
             self.sighted = True
         except ApiError as err:
             self.log.debug(
@@ -154,17 +153,21 @@ class ExitSweep:
                 error=str(err),
             )
 
-    async def finish(self) -> None:
+    async def before_release(self) -> None:
+        if self._start is not None:
+            self._start.cancel()
+
+    async def after_release(self) -> None:
         """The exit sweep (contract §5 step 3), by the sweep duty's holder only."""
         if not self.duty.held:
             self.log.info("sweep left to the sweep duty's holder", sweeper=self.duty.holder or None)
             return
         if self.sighted:
-            result = await cleanup.sweep(
+            result = await sweep.sweep(
                 self.store,
                 self.log,
                 sightings=self.sightings,
-                now=self.wall,
+                now=self.clock.wall,
                 on_delete=lambda _r: self.on_delete(),
             )
             self.log.info(

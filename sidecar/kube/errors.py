@@ -10,6 +10,12 @@ from __future__ import annotations
 
 import json
 
+#: The fix for a 403 on Leases, in every message that reports one.
+RBAC_FIX = (
+    "grant the pod's ServiceAccount a Role with get, list, watch, create, update, patch, delete "
+    "on leases.coordination.k8s.io in this namespace (see manifests/rbac.yaml)"
+)
+
 
 class ApiError(Exception):
     """An answer from the API server that is not what we asked for."""

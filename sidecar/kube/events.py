@@ -1,131 +1,17 @@
-"""Events on the Lease: who became leader and who stopped, where ``kubectl describe lease`` looks.
+"""Posting core/v1 Events, over a connection of their own opened on the first one.
 
-Guarantees: recording an Event never delays the election. Each is posted by
-its own task over a connection of its own, opened on the first Event (a
-follower that never leads never opens it). A token bucket (5 at once, then one
-per 30 s) bounds what a flapping candidate can write. A 403 is reported once
-with the fix and ends recording for this process: a missing permission costs
-nothing else. Any other failure loses that one Event (logged at debug).
+A follower that never leads never records an Event, so it never opens it.
 """
 
 from __future__ import annotations
 
-import asyncio
-import datetime as dt
-import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from ..core.lease import format_microtime
-from ..kit.logs import Logger
 from .api import CORE, KubeApi, path
 from .config import ApiConfig
-from .errors import ApiError, Forbidden
-
-BURST = 5
-REFILL_SECONDS = 30.0
-REASON = "LeaderElection"  # client-go's reason for the same Events
-COMPONENT = "grelmicro-sidecar"
-EVENTS_RBAC_FIX = (
-    "grant create and patch on events in this namespace to the pod's ServiceAccount "
-    "(manifests/rbac.yaml, the chart's workloadRBAC and autoRBAC do)"
-)
 
 Post = Callable[[dict[str, Any]], Awaitable[Any]]
-
-
-class EventRecorder:
-    def __init__(
-        self,
-        post: Post,
-        namespace: str,
-        identity: str,
-        log: Logger,
-        monotonic: Callable[[], float] = time.monotonic,
-        wall: Callable[[], dt.datetime] = lambda: dt.datetime.now(dt.UTC),
-    ):
-        self._post = post
-        self.namespace = namespace
-        self.identity = identity
-        self.log = log
-        self._monotonic = monotonic
-        self._wall = wall
-        self._tokens = float(BURST)
-        self._filled_at = monotonic()
-        self._enabled = True
-        self._pending: set[asyncio.Task[None]] = set()
-        self.dropped = 0
-
-    def record(self, lease: dict[str, Any] | None, name: str, action: str, message: str) -> None:
-        """Queue one Event about Lease ``name`` (``lease``: its last known object, for the uid)."""
-        if not self._enabled:
-            return
-        if not self._take():
-            self.dropped += 1  # over the rate limit
-            return
-        task = asyncio.create_task(self._send(self._body(lease, name, action, message)))
-        self._pending.add(task)
-        task.add_done_callback(self._pending.discard)
-
-    def _take(self) -> bool:
-        now = self._monotonic()
-        self._tokens = min(BURST, self._tokens + (now - self._filled_at) / REFILL_SECONDS)
-        self._filled_at = now
-        if self._tokens < 1:
-            return False
-        self._tokens -= 1
-        return True
-
-    def _body(
-        self, lease: dict[str, Any] | None, name: str, action: str, message: str
-    ) -> dict[str, Any]:
-        meta = (lease or {}).get("metadata") or {}
-        regarding = {
-            "apiVersion": "coordination.k8s.io/v1",
-            "kind": "Lease",
-            "name": name,
-            "namespace": self.namespace,
-        }
-        if meta.get("uid"):
-            regarding["uid"] = str(meta["uid"])
-        stamp = format_microtime(self._wall())
-        return {
-            "apiVersion": "v1",
-            "kind": "Event",
-            "metadata": {"generateName": f"{name}.", "namespace": self.namespace},
-            "involvedObject": regarding,
-            "reason": REASON,
-            "action": action,
-            "message": message,
-            "type": "Normal",
-            "source": {"component": COMPONENT},
-            "reportingComponent": COMPONENT,
-            "reportingInstance": self.identity[:128],
-            "firstTimestamp": stamp[:19] + "Z",
-            "lastTimestamp": stamp[:19] + "Z",
-            "count": 1,
-        }
-
-    async def _send(self, body: dict[str, Any]) -> None:
-        try:
-            await self._post(body)
-        except Forbidden:
-            self._enabled = False
-            self.log.once(
-                "events:403",
-                "warning",
-                "cannot record Events on the Lease: forbidden; leadership is unaffected",
-                fix=EVENTS_RBAC_FIX,
-            )
-        except ApiError as err:
-            self.log.debug("could not record an Event", error=str(err))
-
-    async def close(self, timeout: float = 1.0) -> None:
-        """Give queued Events a moment to go out (shutdown), then drop the rest."""
-        if self._pending:
-            await asyncio.wait(set(self._pending), timeout=timeout)
-        for task in self._pending:
-            task.cancel()
 
 
 def api_poster(config: ApiConfig, namespace: str, request_timeout: float) -> Post:

@@ -647,8 +647,8 @@ def test_every_dashboard_query_uses_metrics_the_product_serves() -> None:
     """Each metric a panel queries is one that /metrics of the sidecar or the injector exposes."""
     import re
 
+    from sidecar.driver.metrics import Metrics
     from sidecar.injector.metrics import InjectorMetrics
-    from sidecar.publish.metrics import Metrics
     from tests.metrics import samples
 
     sidecar = Metrics("leader-x")

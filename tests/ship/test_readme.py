@@ -8,8 +8,8 @@ import subprocess
 import time
 from pathlib import Path
 
+from sidecar.driver.metrics import Metrics
 from sidecar.injector.annotations import KNOWN, PREFIX
-from sidecar.publish.metrics import Metrics
 from tests.ship.tools import ROOT
 from tests.sidecar.proc import BIN
 

@@ -13,13 +13,14 @@ import asyncio
 import datetime as dt
 import signal
 import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from kubernetes import client
 
-from sidecar.driver.roster import Roster, entries
+from sidecar.core.roster import entries
+from sidecar.driver.handover import Handover
+from sidecar.kit.logs import Logger
 from sidecar.kube.config import from_kubeconfig
 from sidecar.kube.leases import LeaseStore
 from tests import accounts
@@ -151,12 +152,13 @@ def test_twenty_candidates_joining_at_once_are_all_listed_without_a_conflict(
     async def go() -> None:
         stores = [LeaseStore(from_kubeconfig(cluster.kubeconfig), namespace) for _ in range(20)]
         rosters = [
-            Roster(
+            Handover(
                 store,
                 ELECTION_LEASE,
                 namespace,
                 f"pod-{i}",
-                clock_at(epoch + dt.timedelta(seconds=i)),
+                WallAt(epoch + dt.timedelta(seconds=i)),  # type: ignore[arg-type]
+                Logger("error"),
             )
             for i, store in enumerate(stores)
         ]
@@ -177,5 +179,11 @@ def test_twenty_candidates_joining_at_once_are_all_listed_without_a_conflict(
     asyncio.run(go())
 
 
-def clock_at(when: dt.datetime) -> Callable[[], dt.datetime]:
-    return lambda: when
+class WallAt:
+    """A clock whose wall time stands still at ``when`` (the roster stamps joins with it)."""
+
+    def __init__(self, when: dt.datetime) -> None:
+        self.when = when
+
+    def wall(self) -> dt.datetime:
+        return self.when

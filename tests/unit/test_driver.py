@@ -1,4 +1,4 @@
-"""The real driver (``sidecar.runner.Sidecar``) in-process, on a fake store and a fake clock.
+"""The real elector and its observers, wired as ``run`` wires them, on a fake store and a fake clock.
 
 The event loop runs on looptime's virtual time: every timer, wait and timeout
 of the driver is real code, but a minute of election passes in milliseconds,
@@ -19,15 +19,18 @@ from typing import Any, TypeVar
 import looptime
 
 from sidecar.commands.settings import RunSettings
+from sidecar.commands.wiring import PutLabel, wire
 from sidecar.core.lease import LeaseRecord, claim
+from sidecar.core.roster import entries
 from sidecar.core.timing import Timing
-from sidecar.driver.elector import Sidecar
-from sidecar.driver.label import LeaderLabel
-from sidecar.driver.roster import Roster, entries
+from sidecar.driver.events import EventRecorder
+from sidecar.driver.handover import Handover
+from sidecar.driver.observer import Call
+from sidecar.driver.report import LogReport
 from sidecar.driver.sweepduty import DUTY_LEASE, DUTY_SECONDS, duty_body
 from sidecar.kit.logs import Logger
 from sidecar.kube.errors import Forbidden
-from sidecar.kube.events import EventRecorder
+from sidecar.kube.events import Post
 from tests.unit.fake_leases import FakeLeases
 
 EPOCH = dt.datetime(2026, 1, 1, tzinfo=dt.UTC)
@@ -45,7 +48,7 @@ class LoopClock:
         return EPOCH + dt.timedelta(seconds=self.monotonic())
 
 
-def settings(identity: str, state_dir: Path) -> RunSettings:
+def settings(identity: str, state_dir: Path, label: bool = False) -> RunSettings:
     return RunSettings(
         election="main",
         lease=LEASE,
@@ -56,6 +59,7 @@ def settings(identity: str, state_dir: Path) -> RunSettings:
         port=0,
         kubeconfig=None,
         log_level="error",
+        label_pod=identity if label else None,
     )
 
 
@@ -65,24 +69,26 @@ class Candidate:
         identity: str,
         store: FakeLeases,
         tmp: Path,
-        events: EventRecorder | None = None,
-        label: LeaderLabel | None = None,
+        post_event: Post | None = None,
+        put_label: PutLabel | None = None,
     ) -> None:
-        self.sidecar = Sidecar(
-            settings(identity, tmp / identity),
+        self.identity = identity
+        self.sidecar = wire(
+            settings(identity, tmp / identity, label=put_label is not None),
             "ns",
-            store,
+            store,  # type: ignore[arg-type]
             Logger("error"),
             clock=LoopClock(),  # type: ignore[arg-type]
-            events=events,
-            label=label,
+            post_event=post_event,
+            put_label=put_label,
         )
+        self.elector = self.sidecar.elector
         self.state_path = tmp / identity / "state.json"
         self.task: asyncio.Task[int] | None = None
 
     async def start(self) -> Candidate:
-        await self.sidecar.start()
-        self.task = asyncio.create_task(self.sidecar.run())
+        await self.elector.start()
+        self.task = asyncio.create_task(self.elector.run())
         return self
 
     def state(self) -> dict[str, Any]:
@@ -98,7 +104,7 @@ class Candidate:
         return until > LoopClock().wall()
 
     async def stop(self) -> int:
-        self.sidecar.request_stop()
+        self.elector.stop()
         assert self.task is not None
         return await self.task
 
@@ -211,7 +217,7 @@ def test_a_handover_among_many_costs_two_lease_writes_and_goes_to_the_last_to_jo
         assert await a.stop() == 0
         took = await until(lambda: any(f.leads() for f in followers), 15, "a follower takes over")
         await asyncio.sleep(5)  # room for a burst of claims, had there been one
-        assert [f.sidecar.settings.identity for f in followers if f.leads()] == ["f9"]
+        assert [f.identity for f in followers if f.leads()] == ["f9"]
         after = store.writes[writes:]
         while after and after[0] == ("update", "a"):
             after.pop(0)  # a renew of a's that was due as it was stopped
@@ -236,7 +242,7 @@ def test_a_named_successor_that_is_gone_delays_the_handover_by_one_second(
         followers = [await Candidate(f"f{i}", store, tmp_path).start() for i in range(3)]
         await asyncio.sleep(10)
         # A candidate that joined last and was then killed (no graceful exit, still listed).
-        ghost = Roster(store, LEASE, "ns", "killed-pod", LoopClock().wall)
+        ghost = Handover(store, LEASE, "ns", "killed-pod", LoopClock(), Logger("error"))  # type: ignore[arg-type]
         await ghost.join()
         assert await a.stop() == 0
         assert store.holder(LEASE) == "killed-pod"  # named in the release
@@ -498,7 +504,7 @@ def test_a_watch_that_dies_of_a_bug_fails_liveness_and_exits_1(tmp_path: Path) -
         assert a.task is not None
         code = await asyncio.wait_for(a.task, 60)
         assert code == 1
-        assert not a.sidecar.healthy()
+        assert not a.elector.healthy()
         assert a.state()["is_leader"] is False
 
     run(scenario)
@@ -525,8 +531,7 @@ def test_one_event_per_acquisition_and_per_step_down_shutdown_included(tmp_path:
         async def post(body: dict[str, Any]) -> None:
             posted.append(body)
 
-        events = EventRecorder(post, "ns", "a", Logger("error"))
-        a = await Candidate("a", FakeLeases(), tmp_path, events=events).start()
+        a = await Candidate("a", FakeLeases(), tmp_path, post_event=post).start()
         await until(a.leads, 16, "a leads")
         token = a.state()["fencing_token"]
         await asyncio.sleep(30)  # renewals record nothing
@@ -553,7 +558,7 @@ def test_events_are_rate_limited_and_a_403_ends_them() -> None:
 
         clock = [0.0]
         log = Logger("info", stream=io.StringIO())
-        events = EventRecorder(post, "ns", "pod-a", log, monotonic=lambda: clock[0])
+        events = EventRecorder(post, "leader-main", "ns", "pod-a", log, monotonic=lambda: clock[0])
         lease = {"metadata": {"name": "leader-main", "uid": "u-1"}}
         for i in range(10):  # a flapping candidate
             events.record(lease, "leader-main", "Acquire", f"pod-a became leader ({i})")
@@ -597,8 +602,8 @@ def test_stop_is_not_lost_when_the_loop_is_woken_at_the_same_moment(tmp_path: Pa
         a = await Candidate("a", store, tmp_path).start()
         await until(a.leads, 16, "a leads")
         await asyncio.sleep(1)  # the loop now waits for its next renewal
-        a.sidecar.request_stop()  # SIGTERM ...
-        a.sidecar._wake.set()  # ... and a watch event, in the same step
+        a.elector.stop()  # SIGTERM ...
+        a.elector._wake.set()  # ... and a watch event, in the same step
         assert a.task is not None
         done, _ = await asyncio.wait([a.task], timeout=30)
         assert done, "shutdown hung: the election loop swallowed its cancellation"
@@ -615,13 +620,15 @@ def test_clock_skew_warns_once_and_again_only_after_the_clock_came_back(tmp_path
     async def scenario() -> None:
         store = FakeLeases()
         a = await Candidate("a", store, tmp_path).start()
-        a.sidecar.log = Logger("warning", stream=io.StringIO())
+        log = Logger("warning", stream=io.StringIO())
+        report = next(o for o in a.elector.observers if isinstance(o, LogReport))
+        report.log = log
         counts = []
         for low, high in [(600, 601), (600, 601), (3, 4), (1, 2), (600, 601), (-9, -8)]:
             store.clock_offset = ClockOffset(low, high)  # type: ignore[assignment]
-            a.sidecar._check_clock()
+            a.elector._called(Call("read"))  # an answer came, with a Date header
             assert a.sidecar.metrics.clock_skew == (low + high) / 2
-            lines = a.sidecar.log.stream.getvalue().splitlines()  # type: ignore[union-attr]
+            lines = log.stream.getvalue().splitlines()  # type: ignore[union-attr]
             counts.append(len([line for line in lines if "clock is off" in line]))
         # 600 warns; 600 again is silent; 3-4 s (within 5, not within 2.5) does not re-arm;
         # 1-2 s re-arms; 600 warns again; -9 s is beyond too but already warned.
@@ -639,7 +646,8 @@ def test_a_subscriber_is_told_not_leader_before_the_release_is_written(tmp_path:
         a = await Candidate("a", store, tmp_path).start()
         await until(a.leads, 16, "a leads")
         order: list[str] = []
-        changes = a.sidecar.changes
+        changes = a.sidecar.published.changes
+        assert changes is not None
 
         async def subscriber() -> None:
             seen = changes.version
@@ -704,8 +712,7 @@ def test_the_leader_label_is_cleared_at_start_follows_leadership_and_is_off_befo
         store = FakeLeases()
         order: list[str] = []
         pod = FakePod(order, latency=1.0)
-        label = LeaderLabel(pod.put, "a", Logger("error"))
-        a = await Candidate("a", store, tmp_path, label=label).start()
+        a = await Candidate("a", store, tmp_path, put_label=pod.put).start()
         await until(lambda: pod.labelled is False, 2, "a stale label taken off at start-up")
         await until(a.leads, 16, "a leads")
         await until(lambda: pod.labelled is True, 1.5, "the label on within one put")
@@ -722,9 +729,7 @@ def test_the_leader_label_comes_off_when_leadership_lapses(tmp_path: Path) -> No
     async def scenario() -> None:
         store = FakeLeases()
         pod = FakePod([], latency=0.2)
-        a = await Candidate(
-            "a", store, tmp_path, label=LeaderLabel(pod.put, "a", Logger("error"))
-        ).start()
+        a = await Candidate("a", store, tmp_path, put_label=pod.put).start()
         await until(lambda: a.leads() and pod.labelled is True, 17, "a leads, labelled")
         store.down = True
         await until(lambda: not a.leads(), 20, "a steps down")
@@ -744,12 +749,10 @@ def test_a_refused_leader_label_neither_stops_the_election_nor_holds_the_release
         order: list[str] = []
         pod = FakePod(order, latency=0.01)
         pod.forbidden = True
-        a = await Candidate(
-            "a", store, tmp_path, label=LeaderLabel(pod.put, "a", Logger("error"))
-        ).start()
+        a = await Candidate("a", store, tmp_path, put_label=pod.put).start()
         await until(a.leads, 16, "a leads although its label is refused")
         await asyncio.sleep(30)
-        assert a.leads() and a.sidecar.healthy()
+        assert a.leads() and a.elector.healthy()
         recording_writes(store, order)
         loop = asyncio.get_running_loop()
         stopping = loop.time()

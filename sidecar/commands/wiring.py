@@ -1,0 +1,97 @@
+"""The one place that builds an elector and wires its observers, for ``run`` and ``lock``.
+
+The order of the observers is the order of every callback and of the shutdown
+steps (``driver.observer``): the log first; the leader label, the command of
+``lock`` and the hand-off before the release; after it, the roster, the
+sweep, the Events and last the HTTP endpoints, so that streams hear the
+final "not leader". Tests build their candidates here too, on a fake store
+and a virtual clock, so what they prove is the wiring the command runs.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from ..driver.elector import Elector
+from ..driver.events import EventRecorder
+from ..driver.handover import Handover
+from ..driver.label import LeaderLabel
+from ..driver.lock import Lock
+from ..driver.metrics import Metrics
+from ..driver.observer import Observer
+from ..driver.published import Published
+from ..driver.report import LogReport
+from ..driver.sweepduty import ExitSweep
+from ..kit.clock import Clock
+from ..kit.logs import Logger
+from ..kube.events import Post
+from ..kube.leaselock import LeaseLock
+from ..kube.leases import LeaseStore
+from ..publish.statefile import STATE_FILE
+from .settings import LockSettings, RunSettings
+
+#: ``put(present)``: the leader label on this pod, on or off.
+PutLabel = Callable[[bool], Awaitable[None]]
+
+
+@dataclass
+class Sidecar:
+    """An elector and the observers a test or the command may want to look at."""
+
+    elector: Elector
+    metrics: Metrics
+    published: Published
+    lock: Lock | None = None
+
+
+def wire(
+    settings: RunSettings,
+    namespace: str,
+    store: LeaseStore,
+    log: Logger,
+    *,
+    clock: Clock | None = None,
+    post_event: Post | None = None,
+    put_label: PutLabel | None = None,
+    command: LockSettings | None = None,
+) -> Sidecar:
+    clock = clock or Clock()
+    identity, lease, timing = settings.identity, settings.lease, settings.timing
+    metrics = Metrics(lease, offset=lambda: store.clock_offset)
+    handover = Handover(store, lease, namespace, identity, clock, log)
+    published = Published(settings.state_dir, settings.port, metrics.render, log)
+    lock = None
+    observers: list[Observer] = [
+        LogReport(log, lease, namespace, timing, offset=lambda: store.clock_offset),
+        metrics,
+    ]
+    if put_label is not None and settings.label_pod:
+        observers.append(LeaderLabel(put_label, settings.label_pod, log))
+    if command is not None:
+        lock = Lock(command.command, command.kill_grace, Path(settings.state_dir) / STATE_FILE, log)
+        observers.append(lock)
+    observers += [
+        handover,
+        ExitSweep(store, namespace, identity, clock, log, on_delete=metrics.count_swept),
+    ]
+    if post_event is not None:
+        recorder = EventRecorder(
+            post_event, lease, namespace, identity, log, clock.monotonic, clock.wall
+        )
+        observers.append(recorder)
+    observers.append(published)
+    elector = Elector(
+        LeaseLock(store, lease),
+        identity=identity,
+        election=settings.election,
+        lease=lease,
+        namespace=namespace,
+        timing=timing,
+        observers=observers,
+        log=log,
+        clock=clock,
+        successor=handover.successor,
+    )
+    return Sidecar(elector, metrics, published, lock)

@@ -1,0 +1,105 @@
+"""What reacts to the election from outside: the observer protocol, and what an observer sees.
+
+The elector runs the election and nothing else. Everything that reacts to it
+(the state file and the HTTP endpoints, metrics, the leader label, Events,
+logs, the hand-off's roster, the sweep duty, ``lock``) is an ``Observer``
+wired in one place (``commands.wiring``), in a list whose order is the order
+of every call below. Adding a feature that reacts to the election is one
+observer and one line of wiring; the elector does not change.
+
+Guarantees the elector gives every observer:
+
+- ``on_state`` is called with every state that differs from the last one
+  (``updated_at`` aside), and once more, forced, at shutdown with "not leader";
+- ``on_event`` gets every election event (acquired, stepped down, holder
+  changed, a problem with the Lease, the store rolled back) once, in order,
+  before the ``on_state`` of the step that caused it;
+- ``on_call`` gets the end of every API request the elector makes (the watch
+  included), failed or not;
+- at shutdown, after the forced "not leader": every ``before_release`` (in
+  order), then the release of the Lease, then every ``after_release`` (in
+  order, within the shutdown budget). The first step is where an observer
+  makes sure nobody acts on this process's leadership any more: the
+  release lets a successor lead at once.
+
+Callbacks are synchronous and must not block: anything slow runs in a task
+(``Control.spawn`` for one whose end would be a bug).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Coroutine
+from dataclasses import dataclass
+from typing import Any, Literal, Protocol
+
+from ..core.election import Event
+from ..core.lease import LeaseRecord
+from ..core.state import State
+from ..kube.errors import ApiError
+
+
+@dataclass(frozen=True)
+class View:
+    """The election at one instant, as observers see it."""
+
+    #: What the application is told.
+    state: State
+    #: Monotonic instant until which this process vouches for its leadership (None: it does not).
+    valid_until: float | None
+    #: The Lease as last seen (None when absent or not yet read).
+    record: LeaseRecord | None
+
+
+@dataclass(frozen=True)
+class Call:
+    """One API request of the elector, and how it ended."""
+
+    kind: Literal["read", "create", "acquire", "renew", "watch"]
+    error: ApiError | None = None
+    #: How long it took (successful writes).
+    seconds: float = 0.0
+    #: ``watch``: when it reconnects after this error.
+    retry_in: float = 0.0
+
+
+class Control(Protocol):
+    """What an observer may ask of the elector."""
+
+    def view(self) -> View:
+        """The election now (computed at the call, from the live state and the clock)."""
+        ...
+
+    def healthy(self) -> bool:
+        """Liveness: every task of the elector and every spawned task still runs."""
+        ...
+
+    def stop(self) -> None:
+        """Begin the graceful shutdown (contract §5)."""
+        ...
+
+    def spawn(self, work: Coroutine[Any, Any, None], name: str) -> asyncio.Task[None]:
+        """Run ``work`` for the process's life; its end before shutdown is a bug (exit 1)."""
+        ...
+
+
+class Observer:
+    """Reacts to the election; every method does nothing unless overridden."""
+
+    async def start(self, control: Control) -> None:
+        """Before the election starts; an exception here stops the process (exit 1)."""
+
+    def on_state(self, view: View) -> None:
+        """A new state was published."""
+
+    def on_event(self, event: Event, view: View) -> None:
+        """Something happened to the election."""
+
+    def on_call(self, call: Call) -> None:
+        """An API request of the elector ended."""
+
+    async def before_release(self) -> None:
+        """Shutdown, "not leader" published: make sure nobody acts on it any more."""
+
+    async def after_release(self) -> None:
+        """Shutdown, the Lease released (or left to expire): tidy up."""

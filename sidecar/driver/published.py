@@ -1,0 +1,61 @@
+"""What the application is told: the state file, change notifications and the HTTP endpoints.
+
+An observer over the mechanisms of ``publish``: the state file is written first
+at start-up ("not leader", so a file left by a crashed run never claims
+leadership), then on every new state; every new state is a change
+notification; the HTTP endpoints answer from the election's live view at
+request time (``Control.view``), so ``/leader`` turns 503 the instant
+leadership lapses even when the loop is busy. The endpoints close last, after
+the release, so streams hear the final "not leader" (contract §4, §5).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+from ..kit.logs import Logger
+from ..publish.changes import Changes
+from ..publish.http import StatusServer
+from ..publish.statefile import StateDirError, StateFile
+from .observer import Control, Observer, View
+
+
+class Published(Observer):
+    def __init__(self, state_dir: Path, port: int, metrics: Callable[[], str], log: Logger):
+        self.file = StateFile(state_dir)
+        self.port = port
+        self.metrics = metrics
+        self.log = log
+        self.changes: Changes | None = None
+        self.server: StatusServer | None = None
+
+    async def start(self, control: Control) -> None:
+        """The first "not leader", then the port; raises ``StateDirError`` or ``OSError``."""
+        state = control.view().state
+        self.file.check_writable()
+        self.file.write(state, force=True)
+        self.changes = Changes(state)
+        if self.port:
+            self.server = StatusServer(
+                self.port,
+                lambda: control.view().state,
+                control.healthy,
+                self.metrics,
+                self.log,
+                self.changes,
+            )
+            await self.server.start()
+
+    def on_state(self, view: View) -> None:
+        if self.changes is not None:
+            self.changes.offer(view.state)
+        try:
+            self.file.write(view.state)
+            self.log.forget("statefile")
+        except StateDirError as err:
+            self.log.once("statefile", "error", str(err) + "; readers must rely on valid_until")
+
+    async def after_release(self) -> None:
+        if self.server is not None:
+            await self.server.close()

@@ -1,0 +1,96 @@
+"""The graceful release of the Lease at shutdown (contract §2, "Release" and "Hand-off").
+
+Guarantees: only a claim this process wrote is released (``Election.may_release``);
+every write carries a resourceVersion, so the API server applies it only if
+nobody wrote since; the release never waits past the shutdown's deadline.
+The first try goes out unread, against our last answered claim
+(``Election.settled_claim``), the way client-go's release writes through its
+cached object; a 409, or a claim in flight, sends it to read what is there.
+It names a successor when one is given (the hand-off), looked up alongside,
+so a handover waits one round trip more at most.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable
+
+from ..core.election import Election
+from ..core.lease import LeaseRecord, vacate
+from ..kit.clock import Clock
+from ..kit.logs import Logger
+from ..kube.errors import ApiError, Conflict
+from ..kube.leaselock import LeaseLock
+
+#: How long a release waits for its successor's name before it names nobody.
+SUCCESSOR_BUDGET = 1.0
+#: Who a release names: ``successor(timeout)``, None for anyone.
+Successor = Callable[[float], Awaitable[str | None]]
+
+
+async def release(
+    lock: LeaseLock,
+    election: Election,
+    clock: Clock,
+    log: Logger,
+    *,
+    deadline: float,
+    successor: Successor | None = None,
+) -> None:
+    """Vacate (or hand off) our own claim, if the Lease still holds one; logs what it did."""
+
+    def left() -> float:
+        return max(0.1, deadline - clock.monotonic())
+
+    named = asyncio.ensure_future(_name(successor, min(left(), SUCCESSOR_BUDGET), log))
+    record = election.settled_claim()
+    try:
+        for _ in range(3):
+            if record is None:
+                record = await _releasable(lock, election, left(), log)
+                if record is None:
+                    return
+            who = await named
+            body = vacate(record, now=clock.wall(), successor=who)
+            try:
+                await lock.replace(body, left())
+            except Conflict:
+                record = None
+                continue
+            log.info(
+                "released lease", lease=lock.name, transitions=record.transitions, successor=who
+            )
+            return
+    finally:
+        named.cancel()
+
+
+async def _releasable(
+    lock: LeaseLock, election: Election, timeout: float, log: Logger
+) -> LeaseRecord | None:
+    """The Lease as it is now, if it is still a claim this process may release (logged if not)."""
+    obj = await lock.read(timeout)
+    if obj is None:
+        return None
+    record = LeaseRecord.from_object(obj)
+    if record.holder != election.identity:
+        log.info("not holding the lease; nothing to release", holder=record.holder)
+        return None
+    if not election.may_release(record):
+        log.info(
+            "the lease names this pod but is not a claim this process wrote; leaving it to expire",
+            lease=lock.name,
+        )
+        return None
+    return record
+
+
+async def _name(successor: Successor | None, timeout: float, log: Logger) -> str | None:
+    """Who to hand over to; None (anyone may claim) when nobody is given or the lookup fails."""
+    if successor is None:
+        return None
+    try:
+        return await successor(timeout)
+    except ApiError as err:
+        log.debug("could not look up a successor; releasing to anyone", error=str(err))
+        return None

@@ -1,0 +1,133 @@
+"""The election's log: what happened, which API errors matter and how often, and the clock's drift.
+
+One JSON line per election event (acquired, stepped down, holder changed, a
+problem with the Lease, the store rolled back). API errors follow one policy:
+a 403 is logged once per verb with the RBAC fix, a 401 once with what to
+check, a create that finds no namespace once with the fix, anything else once
+per status as "retrying with backoff"; a successful write re-arms them all,
+so an error that comes back after a recovery is logged again. A lost watch is
+one warning until it works again.
+
+The clock alarm: once when this node's clock is certainly off from the API
+server's by more than the contract tolerates (``lease_duration -
+renew_deadline``, contract §2: a grelmicro peer judging our ``renewTime`` on
+its own clock would otherwise take over while we still vouch), re-armed when
+the clock comes back within half of that.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from ..core.election import Event
+from ..core.timing import Timing
+from ..kit.logs import Logger
+from ..kube.errors import RBAC_FIX, Forbidden, NotFound, Unauthorized
+from ..kube.skew import ClockOffset
+from .observer import Call, Observer, View
+
+
+class LogReport(Observer):
+    def __init__(
+        self,
+        log: Logger,
+        lease: str,
+        namespace: str,
+        timing: Timing,
+        offset: Callable[[], ClockOffset | None],
+    ):
+        self.log = log
+        self.lease = lease
+        self.namespace = namespace
+        self.tolerated = timing.lease_duration - timing.renew_deadline
+        self.offset = offset
+
+    def on_event(self, event: Event, view: View) -> None:
+        log, lease = self.log, self.lease
+        if event.kind == "leading":
+            log.info("leading", lease=lease, fencing_token=event.fencing_token)
+        elif event.kind == "stepped_down" and event.detail != "shutting down":
+            log.warning("stepped down", lease=lease, reason=event.detail)
+        elif event.kind == "holder":
+            log.info("holder changed", lease=lease, holder=event.detail or None)
+        elif event.kind == "rolled_back":
+            log.warning(
+                "the API server's store went back in time (etcd restored from a backup?); "
+                "nobody may claim for one lease duration",
+                lease=lease,
+                detail=event.detail,
+                fix="restore etcd with --bump-revision, or fencing tokens can go back",
+            )
+        elif event.kind == "problem":
+            log.warning(
+                "lease has an unusable field; treating it conservatively",
+                lease=lease,
+                problem=event.detail,
+            )
+
+    async def before_release(self) -> None:
+        self.log.info("published not-leader", lease=self.lease)
+
+    def on_call(self, call: Call) -> None:
+        self._check_clock()
+        err = call.error
+        if err is None:
+            # A read that works says nothing of the write a 403 refused: only a write re-arms.
+            if call.kind != "read":
+                self.log.forget_prefix("watch" if call.kind == "watch" else "api")
+            return
+        if call.kind == "watch":
+            self.log.once(
+                "watch",
+                "warning",
+                "watch lost; reconnecting with backoff",
+                error=str(err),
+                retry_in=round(call.retry_in, 2),
+            )
+        if isinstance(err, Forbidden):
+            self.log.once(
+                f"api:403:{err.verb}",
+                "error",
+                f"forbidden: cannot {err.verb} leases in namespace {self.namespace}; {RBAC_FIX}",
+                verb=err.verb,
+                resource="leases.coordination.k8s.io",
+                detail=str(err),
+            )
+        elif isinstance(err, Unauthorized):
+            self.log.once(
+                "api:401",
+                "error",
+                "the API server rejected our credentials (401): the token is expired or invalid; "
+                "check the ServiceAccount token mount or the kubeconfig",
+                detail=str(err),
+            )
+        elif isinstance(err, NotFound) and call.kind == "create":
+            self.log.once(
+                "api:404:namespace",
+                "error",
+                f"namespace {self.namespace} does not exist; create it or pass --namespace",
+                detail=str(err),
+            )
+        else:
+            self.log.once(
+                f"api:{err.status}",
+                "warning",
+                "API request failed; retrying with backoff",
+                error=str(err),
+            )
+
+    def _check_clock(self) -> None:
+        offset = self.offset()
+        if offset is None:
+            return
+        if offset.beyond(self.tolerated):
+            self.log.once(
+                "clock-skew",
+                "warning",
+                "this node's clock is off from the API server's by more than the contract tolerates",
+                skew_seconds=round(offset.estimate, 1),
+                tolerated_seconds=self.tolerated,
+                fix="sync the node's clock (NTP); grelmicro peers and valid_until readers use wall clocks",
+            )
+        elif not offset.beyond(self.tolerated / 2):
+            self.log.forget("clock-skew")
