@@ -1,32 +1,30 @@
 """The elector: runs one election against its Lease, tells the observers, releases on shutdown.
 
-A loop over a small Lease lock (read, create, replace, watch), in the manner
-of client-go's ``LeaderElector.Run``. The state machine (``core.election``)
-decides; the lock (``kube.leaselock``) talks to the API server; observers
-(``observer``) react from outside. The lock and the clock are given, so tests
-drive it in-process on a fake store and virtual time. Three tasks:
+A loop over a small Lease lock (``kube.leaselock``), in the manner of
+client-go's ``LeaderElector.Run``: the state machine (``core.election``)
+decides, observers (``observer``) react from outside. The lock and the clock
+are given, so tests drive it in-process on a fake store and virtual time.
+Three tasks: the loop (ask the state machine, do it, report back, tell the
+observers); the watch, which feeds every change of the Lease to the state
+machine and wakes the loop, so followers learn of a release in milliseconds
+without polling (losing it never delays a step-down: that is a timer); and a
+watchdog that republishes at ``valid_until``, so observers hear "not leader"
+on time even while the loop waits on a request. Requests made while leading
+are bounded by the time left before the renew deadline.
 
-- the loop asks the state machine what to do, does it (read, write, or wait
-  for news or a timer), reports back, and tells the observers;
-- the watch feeds every change of the Lease to the state machine and wakes
-  the loop, so followers learn of a release in milliseconds without polling.
-  Losing it never delays a step-down: step-down is a timer, not an event;
-- a watchdog republishes at ``valid_until``, so observers hear "not leader"
-  on time even if the loop is stuck in a request.
-
-Requests made while leading are bounded by the time left before the renew
-deadline, so the loop always gets control back in time. Shutdown (contract
-§5): "not leader" to every observer, their ``before_release`` steps, the
-release (``release``), their ``after_release`` steps, within a budget.
+Shutdown (contract §5): "not leader" to every observer, their
+``before_release`` steps, then the release and their ``after_release`` steps
+within one budget.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import math
 import random
-from collections.abc import Coroutine, Sequence
+from collections.abc import Awaitable, Callable, Coroutine, Sequence
 from typing import Any
 
 from ..core.election import Election, Read, Wait, Write
@@ -61,24 +59,14 @@ class Elector:
         clock: Clock | None = None,
         successor: Successor | None = None,
     ):
-        self.lock = lock
-        self.clock = clock or Clock()
+        self.lock, self.clock = lock, clock or Clock()
         self.election = Election(
-            identity=identity,
-            lease=lease,
-            namespace=namespace,
-            timing=timing,
-            wall=self.clock.wall,
-            rng=random.Random(),
+            identity, lease, namespace, timing, self.clock.wall, random.Random()
         )
         #: The election's name as given (``State.election``); the Lease is ``lease``.
         self.name = election
-        self.observers = list(observers)
-        self.log = log
-        self.successor = successor
-        self._wake = asyncio.Event()
-        self._leading = asyncio.Event()
-        self._stop = asyncio.Event()
+        self.observers, self.log, self.successor = list(observers), log, successor
+        self._wake, self._leading, self._stop = asyncio.Event(), asyncio.Event(), asyncio.Event()
         self._tasks: list[asyncio.Task[Any]] = []
         self._last: dict[str, Any] | None = None
 
@@ -104,7 +92,6 @@ class Elector:
         self.election.resign()
         self._publish(force=True)
 
-    # ---- running --------------------------------------------------------------
     async def start(self) -> None:
         """Every observer's start, in order ("not leader" is published first)."""
         for observer in self.observers:
@@ -120,16 +107,15 @@ class Elector:
         stop = asyncio.create_task(self._stop.wait())
         done, _ = await asyncio.wait([stop, *self._tasks], return_when=asyncio.FIRST_COMPLETED)
         failed = next((t for t in self._tasks if t in done), None)
-        if failed is not None and not stop.done():
+        bug = failed is not None and not stop.done()
+        if failed is not None and bug:
             # None of them ends on its own: one that did has a bug. Exit (the
             # kubelet restarts the sidecar) rather than run on without it.
             stop.cancel()
             err = None if failed.cancelled() else failed.exception()
             self.log.error(f"{failed.get_name()} task failed; exiting", error=repr(err))
-            await self._shutdown()
-            return 1
         await self._shutdown()
-        return 0
+        return 1 if bug else 0
 
     # ---- the loop ---------------------------------------------------------------
     async def _loop(self) -> None:
@@ -146,9 +132,8 @@ class Elector:
             self._publish()
 
     def _request_timeout(self) -> float:
-        now = self.clock.monotonic()
+        now, timeout = self.clock.monotonic(), self.lock.request_timeout
         valid = self.election.valid_until(now)
-        timeout = self.lock.request_timeout
         return timeout if valid is None else min(timeout, max(0.05, valid - now))
 
     async def _read(self) -> None:
@@ -200,7 +185,6 @@ class Elector:
             async with asyncio.timeout(min(timeout, 3600)):
                 await self._wake.wait()
 
-    # ---- telling the observers ------------------------------------------------
     def _publish(self, force: bool = False) -> None:
         events = self.election.drain_events()
         view = self.view()
@@ -219,7 +203,6 @@ class Elector:
         for observer in self.observers:
             observer.on_call(call)
 
-    # ---- the watch and the watchdog -------------------------------------------
     async def _watch(self) -> None:
         async for event in self.lock.events():
             now = self.clock.monotonic()
@@ -227,11 +210,11 @@ class Elector:
                 self.election.observe(event.obj, now)
             elif isinstance(event, Deleted):
                 self.election.observe_deleted(event.obj, now)
-            elif isinstance(event, Failed):
-                self._called(Call("watch", event.error, retry_in=event.retry_in))
-                continue
-            elif isinstance(event, Healthy):
-                self._called(Call("watch"))
+            elif isinstance(event, Failed | Healthy):
+                error, retry_in = (
+                    (event.error, event.retry_in) if isinstance(event, Failed) else (None, 0.0)
+                )
+                self._called(Call("watch", error, retry_in=retry_in))
                 continue
             else:
                 self.election.mark_stale()  # events were missed: re-read before acting
@@ -256,16 +239,12 @@ class Elector:
         await aio.cancel(self._tasks[:3], TASK_STOP_SECONDS, self.log)
         for observer in self.observers:
             await observer.before_release()
-        steps = [self._release, *(observer.after_release for observer in self.observers)]
+        released = functools.partial(
+            release, self.lock, self.election, self.clock, self.log, SHUTDOWN_BUDGET, self.successor
+        )
+        steps: list[Callable[[], Awaitable[None]]] = [released]
+        steps += [observer.after_release for observer in self.observers]
         await aio.bounded_steps(
             steps, SHUTDOWN_BUDGET, self.clock.monotonic, self.log, expected=(ApiError,)
         )
         await aio.cancel(self._tasks[3:], TASK_STOP_SECONDS, self.log)
-
-    async def _release(self) -> None:
-        """Our claim released, naming a successor when the hand-off has one (``release``)."""
-        successor = self.successor if self.election.holding else None
-        deadline = self.clock.monotonic() + SHUTDOWN_BUDGET  # cut sooner by bounded_steps
-        await release(
-            self.lock, self.election, self.clock, self.log, deadline=deadline, successor=successor
-        )

@@ -33,16 +33,21 @@ async def release(
     election: Election,
     clock: Clock,
     log: Logger,
-    *,
-    deadline: float,
+    budget: float,
     successor: Successor | None = None,
 ) -> None:
-    """Vacate (or hand off) our own claim, if the Lease still holds one; logs what it did."""
+    """Vacate (or hand off) our own claim, if the Lease still holds one; logs what it did.
+
+    Only a process holding a claim of its own looks a successor up (a follower
+    names nobody), and no request waits past ``budget`` seconds from now.
+    """
+    deadline = clock.monotonic() + budget
 
     def left() -> float:
         return max(0.1, deadline - clock.monotonic())
 
-    named = asyncio.ensure_future(_name(successor, min(left(), SUCCESSOR_BUDGET), log))
+    lookup = successor if election.holding else None
+    named = asyncio.ensure_future(_name(lookup, min(left(), SUCCESSOR_BUDGET), log))
     record = election.settled_claim()
     try:
         for _ in range(3):
