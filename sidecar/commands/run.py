@@ -2,18 +2,17 @@
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import dataclasses
 import sys
 from pathlib import Path
 from typing import Any, Protocol
 
-from ..core.defaults import MIN_SWEEP_MARGIN, PROG, SWEEP_MARGIN
+from ..core.defaults import PROG
 from ..driver.elector import RBAC_FIX, Sidecar, pick_namespace, resolve_namespace, store_for
 from ..driver.sweep import Leases
 from ..kit.logs import Logger
-from ..kit.options import SIDECAR_ENV, Source
+from ..kit.options import LOG_LEVEL, MARGIN, Source
 from ..kube.config import ApiConfig, ConfigError, load
 from ..kube.errors import ApiError, Forbidden
 from ..kube.events import EventRecorder, api_poster
@@ -31,8 +30,8 @@ def fail(message: str, code: int) -> int:
     return code
 
 
-def run(args: argparse.Namespace) -> int:
-    settings = run_settings(args)  # SettingsError -> exit 2 in cli
+def run(src: Source) -> int:
+    settings = run_settings(src)  # SettingsError -> exit 2 in cli
     log = Logger(settings.log_level)
     try:
         config = load(settings.kubeconfig)
@@ -42,12 +41,12 @@ def run(args: argparse.Namespace) -> int:
     return asyncio.run(_run(settings, config, namespace, log))
 
 
-def lock(args: argparse.Namespace) -> int:
+def lock(src: Source) -> int:
     """``lock``: ``run`` with a command that runs only while leading (``sidecar.lock``)."""
     import shutil  # with tempfile, ~0.9 MB that ``run`` does not load
     import tempfile
 
-    settings = lock_settings(args)  # SettingsError -> exit 2 in cli
+    settings = lock_settings(src)  # SettingsError -> exit 2 in cli
     log = Logger(settings.run.log_level)
     try:
         config = load(settings.run.kubeconfig)
@@ -149,15 +148,13 @@ def human_store(src: Source, all_namespaces: bool = False) -> tuple[HumanStore, 
     return LeaseStore(config, "" if all_namespaces else namespace), namespace
 
 
-def cleanup(args: argparse.Namespace) -> int:
-    src = Source(args, SIDECAR_ENV)
-    level = src.log_level("warning")
-    margin = src.duration("margin", SWEEP_MARGIN, at_least=MIN_SWEEP_MARGIN)
+def cleanup(src: Source) -> int:
+    level, margin = src.get(LOG_LEVEL), src.get(MARGIN)
     try:
         store, namespace = human_store(src)
     except ConfigError as err:
         return fail(str(err), 2)
-    log = Logger("info" if level == "warning" else level, namespace=namespace)
+    log = Logger(level, namespace=namespace)
 
     async def go() -> int:
         from ..driver.sweep import Sightings, sweep
