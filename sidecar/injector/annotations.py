@@ -5,8 +5,9 @@ returns either the complete, valid settings for the sidecar, or every problem
 at once, each naming the annotation, the value it saw and the accepted form,
 so the single message ``kubectl apply`` prints is enough to fix the manifest.
 
-Each value goes through the check of the flag it becomes (``kit.checks``), so
-what admission accepts the sidecar accepts, refused in the same words.
+Durations and ports go through the checks of the flags they become
+(``kit.checks``), so admission and the sidecar agree on what is valid and say
+so in the same words.
 Unknown keys under the prefix are refused too: a typo such as
 ``lease-duraton`` would otherwise be silently ignored and the pod would run
 with a timing its author did not choose.
