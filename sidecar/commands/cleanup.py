@@ -2,13 +2,11 @@
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import sys
 
-from ..core.defaults import MIN_SWEEP_MARGIN, SWEEP_MARGIN
 from ..kit.logs import Logger
-from ..kit.options import SIDECAR_ENV, Source
+from ..kit.options import LOG_LEVEL, MARGIN, Source
 from ..kube.config import ConfigError
 from ..kube.errors import RBAC_FIX, ApiError, Forbidden
 from . import fail
@@ -19,15 +17,13 @@ from .human import human_store
 CLEANUP_MAX_WAIT = 300.0
 
 
-def cleanup(args: argparse.Namespace) -> int:
-    src = Source(args, SIDECAR_ENV)
-    level = src.log_level("warning")
-    margin = src.duration("margin", SWEEP_MARGIN, at_least=MIN_SWEEP_MARGIN)
+def cleanup(src: Source) -> int:
+    level, margin = src.get(LOG_LEVEL), src.get(MARGIN)
     try:
         store, namespace = human_store(src)
     except ConfigError as err:
         return fail(str(err), 2)
-    log = Logger("info" if level == "warning" else level, namespace=namespace)
+    log = Logger(level, namespace=namespace)
 
     async def go() -> int:
         from ..driver.sweep import Sightings, sweep

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import dataclasses
 import os
@@ -12,6 +11,7 @@ from pathlib import Path
 from ..core import defaults
 from ..kit import held_signals
 from ..kit.logs import Logger
+from ..kit.options import Source
 from ..kube.config import ApiConfig, ConfigError, load
 from ..kube.events import api_poster
 from ..kube.leases import LeaseStore
@@ -22,8 +22,8 @@ from .settings import LockSettings, RunSettings, lock_settings, run_settings
 from .wiring import Sidecar, wire
 
 
-def run(args: argparse.Namespace) -> int:
-    settings = run_settings(args)  # SettingsError -> exit 2 in cli
+def run(src: Source) -> int:
+    settings = run_settings(src)  # SettingsError -> exit 2 in cli
     log = Logger(settings.log_level)
     try:
         config = load(settings.kubeconfig)
@@ -33,12 +33,12 @@ def run(args: argparse.Namespace) -> int:
     return asyncio.run(_serve(settings, config, namespace, log))
 
 
-def lock(args: argparse.Namespace) -> int:
+def lock(src: Source) -> int:
     """``lock``: ``run`` with a command that runs only while leading (``driver.lock``)."""
     import shutil  # with tempfile: modules that ``run`` does not load
     import tempfile
 
-    settings = lock_settings(args)  # SettingsError -> exit 2 in cli
+    settings = lock_settings(src)  # SettingsError -> exit 2 in cli
     log = Logger(settings.run.log_level)
     try:
         config = load(settings.run.kubeconfig)

@@ -1,22 +1,108 @@
-"""Settings of ``grelmicro-sidecar run``, validated before anything starts.
+"""The settings of ``run``, ``lock``, ``status`` and ``cleanup``: declared once, checked first.
 
-Each flag can also come from ``GRELMICRO_SIDECAR_<FLAG>``; the flag wins (see
-``options``). Every problem is one line naming the flag or env variable and the
-rule; ``cli`` exits 2 with it.
+Each command's table lists its ``Setting``\\ s (``kit.options``); ``cli`` builds the
+parsers from them and every flag can also come from ``GRELMICRO_SIDECAR_<FLAG>``
+(the flag wins). ``run_settings`` and ``lock_settings`` turn a ``Source`` into
+what the driver runs with; every problem is one line naming the flag or env
+variable and the rule, and ``cli`` exits 2 with it.
 """
 
 from __future__ import annotations
 
+import argparse
 import os
 import socket
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any
 
 from ..core import defaults
 from ..core.lease import lease_name
 from ..core.timing import Timing
-from ..kit.options import SIDECAR_ENV, SettingsError, Source
+from ..kit import checks
+from ..kit.options import (
+    CONNECTION,
+    KUBECONFIG,
+    LOG_LEVEL,
+    MARGIN,
+    TIMING,
+    Setting,
+    SettingsError,
+    Source,
+    Table,
+    switch,
+)
+
+
+def _election(raw: str) -> str:
+    try:
+        lease_name(raw)
+    except ValueError as err:
+        raise checks.Invalid(reason=f": {err}") from None
+    return raw
+
+
+def _identity(raw: str) -> str:
+    if not raw.strip():
+        raise checks.Invalid(reason=" must not be empty")
+    if len(raw) > 253:
+        raise checks.Invalid(reason=f" is {len(raw)} chars; at most 253")
+    return raw
+
+
+# fmt: off
+ELECTION = Setting(
+    "election", _election, "", "the election name; the Lease is leader-<name>", required="main")
+IDENTITY: Setting[str | None] = Setting(
+    "identity", _identity, None, "candidate identity", "$POD_NAME, then the hostname")
+STATE_DIR = Setting("state-dir", str, defaults.STATE_DIR, "where state.json is written")
+PORT = Setting(
+    "port", checks.port_or_zero, defaults.PORT,
+    "HTTP port for /leader, /status, /events, /healthz, /metrics; 0 disables it")
+LABEL_LEADER = Setting(
+    "label-leader", checks.boolean, False,
+    f"label this pod ($POD_NAME) {defaults.LEADER_LABEL}={defaults.LEADER_LABEL_VALUE} while it "
+    "leads, for a Service that selects the leader",
+    argparse={"nargs": "?", "const": "true", "metavar": "BOOL"})
+KILL_GRACE: Setting[float | None] = Setting(
+    "kill-grace", checks.duration, None,
+    "SIGTERM the command this long before valid_until, SIGKILL at it; less than half the "
+    "renew deadline", f"a quarter of the renew deadline, at most {defaults.KILL_GRACE:g}s")
+KUBECTL: Table = (
+    Setting("context", str, None, "the kubeconfig context to use", "its current one"),
+    Setting("as", str, None, "impersonate this user", "", argparse={"metavar": "USER"}),
+    Setting("as-group", str, None, "impersonate this group", "", env=False,
+            argparse={"action": "append", "metavar": "GROUP"}),
+)
+OUTPUT = Setting(
+    "output", str, "table", "how to print the Leases", short="-o", env=False,
+    argparse={"choices": ("table", "wide", "json", "yaml")})
+ALL_NAMESPACES = switch("all-namespaces", "the managed Leases of every namespace", "-A")
+WATCH = switch("watch", "then print each change, like kubectl get -w", "-w")
+LOCK_PORT = replace(PORT, default=0)
+
+RUN: Table = (ELECTION, IDENTITY, *TIMING, STATE_DIR, PORT, *CONNECTION, LABEL_LEADER)
+LOCK: Table = (
+    ELECTION, replace(IDENTITY, shown=f"{IDENTITY.shown}, then -<pid>"), *TIMING,
+    replace(STATE_DIR, shown="a temporary directory, removed at exit"), LOCK_PORT, *CONNECTION,
+    KILL_GRACE,
+)
+STATUS: Table = (*CONNECTION, *KUBECTL, OUTPUT, ALL_NAMESPACES, WATCH)
+CLEANUP: Table = (*KUBECTL, *CONNECTION, MARGIN)
+# fmt: on
+#: name: (help, description, table)
+COMMANDS: dict[str, tuple[str, str, Table]] = {
+    "run": ("take part in an election and publish the result", "", RUN),
+    "lock": (
+        "run a command only while this process leads",
+        "Take part in an election; while this process leads, run CMD with "
+        "LEADER_ELECTION_FENCING_TOKEN and LEADER_ELECTION_STATE_FILE in its environment. "
+        "It gets SIGTERM --kill-grace before its leadership could lapse and SIGKILL at it. "
+        "Exit: the command's code; 75 when leadership was lost under it; 2 bad usage.",
+        LOCK,
+    ),
+    "status": ("show the managed Leases of a namespace", "", STATUS),
+    "cleanup": ("delete expired managed Leases of a namespace, once", "", CLEANUP),
+}
 
 
 @dataclass(frozen=True)
@@ -34,52 +120,31 @@ class RunSettings:
     label_pod: str | None = None
 
 
-def default_identity() -> str:
-    return os.environ.get("POD_NAME") or socket.gethostname()
-
-
-def run_settings(args: Any, lock: bool = False) -> RunSettings:
+def run_settings(src: Source, lock: bool = False) -> RunSettings:
     """``run``'s settings; with ``lock``, that command's defaults (see ``lock_settings``)."""
-    src = Source(args, SIDECAR_ENV)
-    election = src.raw("election")
-    if not election:
-        raise SettingsError(
-            f"--election is required (or {src.env_name('election')}): the election name, "
-            "e.g. --election=main"
-        )
-    try:
-        lease = lease_name(election)
-    except ValueError as err:
-        raise SettingsError(f"{src.where('election')}: {err}") from None
-
+    election = src.get(ELECTION)
+    pod = src.environ.get("POD_NAME")
     # Two lock processes on one host or in one pod must not share an identity.
-    identity = src.raw("identity") or (
-        f"{default_identity()}-{os.getpid()}" if lock else default_identity()
-    )
-    if not identity.strip():
-        raise SettingsError(f"{src.where('identity')} must not be empty")
-    if len(identity) > 253:
-        raise SettingsError(f"{src.where('identity')} is {len(identity)} chars; at most 253")
-
+    default = pod or socket.gethostname()
+    identity = src.get(IDENTITY) or (f"{default}-{os.getpid()}" if lock else default)
     return RunSettings(
         election=election,
-        lease=lease,
+        lease=lease_name(election),
         namespace=src.namespace(),
         identity=identity,
         timing=src.timing(),
-        state_dir=Path(src.raw("state-dir") or defaults.STATE_DIR),
-        port=src.port("port", 0 if lock else defaults.PORT, zero_disables=True),
-        kubeconfig=src.raw("kubeconfig") or None,
-        log_level=src.log_level(),
-        label_pod=None if lock else _label_pod(src),
+        state_dir=Path(src.get(STATE_DIR)),
+        port=src.get(LOCK_PORT if lock else PORT),
+        kubeconfig=src.get(KUBECONFIG),
+        log_level=src.get(LOG_LEVEL),
+        label_pod=None if lock else _label_pod(src, pod),
     )
 
 
-def _label_pod(src: Source) -> str | None:
+def _label_pod(src: Source, pod: str | None) -> str | None:
     """The pod to label while leading, with ``--label-leader``: this pod, from $POD_NAME."""
-    if not src.boolean("label-leader", False):
+    if not src.get(LABEL_LEADER):
         return None
-    pod = os.environ.get("POD_NAME", "")
     if not pod:
         raise SettingsError(
             f"{src.where('label-leader')} needs $POD_NAME, this pod's name: add env POD_NAME "
@@ -97,10 +162,11 @@ class LockSettings:
     scratch_state_dir: bool
 
 
-def lock_settings(args: Any) -> LockSettings:
+def lock_settings(src: Source) -> LockSettings:
     """``lock``: ``run``'s flags with a process-unique identity, no HTTP port unless asked,
     a temporary state dir unless one is given, and the command."""
-    run = run_settings(args, lock=True)
+    run = run_settings(src, lock=True)
+    args: argparse.Namespace = src.args
     command = list(args.cmd)
     if command[:1] == ["--"]:
         command = command[1:]
@@ -108,7 +174,7 @@ def lock_settings(args: Any) -> LockSettings:
         raise SettingsError(
             "lock needs a command after --, e.g. grelmicro-sidecar lock --election=nightly -- ./job.sh"
         )
-    import shutil  # only lock needs it (with bz2, lzma: ~0.5 MB that run does not load)
+    import shutil  # only lock needs it (with bz2 and lzma, which run does not load)
 
     program = command[0]
     found = shutil.which(program) if "/" not in program else program
@@ -118,9 +184,10 @@ def lock_settings(args: Any) -> LockSettings:
             + (" on PATH" if "/" not in program else "")
             + "; give the command after --, e.g. -- ./job.sh"
         )
-    src = Source(args, SIDECAR_ENV)
     half = run.timing.renew_deadline / 2
-    grace = src.duration("kill-grace", min(defaults.KILL_GRACE, half / 2))
+    grace = src.get(KILL_GRACE)
+    if grace is None:
+        grace = min(defaults.KILL_GRACE, half / 2)
     if not 0 < grace < half:
         raise SettingsError(
             f"{src.where('kill-grace')} must be more than 0 and less than half of the renew "

@@ -10,7 +10,6 @@ plugin ``kubectl-grelmicro`` too, so ``kubectl grelmicro status`` works.
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import datetime as dt
 import json
@@ -20,11 +19,12 @@ from typing import Any
 import yaml
 
 from ..core.lease import LeaseRecord, election_of
-from ..kit.options import SIDECAR_ENV, Source
+from ..kit.options import LOG_LEVEL, Source
 from ..kube.config import ConfigError
 from ..kube.errors import RBAC_FIX, ApiError, Forbidden
 from . import fail
 from .human import HumanStore, human_store
+from .settings import ALL_NAMESPACES, OUTPUT, WATCH
 
 WATCH_SECONDS = 2.0
 COLUMNS = [
@@ -38,18 +38,17 @@ COLUMNS = [
 WIDE = [("ACQUIRED", "acquired_ago"), ("DURATION", "lease_duration")]
 
 
-def status(args: argparse.Namespace) -> int:
-    src = Source(args, SIDECAR_ENV)
-    src.log_level("warning")
-    every = bool(args.all_namespaces)
+def status(src: Source) -> int:
+    src.get(LOG_LEVEL)  # status logs nothing, but a wrong level is still a wrong setting
+    every, watch, output = src.get(ALL_NAMESPACES), src.get(WATCH), src.get(OUTPUT)
     try:
         store, namespace = human_store(src, all_namespaces=every)
     except ConfigError as err:
         return fail(str(err), 2)
     where = "any namespace" if every else namespace
     try:
-        if args.watch:
-            return asyncio.run(_watch(store, args.output, every))
+        if watch:
+            return asyncio.run(_watch(store, output, every))
         rows = asyncio.run(_rows(store))
     except Forbidden as err:
         return fail(f"forbidden: cannot {err.verb} leases in {where}; {RBAC_FIX}", 1)
@@ -59,14 +58,14 @@ def status(args: argparse.Namespace) -> int:
         return 0
     finally:
         store.close()
-    if args.output == "json":
+    if output == "json":
         print(json.dumps(rows, indent=2))
-    elif args.output == "yaml":
+    elif output == "yaml":
         print(yaml.safe_dump(rows, sort_keys=False), end="")
     elif not rows:
         print(f"No managed leases in {where if every else f'namespace {namespace}'}.")
     else:
-        print("\n".join(_table(rows, args.output == "wide", every)[0]))
+        print("\n".join(_table(rows, output == "wide", every)[0]))
     return 0
 
 

@@ -5,6 +5,9 @@ returns either the complete, valid settings for the sidecar, or every problem
 at once, each naming the annotation, the value it saw and the accepted form,
 so the single message ``kubectl apply`` prints is enough to fix the manifest.
 
+Durations and ports go through the checks of the flags they become
+(``kit.checks``), so admission and the sidecar agree on what is valid and say
+so in the same words.
 Unknown keys under the prefix are refused too: a typo such as
 ``lease-duraton`` would otherwise be silently ignored and the pod would run
 with a timing its author did not choose.
@@ -14,16 +17,17 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
-from ..core.defaults import MAX_DURATION
 from ..core.defaults import PORT as DEFAULT_PORT
 from ..core.defaults import STATE_DIR as DEFAULT_STATE_DIR
-from ..core.durations import ACCEPTED_FORM, format_duration, parse_duration
+from ..core.durations import format_duration
 from ..core.lease import election_of, lease_name
 from ..core.timing import Timing
+from ..kit.checks import Invalid, duration, exact_boolean
+from ..kit.checks import port as port_check
 
 PREFIX = "leader-election.grelmicro.io/"
 INJECT = PREFIX + "inject"
@@ -50,6 +54,7 @@ KNOWN = (
 
 _STATE_DIR = re.compile(r"^(/[A-Za-z0-9._-]+)+$")
 _POD_TEMPLATE_HASH = "pod-template-hash"
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -91,22 +96,23 @@ def wants_injection(pod: Mapping[str, Any]) -> bool:
     return annotations_of(pod).get(INJECT) == "true"
 
 
-def _duration(
-    notes: Mapping[str, str], key: str, default: float, problems: list[str]
-) -> tuple[float, bool]:
-    """(seconds, given) for one duration annotation; the default when absent or bad."""
+def _read(
+    notes: Mapping[str, str],
+    key: str,
+    check: Callable[[str], T],
+    default: T,
+    problems: list[str],
+) -> tuple[T, bool]:
+    """(value, given) for one annotation, through the flags' own check; the default when
+    absent or refused (and then the problem, naming the annotation)."""
     raw = notes.get(key)
     if raw is None:
         return default, False
     try:
-        value = parse_duration(raw)
-    except ValueError:
-        problems.append(problem(key, raw, ACCEPTED_FORM))
+        return check(raw), True
+    except Invalid as err:
+        problems.append(problem(key, raw, err.accepted))
         return default, False
-    if not 0 < value <= MAX_DURATION:
-        problems.append(problem(key, raw, f"{ACCEPTED_FORM}, greater than 0 and at most 24h"))
-        return default, False
-    return value, True
 
 
 def _timing_problems(timing: Timing, given: dict[str, bool]) -> list[str]:
@@ -121,6 +127,29 @@ def _timing_problems(timing: Timing, given: dict[str, bool]) -> list[str]:
         )
 
     return timing.problems(origin)
+
+
+def _election_name(raw: str) -> str:
+    """The election, sanitised (contract §2)."""
+    try:
+        return election_of(lease_name(raw))
+    except ValueError:
+        raise Invalid(
+            'an election name with letters or digits, such as "main" or "my-app" '
+            "(the Lease is leader-<name>, at most 253 characters)"
+        ) from None
+
+
+def _state_dir(raw: str) -> str:
+    """An absolute directory path, without a trailing '/'."""
+    clean = raw.rstrip("/") if raw != "/" else raw
+    segments = clean.split("/")[1:]
+    if not _STATE_DIR.match(clean) or any(s in (".", "..") for s in segments) or len(clean) > 1024:
+        raise Invalid(
+            "an absolute directory path such as /var/run/leader-election "
+            "(letters, digits, '.', '_', '-' and '/'; not / itself, no '..')"
+        )
+    return clean
 
 
 def default_election(pod: Mapping[str, Any]) -> tuple[str, str] | None:
@@ -181,21 +210,10 @@ def read_settings(pod: Mapping[str, Any], defaults: Timing) -> PodSettings | lis
                 + f" (under {PREFIX})"
             )
 
-    election: tuple[str, str] | None
-    raw_name = notes.get(NAME)
-    if raw_name is not None:
-        try:
-            election = (election_of(lease_name(raw_name)), "annotation")
-        except ValueError:
-            election = None
-            problems.append(
-                problem(
-                    NAME,
-                    raw_name,
-                    'an election name with letters or digits, such as "main" or "my-app" '
-                    "(the Lease is leader-<name>, at most 253 characters)",
-                )
-            )
+    election: tuple[str, str] | None = None
+    if NAME in notes:
+        name = _read(notes, NAME, _election_name, "", problems)[0]
+        election = (name, "annotation") if name else None
     else:
         election = default_election(pod)
         if election is None:
@@ -205,9 +223,9 @@ def read_settings(pod: Mapping[str, Any], defaults: Timing) -> PodSettings | lis
             )
 
     before = len(problems)
-    lease, lease_given = _duration(notes, LEASE_DURATION, defaults.lease_duration, problems)
-    renew, renew_given = _duration(notes, RENEW_DEADLINE, defaults.renew_deadline, problems)
-    retry, retry_given = _duration(notes, RETRY_PERIOD, defaults.retry_period, problems)
+    lease, lease_given = _read(notes, LEASE_DURATION, duration, defaults.lease_duration, problems)
+    renew, renew_given = _read(notes, RENEW_DEADLINE, duration, defaults.renew_deadline, problems)
+    retry, retry_given = _read(notes, RETRY_PERIOD, duration, defaults.retry_period, problems)
     timing = Timing(lease_duration=lease, renew_deadline=renew, retry_period=retry)
     if len(problems) == before:  # the rules between them only mean something once each parses
         given = {
@@ -217,43 +235,10 @@ def read_settings(pod: Mapping[str, Any], defaults: Timing) -> PodSettings | lis
         }
         problems += _timing_problems(timing, given)
 
-    state_dir = notes.get(STATE_DIR, DEFAULT_STATE_DIR)
-    if STATE_DIR in notes:
-        clean = state_dir.rstrip("/") if state_dir != "/" else state_dir
-        segments = clean.split("/")[1:]
-        if (
-            not _STATE_DIR.match(clean)
-            or any(s in (".", "..") for s in segments)
-            or len(clean) > 1024
-        ):
-            problems.append(
-                problem(
-                    STATE_DIR,
-                    state_dir,
-                    "an absolute directory path such as /var/run/leader-election "
-                    "(letters, digits, '.', '_', '-' and '/'; not / itself, no '..')",
-                )
-            )
-        else:
-            state_dir = clean
-
-    port = DEFAULT_PORT
-    raw_port = notes.get(PORT)
-    if raw_port is not None:
-        if raw_port.isascii() and raw_port.isdigit() and 1 <= int(raw_port) <= 65535:
-            port = int(raw_port)
-        else:
-            problems.append(
-                problem(PORT, raw_port, 'a port number from 1 to 65535, such as "4040"')
-            )
-
-    gate = notes.get(GATE_READINESS, "false")
-    if gate not in ("true", "false"):
-        problems.append(problem(GATE_READINESS, gate, '"true" or "false"'))
-
-    label = notes.get(LABEL_LEADER, "false")
-    if label not in ("true", "false"):
-        problems.append(problem(LABEL_LEADER, label, '"true" or "false"'))
+    state_dir = _read(notes, STATE_DIR, _state_dir, DEFAULT_STATE_DIR, problems)[0]
+    port = _read(notes, PORT, port_check, DEFAULT_PORT, problems)[0]
+    gate = _read(notes, GATE_READINESS, exact_boolean, False, problems)[0]
+    label = _read(notes, LABEL_LEADER, exact_boolean, False, problems)[0]
 
     if problems or election is None:
         return problems
@@ -263,6 +248,6 @@ def read_settings(pod: Mapping[str, Any], defaults: Timing) -> PodSettings | lis
         timing=timing,
         state_dir=state_dir,
         port=port,
-        gate_readiness=gate == "true",
-        label_leader=label == "true",
+        gate_readiness=gate,
+        label_leader=label,
     )

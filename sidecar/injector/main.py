@@ -11,6 +11,7 @@ import argparse
 import asyncio
 import json
 import sys
+from collections.abc import Mapping
 from pathlib import Path
 
 from ..core import defaults
@@ -18,18 +19,16 @@ from ..kit.logs import Logger
 from ..kit.options import INJECTOR_ENV, Source
 from ..kube.config import ConfigError
 from ..kube.kubectl import load as load_config
-from .settings import SettingsError, UsageError, check_files, injector_settings, parse_args
+from . import settings as flags
+from .settings import SettingsError, UsageError
 from .webhookconfig import WEBHOOK_PATH, ca_bundle_of, webhook_configuration
 
 PROG = f"{defaults.PROG} injector"
 
 
 def _print_webhook_config(args: argparse.Namespace) -> int:
-    def get(name: str) -> str | None:
-        value = getattr(args, name, None)
-        return None if value is None else str(value)
-
-    ca_file = get("ca_file")
+    src = Source(args, INJECTOR_ENV, environ={})  # its flags only: no env variables here
+    ca_file = src.get(flags.CA_FILE)
     if not ca_file:
         raise SettingsError(
             "--print-webhook-config needs --ca-file (the PEM CA of the serving certificate)"
@@ -40,27 +39,17 @@ def _print_webhook_config(args: argparse.Namespace) -> int:
         raise SettingsError(f"--ca-file={ca_file!r}: cannot read it ({err.strerror})") from None
     if b"-----BEGIN CERTIFICATE-----" not in ca:
         raise SettingsError(f"--ca-file={ca_file!r} is not a PEM certificate")
-    excluded_raw = get("excluded_namespaces")
-    excluded = (
-        [n.strip() for n in excluded_raw.split(",") if n.strip()]
-        if excluded_raw is not None
-        else ["kube-system", get("service_namespace") or ""]
-    )
-    url, name, namespace = get("webhook_url"), get("service_name"), get("service_namespace")
+    url, name = src.get(flags.WEBHOOK_URL), src.get(flags.SERVICE_NAME)
+    namespace = src.get(flags.SERVICE_NAMESPACE)
+    chosen = src.get(flags.EXCLUDED_NAMESPACES)
+    excluded = ["kube-system", namespace or ""] if chosen is None else list(chosen)
     if url:
         config = webhook_configuration(ca_bundle_of(ca), url=url, excluded_namespaces=excluded)
     elif name and namespace:
-        # The flags of --print-webhook-config only: no env variables here.
-        port = Source(args, INJECTOR_ENV, environ={}).port("service-port", 443)
+        port = src.get(flags.SERVICE_PORT)
+        service = {"namespace": namespace, "name": name, "port": port, "path": WEBHOOK_PATH}
         config = webhook_configuration(
-            ca_bundle_of(ca),
-            service={
-                "namespace": namespace,
-                "name": name,
-                "port": port,
-                "path": WEBHOOK_PATH,
-            },
-            excluded_namespaces=excluded,
+            ca_bundle_of(ca), service=service, excluded_namespaces=excluded
         )
     else:
         raise SettingsError(
@@ -70,13 +59,13 @@ def _print_webhook_config(args: argparse.Namespace) -> int:
     return 0
 
 
-def main(argv: list[str]) -> int:
+def main(argv: list[str], environ: Mapping[str, str] | None = None) -> int:
     try:
-        args = parse_args(argv)
+        args = flags.parse_args(argv)
         if args.print_webhook_config:
             return _print_webhook_config(args)
-        settings = injector_settings(args)
-        check_files(settings)
+        settings = flags.injector_settings(args, environ)
+        flags.check_files(settings)
         load_config(settings.kubeconfig)  # no credentials is a configuration error: fail now
     except ConfigError as err:
         print(f"{PROG}: {err}", file=sys.stderr)

@@ -1,34 +1,46 @@
-"""Settings of ``grelmicro-sidecar injector``, validated before anything starts.
+"""The settings of ``grelmicro-sidecar injector``: declared once, checked before anything starts.
 
-Each flag can also come from ``GRELMICRO_INJECTOR_<FLAG>`` (upper case, ``-``
-→ ``_``); the command line wins. Every problem is one line naming the flag (or
-its env variable) and the accepted form; ``main`` turns it into exit code 2.
+The table ``INJECTOR`` (``kit.options``) gives the parser and ``--help``; each
+flag can also come from ``GRELMICRO_INJECTOR_<FLAG>`` (upper case, ``-`` → ``_``),
+the command line wins, except for ``--print-webhook-config`` and its flags. The
+sidecar's defaults are ``SidecarSpec``'s. Every problem is one line naming the
+flag (or its env variable) and the accepted form; ``main`` turns it into exit 2.
 """
 
 from __future__ import annotations
 
 import argparse
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from ..core import defaults
+from ..kit import checks
 from ..kit.options import (
-    DNS_LABEL,
     INJECTOR_ENV,
+    KUBECONFIG,
+    LOG_LEVEL,
+    MARGIN,
+    TIMING,
     Parser,
+    Setting,
     SettingsError,
     Source,
+    Table,
     UsageError,
+    add_settings,
+    env_note,
+    switch,
 )
 from ..kit.options import env_name as _env_name
 from .patch import SidecarSpec
 
 __all__ = ["InjectorSettings", "SettingsError", "UsageError", "injector_settings", "parse_args"]
 
-ENV_PREFIX = INJECTOR_ENV
 DEFAULT_TLS_DIR = "/etc/grelmicro-sidecar/tls"
 PULL_POLICIES = ("Always", "IfNotPresent", "Never")
+_SPEC = SidecarSpec(image="")  # the sidecar's defaults, from the one place that states them
+_IMAGE = "ghcr.io/example/grelmicro-sidecar:0.1.0"
 
 
 def env_name(flag: str) -> str:
@@ -51,51 +63,71 @@ class InjectorSettings:
     kubeconfig: str | None
 
 
+def _quantity(flag: str, default: str, what: str) -> Setting[str]:
+    return Setting(flag, checks.quantity, default, what + " of the sidecar")
+
+
+def _print_mode(flag: str, help: str) -> Setting[str | None]:
+    """A flag of --print-webhook-config (no env variable: a one-shot mode)."""
+    return Setting(flag, str, None, "(with --print-webhook-config) " + help, "", env=False)
+
+
+# fmt: off
+HOST = Setting(
+    "host", checks.no_spaces("an address to listen on, such as 0.0.0.0 or 127.0.0.1"), "0.0.0.0",
+    "address of the HTTPS webhook listener")
+PORT = Setting("port", checks.port, 8443, "HTTPS webhook port; the webhook path is /inject")
+TLS_CERT_FILE = Setting(
+    "tls-cert-file", str, f"{DEFAULT_TLS_DIR}/tls.crt", "serving certificate, PEM")
+TLS_KEY_FILE = Setting("tls-key-file", str, f"{DEFAULT_TLS_DIR}/tls.key", "serving key, PEM")
+HEALTH_PORT = Setting(
+    "health-port", checks.port, 8080, "plain HTTP port for GET /healthz and /metrics")
+SIDECAR_IMAGE = Setting(
+    "sidecar-image", checks.no_spaces("an image reference such as " + _IMAGE), "",
+    "the image of the injected sidecar", required=_IMAGE)
+PULL_POLICY = Setting(
+    "sidecar-image-pull-policy", checks.one_of(PULL_POLICIES), _SPEC.pull_policy,
+    ", ".join(PULL_POLICIES))
+CPU_REQUEST = _quantity("sidecar-cpu-request", _SPEC.cpu_request, "CPU request")
+MEMORY_REQUEST = _quantity("sidecar-memory-request", _SPEC.memory_request, "memory request")
+MEMORY_LIMIT = _quantity("sidecar-memory-limit", _SPEC.memory_limit, "memory limit")
+EXCLUDED_NAMESPACES: Setting[tuple[str, ...] | None] = Setting(
+    "excluded-namespaces", checks.namespaces, None, "comma-separated namespaces never injected",
+    "kube-system and $POD_NAMESPACE")
+SWEEP_INTERVAL = Setting(
+    "sweep-interval", checks.duration_or_zero, 60.0,
+    "period of the expired-Lease sweep; 0 disables it")
+SWEEP_MARGIN = replace(MARGIN, flag="sweep-margin")
+AUTO_RBAC = Setting(
+    "auto-rbac", checks.boolean, False,
+    "true: ensure a Role and RoleBinding on leases for the ServiceAccount of each injected pod")
+PRINT_WEBHOOK_CONFIG = switch(
+    "print-webhook-config", "print the MutatingWebhookConfiguration as JSON and exit; needs "
+    "--ca-file and --webhook-url or --service-name/--service-namespace")
+CA_FILE = _print_mode("ca-file", "PEM CA of the serving certificate")
+WEBHOOK_URL = _print_mode("webhook-url", "e.g. https://127.0.0.1:8443/inject")
+SERVICE_NAME = _print_mode("service-name", "the injector's Service")
+SERVICE_NAMESPACE = _print_mode("service-namespace", "the Service's namespace")
+SERVICE_PORT = Setting(
+    "service-port", checks.port, 443, "(with --print-webhook-config) the Service's port",
+    env=False)
+INJECTOR: Table = (
+    HOST, PORT, TLS_CERT_FILE, TLS_KEY_FILE, HEALTH_PORT, SIDECAR_IMAGE, PULL_POLICY,
+    CPU_REQUEST, MEMORY_REQUEST, MEMORY_LIMIT,
+    *(replace(s, help=f"{s.help}; for pods without the annotation") for s in TIMING),
+    EXCLUDED_NAMESPACES, SWEEP_INTERVAL, SWEEP_MARGIN, AUTO_RBAC, LOG_LEVEL, KUBECONFIG,
+    PRINT_WEBHOOK_CONFIG, CA_FILE, WEBHOOK_URL, SERVICE_NAME, SERVICE_NAMESPACE, SERVICE_PORT,
+)
+# fmt: on
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = Parser(
         prog=f"{defaults.PROG} injector",
         description="Admission webhook that injects the leader-election sidecar into pods "
-        'annotated leader-election.grelmicro.io/inject: "true". Each flag can also be set '
-        f"by env {ENV_PREFIX}<FLAG> (upper case, '-' -> '_'); the flag wins.",
+        f'annotated leader-election.grelmicro.io/inject: "true". {env_note(INJECTOR_ENV)}',
     )
-    add = p.add_argument
-    add("--host", help="address of the HTTPS webhook listener (default 0.0.0.0)")
-    add("--port", help="HTTPS webhook port; the webhook path is /inject (default 8443)")
-    add("--tls-cert-file", help=f"serving certificate, PEM (default {DEFAULT_TLS_DIR}/tls.crt)")
-    add("--tls-key-file", help=f"serving key, PEM (default {DEFAULT_TLS_DIR}/tls.key)")
-    add("--health-port", help="plain HTTP port for GET /healthz and /metrics (default 8080)")
-    add("--sidecar-image", help="image of the injected sidecar (required)")
-    add("--sidecar-image-pull-policy", help="Always, IfNotPresent or Never (default IfNotPresent)")
-    add("--sidecar-cpu-request", help="CPU request of the sidecar (default 10m)")
-    add("--sidecar-memory-request", help="memory request of the sidecar (default 32Mi)")
-    add("--sidecar-memory-limit", help="memory limit of the sidecar (default 64Mi)")
-    add("--lease-duration", help="default for pods without the annotation (default 15s)")
-    add("--renew-deadline", help="default for pods without the annotation (default 10s)")
-    add("--retry-period", help="default for pods without the annotation (default 2s)")
-    add(
-        "--excluded-namespaces",
-        help="comma-separated namespaces never injected (default kube-system and $POD_NAMESPACE)",
-    )
-    add("--sweep-interval", help="period of the expired-Lease sweep; 0 disables (default 60s)")
-    add("--sweep-margin", help="how long past expiry a Lease must be to be swept (default 60s)")
-    add(
-        "--auto-rbac",
-        help="true: ensure a Role and RoleBinding on leases for the ServiceAccount of each "
-        "injected pod (default false)",
-    )
-    add("--log-level", help="debug, info, warning or error (default info)")
-    add("--kubeconfig", help="default: in-cluster, then $KUBECONFIG, then ~/.kube/config")
-    add(
-        "--print-webhook-config",
-        action="store_true",
-        help="print the MutatingWebhookConfiguration as JSON and exit; needs --ca-file and "
-        "--webhook-url or --service-name/--service-namespace",
-    )
-    add("--ca-file", help="(with --print-webhook-config) PEM CA of the serving certificate")
-    add("--webhook-url", help="(with --print-webhook-config) e.g. https://127.0.0.1:8443/inject")
-    add("--service-name", help="(with --print-webhook-config) the injector's Service")
-    add("--service-namespace", help="(with --print-webhook-config) the Service's namespace")
-    add("--service-port", help="(with --print-webhook-config) the Service's port (default 443)")
+    add_settings(p, INJECTOR)
     return p
 
 
@@ -107,57 +139,34 @@ def injector_settings(
     args: argparse.Namespace, environ: Mapping[str, str] | None = None
 ) -> InjectorSettings:
     src = Source(args, INJECTOR_ENV, environ)
-
-    image = (src.raw("sidecar-image") or "").strip()
-    if not image or any(ch.isspace() for ch in image):
-        raise SettingsError(
-            f"--sidecar-image (or {env_name('sidecar-image')}) is required: the image of the "
-            "injected sidecar, e.g. --sidecar-image=ghcr.io/example/grelmicro-sidecar:0.1.0"
-        )
-    policy = src.choice("sidecar-image-pull-policy", "IfNotPresent", PULL_POLICIES)
+    image = src.get(SIDECAR_IMAGE)
+    policy = src.get(PULL_POLICY)
     timing = src.timing()
-
-    own = src.environ.get("POD_NAMESPACE") or None
-    raw_excluded = src.raw("excluded-namespaces")
-    if raw_excluded is None:
-        excluded = ["kube-system", *([own] if own else [])]
-    else:
-        excluded = [n.strip() for n in raw_excluded.split(",") if n.strip()]
-        for n in excluded:
-            if not DNS_LABEL.fullmatch(n):
-                src.fail(
-                    "excluded-namespaces",
-                    raw_excluded,
-                    "a comma-separated list of namespace names, e.g. kube-system,ops",
-                )
-
-    level = src.log_level()
-    host = src.raw("host") or "0.0.0.0"
-    if not host.strip() or any(ch.isspace() for ch in host):
-        src.fail("host", host, "an address to listen on, such as 0.0.0.0 or 127.0.0.1")
-
+    excluded = src.get(EXCLUDED_NAMESPACES)
+    if excluded is None:
+        own = src.environ.get("POD_NAMESPACE")
+        excluded = ("kube-system", own) if own and own != "kube-system" else ("kube-system",)
+    level = src.get(LOG_LEVEL)
     return InjectorSettings(
-        host=host,
-        port=src.port("port", 8443),
-        tls_cert_file=Path(src.raw("tls-cert-file") or f"{DEFAULT_TLS_DIR}/tls.crt"),
-        tls_key_file=Path(src.raw("tls-key-file") or f"{DEFAULT_TLS_DIR}/tls.key"),
-        health_port=src.port("health-port", 8080),
+        host=src.get(HOST),
+        port=src.get(PORT),
+        tls_cert_file=Path(src.get(TLS_CERT_FILE)),
+        tls_key_file=Path(src.get(TLS_KEY_FILE)),
+        health_port=src.get(HEALTH_PORT),
         sidecar=SidecarSpec(
             image=image,
             pull_policy=policy,
-            cpu_request=src.quantity("sidecar-cpu-request", "10m"),
-            memory_request=src.quantity("sidecar-memory-request", "32Mi"),
-            memory_limit=src.quantity("sidecar-memory-limit", "64Mi"),
+            cpu_request=src.get(CPU_REQUEST),
+            memory_request=src.get(MEMORY_REQUEST),
+            memory_limit=src.get(MEMORY_LIMIT),
             timing=timing,
         ),
-        excluded_namespaces=tuple(dict.fromkeys(excluded)),
-        sweep_interval=src.duration("sweep-interval", 60.0, zero_disables=True),
-        sweep_margin=src.duration(
-            "sweep-margin", defaults.SWEEP_MARGIN, at_least=defaults.MIN_SWEEP_MARGIN
-        ),
-        auto_rbac=src.boolean("auto-rbac", False),
+        excluded_namespaces=excluded,
+        sweep_interval=src.get(SWEEP_INTERVAL),
+        sweep_margin=src.get(SWEEP_MARGIN),
+        auto_rbac=src.get(AUTO_RBAC),
         log_level=level,
-        kubeconfig=src.raw("kubeconfig") or None,
+        kubeconfig=src.get(KUBECONFIG),
     )
 
 

@@ -1,10 +1,15 @@
-"""The settings toolkit of every command: where a value came from, and one-line errors naming it.
+"""The settings toolkit of every command: each setting declared once, its flag, env and help.
 
-``run``, ``status`` and ``cleanup`` read ``--flag``, then ``GRELMICRO_SIDECAR_<FLAG>``;
-the injector reads ``--flag``, then ``GRELMICRO_INJECTOR_<FLAG>`` (upper case,
-``-`` → ``_``); the flag wins. A value that is wrong raises ``SettingsError``
+A ``Setting`` is one row of a command's table: its flag, its env variable
+(derived: ``GRELMICRO_SIDECAR_<FLAG>`` or ``GRELMICRO_INJECTOR_<FLAG>``, upper
+case, ``-`` → ``_``), its default, its check (``checks``) and its help. From a
+table, ``add_settings`` builds the argparse flags, each help ending with the
+default, and ``Source.get`` reads a value: the flag, else the env variable,
+else the default; the flag wins. A value that is wrong raises ``SettingsError``
 with one line: where it came from (the flag or the env variable), the value,
 and what is accepted. ``cli`` prints it and exits 2, with no traceback.
+
+Guarantee: ``run`` never loads ``shutil`` through here (``Formatter``).
 """
 
 from __future__ import annotations
@@ -12,26 +17,21 @@ from __future__ import annotations
 import argparse
 import contextlib
 import os
-import re
-import sys
-from collections.abc import Mapping, Sequence
-from typing import Any, NoReturn
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Generic, NoReturn, TypeVar
 
 from ..core import defaults
-from ..core.durations import ACCEPTED_FORM, format_duration, parse_duration
+from ..core.defaults import LOG_LEVELS
+from ..core.durations import format_duration
 from ..core.timing import Timing
+from . import checks
+from .checks import Invalid
 
 SIDECAR_ENV = "GRELMICRO_SIDECAR_"
 INJECTOR_ENV = "GRELMICRO_INJECTOR_"
 
-DNS_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?")
-NAMESPACE_FORM = (
-    "a namespace name: lowercase letters, digits and '-', starting and ending with a letter "
-    "or digit, at most 63 chars"
-)
-_QUANTITY = re.compile(r"\d+(\.\d+)?(m|k|M|G|T|P|E|Ki|Mi|Gi|Ti|Pi|Ei)?")
-_TRUE = ("true", "1", "yes", "on")
-_FALSE = ("false", "0", "no", "off")
+T = TypeVar("T")
 
 
 class SettingsError(Exception):
@@ -42,30 +42,95 @@ class UsageError(SettingsError):
     """The command line itself is wrong (unknown flag, missing argument)."""
 
 
-class Formatter(argparse.HelpFormatter):
-    """argparse's help formatter, told the terminal width so it does not ``import shutil``.
+@dataclass(frozen=True)
+class Setting(Generic[T]):
+    """One setting of a command. ``default``: when neither the flag nor the env variable is
+    set (an empty value counts as unset, except for the checks in ``checks.BLANK_REFUSED``).
+    ``shown``: the default as ``--help`` writes it, when the value alone would not say it
+    ("" for nothing). ``required``: an example; the default is then never used. ``env``:
+    False for a one-shot mode's flags. ``argparse``: more ``add_argument`` keywords."""
 
-    argparse builds a formatter for every ``add_argument``, and the default one
-    imports ``shutil`` for the width, which loads zlib, bz2 and lzma: about
-    0.5 MB of RSS in every sidecar for a help text nobody prints in a pod.
-    """
+    flag: str
+    check: Callable[[str], T]
+    default: T
+    help: str
+    shown: str | None = None
+    short: str | None = None
+    required: str | None = None
+    env: bool = True
+    argparse: Mapping[str, Any] = field(default_factory=dict)
+
+    def help_text(self) -> str:
+        if self.required is not None:
+            return f"{self.help} (required)"
+        shown = _spelled(self.default) if self.shown is None else self.shown
+        return f"{self.help} (default: {shown})" if shown else self.help
+
+
+#: A command's settings, in the order ``--help`` lists them.
+Table = tuple[Setting[Any], ...]
+
+
+def _spelled(value: object) -> str:
+    """A default as a user would write it: ``15s``, ``false``, ``4040``."""
+    if value is None:
+        return ""
+    if isinstance(value, bool):
+        return str(value).lower()
+    if isinstance(value, float):
+        return format_duration(value)
+    return str(value)
+
+
+def switch(flag: str, help: str, short: str | None = None) -> Setting[bool]:
+    """A flag without a value (``-A``, ``--watch``): on when given."""
+    extra = {"action": "store_true"}
+    return Setting(flag, checks.boolean, False, help, "", short, env=False, argparse=extra)
+
+
+# ---- settings several commands share: flag, check, default, help ----------------------------
+# fmt: off
+NAMESPACE: Setting[str | None] = Setting(
+    "namespace", checks.namespace, None, "namespace of the Leases", short="-n",
+    shown="the service account's, then $POD_NAMESPACE, then the kubeconfig context's")
+KUBECONFIG: Setting[str | None] = Setting(
+    "kubeconfig", str, None, "kubeconfig file", "in-cluster, then $KUBECONFIG, then ~/.kube/config")
+LOG_LEVEL = Setting(
+    "log-level", checks.log_level, "info", "least severe level logged: " + ", ".join(LOG_LEVELS))
+LEASE_DURATION = Setting(
+    "lease-duration", checks.duration, defaults.LEASE_DURATION,
+    "how long followers wait, after the last renewal, before taking over: longer is a slower "
+    "failover after a crash, shorter is more sensitive to API server hiccups")
+RENEW_DEADLINE = Setting(
+    "renew-deadline", checks.duration, defaults.RENEW_DEADLINE,
+    "the leader steps down if it has not renewed within this; less than --lease-duration")
+RETRY_PERIOD = Setting(
+    "retry-period", checks.duration, defaults.RETRY_PERIOD,
+    "interval of acquire and renew attempts; shorter is more API server load in an outage")
+MARGIN = Setting(
+    "margin", checks.sweep_margin, defaults.SWEEP_MARGIN,
+    f"how long past expiry a Lease must be to be deleted; at least {defaults.MIN_SWEEP_MARGIN:g}s,"
+    " for the sweeper's own pauses")
+# fmt: on
+TIMING: Table = (LEASE_DURATION, RENEW_DEADLINE, RETRY_PERIOD)
+CONNECTION: Table = (NAMESPACE, KUBECONFIG, LOG_LEVEL)
+
+
+class Formatter(argparse.HelpFormatter):
+    """argparse's help formatter, told the terminal's width so that it does not import
+    ``shutil`` (with zlib, bz2 and lzma): argparse builds one for every ``add_argument``,
+    and ``run`` would carry them in every pod for a help text nobody prints there."""
 
     def __init__(self, prog: str, **kwargs: Any) -> None:
-        if kwargs.get("width") is None:
-            kwargs["width"] = _columns() - 2  # what the default formatter does
+        kwargs["width"] = kwargs.get("width") or _columns() - 2  # as the default formatter does
         super().__init__(prog, **kwargs)
 
 
 def _columns() -> int:
-    """The terminal's width as ``shutil.get_terminal_size`` finds it: $COLUMNS, stdout, else 80."""
-    with contextlib.suppress(ValueError):
-        if int(os.environ.get("COLUMNS", "0")) > 0:
-            return int(os.environ["COLUMNS"])
-    stdout = sys.__stdout__
-    try:
-        return (os.get_terminal_size(stdout.fileno()).columns if stdout else 0) or 80
-    except (ValueError, OSError):
-        return 80
+    """$COLUMNS, else the terminal's width, else 80, as ``shutil.get_terminal_size`` finds it."""
+    with contextlib.suppress(ValueError, OSError):
+        return int(os.environ.get("COLUMNS") or 0) or os.get_terminal_size().columns or 80
+    return 80
 
 
 class Parser(argparse.ArgumentParser):
@@ -79,8 +144,22 @@ class Parser(argparse.ArgumentParser):
         raise UsageError(f"{self.prog}: {message} (see --help)")
 
 
+def add_settings(parser: argparse.ArgumentParser, table: Iterable[Setting[Any]]) -> None:
+    """The flags of a table, unset by default (so ``Source`` can tell the env variable's turn)."""
+    for s in table:
+        names = [s.short, f"--{s.flag}"] if s.short else [f"--{s.flag}"]
+        parser.add_argument(*names, help=s.help_text(), default=None, **s.argparse)
+
+
 def env_name(prefix: str, flag: str) -> str:
     return prefix + flag.upper().replace("-", "_")
+
+
+def env_note(prefix: str) -> str:
+    """What ``--help`` says of the env variables."""
+    return (
+        f"Each flag can also be set by env {prefix}<FLAG> (upper case, '-' -> '_'); the flag wins."
+    )
 
 
 class Source:
@@ -99,12 +178,12 @@ class Source:
     def _flag(self, flag: str) -> Any:
         return getattr(self.args, flag.replace("-", "_"), None)
 
-    def raw(self, flag: str) -> str | None:
+    def raw(self, flag: str, env: bool = True) -> str | None:
         """The flag's value, else the env variable's (an empty one is returned as ``""``)."""
         value = self._flag(flag)
         if value is not None:
             return str(value)
-        return self.environ.get(self.env_name(flag))
+        return self.environ.get(self.env_name(flag)) if env else None
 
     def given(self, flag: str) -> bool:
         return self.raw(flag) is not None
@@ -115,87 +194,33 @@ class Source:
     def fail(self, flag: str, value: str, accepted: str) -> NoReturn:
         raise SettingsError(f"{self.where(flag)}={value!r} is not valid; expected {accepted}")
 
-    # ---- kinds of value ------------------------------------------------------
-    def duration(
-        self, flag: str, default: float, *, zero_disables: bool = False, at_least: float = 0.0
-    ) -> float:
-        raw = self.raw(flag)
-        if raw is None:
-            return default
-        if zero_disables and raw.strip() in ("0", "0s"):
-            return 0.0
-        disable = ", or 0 to disable" if zero_disables else ""
+    def get(self, setting: Setting[T]) -> T:
+        """The setting's value, checked; its default when unset."""
+        raw = self.raw(setting.flag, setting.env)
+        if raw is None or (raw == "" and setting.check not in checks.BLANK_REFUSED):
+            if setting.required is not None:
+                flag = setting.flag
+                raise SettingsError(
+                    f"--{flag} is required (or {self.env_name(flag)}): {setting.help}, "
+                    f"e.g. --{flag}={setting.required}"
+                )
+            return setting.default
         try:
-            value = parse_duration(raw)
-        except ValueError:
-            self.fail(flag, raw, ACCEPTED_FORM + disable)
-        if value <= 0:
-            self.fail(flag, raw, "a duration greater than 0, such as 15s" + disable)
-        if value > defaults.MAX_DURATION:
-            self.fail(flag, raw, f"a duration of at most {format_duration(defaults.MAX_DURATION)}")
-        if value < at_least:
-            self.fail(flag, raw, f"a duration of at least {format_duration(at_least)}" + disable)
-        return value
+            return setting.check(raw)
+        except Invalid as err:
+            if err.reason:
+                raise SettingsError(f"{self.where(setting.flag)}{err.reason}") from None
+            self.fail(setting.flag, raw, err.accepted)
 
-    def port(self, flag: str, default: int, *, zero_disables: bool = False) -> int:
-        raw = self.raw(flag)
-        if raw is None:
-            return default
-        low = 0 if zero_disables else 1
-        if not (raw.isascii() and raw.isdigit() and low <= int(raw) <= 65535):
-            self.fail(
-                flag,
-                raw,
-                "a port number from 1 to 65535"
-                + (", or 0 to disable HTTP" if zero_disables else ""),
-            )
-        return int(raw)
-
-    def choice(self, flag: str, default: str, choices: Sequence[str]) -> str:
-        raw = self.raw(flag)
-        if raw is None or raw == "":
-            return default
-        if raw not in choices:
-            self.fail(flag, raw, "one of " + ", ".join(choices))
-        return raw
-
-    def log_level(self, default: str = "info") -> str:
-        """An empty value counts as unset; case does not matter."""
-        level = (self.raw("log-level") or default).lower()
-        if level not in defaults.LOG_LEVELS:
-            self.fail("log-level", level, "one of " + ", ".join(defaults.LOG_LEVELS))
-        return level
-
-    def quantity(self, flag: str, default: str) -> str:
-        raw = self.raw(flag)
-        if raw is None:
-            return default
-        if not _QUANTITY.fullmatch(raw):
-            self.fail(flag, raw, "a Kubernetes quantity such as 10m, 0.5, 32Mi or 1Gi")
-        return raw
-
-    def boolean(self, flag: str, default: bool) -> bool:
-        raw = self.raw(flag)
-        if raw is None:
-            return default
-        if raw.lower() in _TRUE:
-            return True
-        if raw.lower() in _FALSE:
-            return False
-        self.fail(flag, raw, "true or false")
-
-    def namespace(self, flag: str = "namespace") -> str | None:
-        raw = self.raw(flag) or None
-        if raw is not None and not DNS_LABEL.fullmatch(raw):
-            self.fail(flag, raw, NAMESPACE_FORM)
-        return raw
+    def namespace(self) -> str | None:
+        return self.get(NAMESPACE)
 
     def timing(self) -> Timing:
         """The three durations, checked against every rule of contract §3."""
         timing = Timing(
-            lease_duration=self.duration("lease-duration", defaults.LEASE_DURATION),
-            renew_deadline=self.duration("renew-deadline", defaults.RENEW_DEADLINE),
-            retry_period=self.duration("retry-period", defaults.RETRY_PERIOD),
+            lease_duration=self.get(LEASE_DURATION),
+            renew_deadline=self.get(RENEW_DEADLINE),
+            retry_period=self.get(RETRY_PERIOD),
         )
         problems = timing.problems(self.describe)
         if problems:

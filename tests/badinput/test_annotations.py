@@ -26,6 +26,7 @@ from sidecar.commands.settings import SettingsError, run_settings
 from sidecar.core.durations import parse_duration
 from sidecar.injector.annotations import KNOWN, PREFIX
 from sidecar.injector.patch import CONTAINER_NAME, SidecarSpec, _decide
+from sidecar.kit.options import SIDECAR_ENV, Source
 from tests.patched import patched
 
 SPEC = SidecarSpec(image="img:1")
@@ -104,12 +105,10 @@ def plausible_notes(draw: st.DrawFn) -> dict[str, str]:
 notes = st.one_of(random_notes, plausible_notes()).map(lambda d: {**d, PREFIX + "inject": "true"})
 
 
-def sidecar_settings(container: dict[str, Any], monkeypatch: pytest.MonkeyPatch) -> Any:
-    monkeypatch.setenv("POD_NAME", "p")  # the downward API gives it in a pod
-    for key in [k for k in __import__("os").environ if k.startswith("GRELMICRO_SIDECAR_")]:
-        monkeypatch.delenv(key)
+def sidecar_settings(container: dict[str, Any]) -> Any:
     args = build_parser().parse_args(container["args"])
-    return run_settings(args)
+    # The downward API gives POD_NAME in a pod; no GRELMICRO_SIDECAR_* variables.
+    return run_settings(Source(args, SIDECAR_ENV, {"POD_NAME": "p"}))
 
 
 @settings(max_examples=500, deadline=None, suppress_health_check=list(HealthCheck))
@@ -125,13 +124,12 @@ def test_what_the_injector_accepts_the_sidecar_accepts(annotations: dict[str, st
     assert decision.outcome == "injected", decision
     out = patched(pod, decision)
     (container,) = [c for c in out["spec"]["initContainers"] if c["name"] == CONTAINER_NAME]
-    with pytest.MonkeyPatch.context() as mp:
-        try:
-            got = sidecar_settings(container, mp)
-        except SettingsError as err:
-            raise AssertionError(
-                f"admitted, but the sidecar refuses its args: {err}\n{annotations}"
-            ) from None
+    try:
+        got = sidecar_settings(container)
+    except SettingsError as err:
+        raise AssertionError(
+            f"admitted, but the sidecar refuses its args: {err}\n{annotations}"
+        ) from None
     for setting, actual in [
         ("lease-duration", got.timing.lease_duration),
         ("renew-deadline", got.timing.renew_deadline),

@@ -7,8 +7,6 @@ import base64
 import datetime as dt
 import io
 import json
-import subprocess
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -26,8 +24,6 @@ from sidecar.injector.webhookconfig import (
 )
 from sidecar.kit.logs import Logger
 from sidecar.kube.errors import ApiUnavailable, Conflict, NotFound
-
-from .conftest import EXE
 
 NOW = dt.datetime(2030, 1, 1, tzinfo=dt.UTC)
 
@@ -98,58 +94,6 @@ def test_bad_values_name_the_flag_and_the_form(
     with pytest.raises(SettingsError) as err:
         settings_of(*argv, env=env)
     assert needle in str(err.value)
-
-
-def test_the_command_exits_2_with_one_line(tmp_path: Path) -> None:
-    (tmp_path / "c").write_text("x")
-    files = [f"--tls-cert-file={tmp_path / 'c'}", f"--tls-key-file={tmp_path / 'c'}"]
-    for argv in (
-        ["--port=x", "--sidecar-image=i"],
-        [],
-        ["--nope"],
-        ["--sidecar-image=i"],  # no TLS files at the default paths
-        ["--sidecar-image=i", *files, f"--kubeconfig={tmp_path / 'absent'}"],
-    ):
-        done = subprocess.run(
-            [str(EXE), "injector", *argv], capture_output=True, text=True, timeout=60
-        )
-        assert done.returncode == 2
-        lines = done.stderr.strip().splitlines()
-        assert len(lines) == 1 and "Traceback" not in done.stderr, done.stderr
-
-
-def test_print_webhook_config(tmp_path: Path) -> None:
-    ca = tmp_path / "ca.crt"
-    ca.write_bytes(b"-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----\n")
-
-    def print_config(*extra: str) -> subprocess.CompletedProcess[str]:
-        argv = [f"--ca-file={ca}", "--service-name=inj", "--service-namespace=ops", *extra]
-        return subprocess.run(
-            [str(EXE), "injector", "--print-webhook-config", *argv],
-            capture_output=True,
-            text=True,
-            timeout=60,
-        )
-
-    done = print_config()
-    assert done.returncode == 0, done.stderr
-    expected = webhook_configuration(
-        ca_bundle_of(ca.read_bytes()),
-        service={"namespace": "ops", "name": "inj", "port": 443, "path": "/inject"},
-        excluded_namespaces=["kube-system", "ops"],
-    )
-    assert json.loads(done.stdout) == expected
-    for port, expected_code in (("8443", 0), ("0", 2), ("https", 2)):
-        done = print_config(f"--service-port={port}")
-        assert done.returncode == expected_code, done.stderr
-        if expected_code == 0:
-            hook = json.loads(done.stdout)["webhooks"][0]
-            assert hook["clientConfig"]["service"]["port"] == 8443
-        else:
-            assert done.stderr.strip() == (
-                f"grelmicro-sidecar injector: --service-port={port!r} is not valid; "
-                "expected a port number from 1 to 65535"
-            ), done.stderr
 
 
 # ---- webhook configuration ------------------------------------------------------------

@@ -14,7 +14,6 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-import pytest
 from kubernetes import client
 
 from tests import accounts
@@ -365,39 +364,6 @@ def test_forbidden_is_logged_once_with_the_fix_and_recovers_when_granted(
     wait_for(a.leads, 20, what="leadership once the Role exists")
 
 
-@pytest.mark.parametrize(
-    ("args", "expected"),
-    [
-        (["run"], "--election is required"),
-        (
-            ["run", "--election=main", "--lease-duration=5s"],
-            "--lease-duration=5s must be greater than renew-deadline 10s (the default)",
-        ),
-        (
-            ["run", "--election=main", "--retry-period=fast"],
-            "--retry-period='fast' is not valid; expected a duration such as 15s",
-        ),
-        (
-            ["run", "--election=main", "--port=99999"],
-            "--port='99999' is not valid; expected a port number",
-        ),
-        (
-            ["run", "--election=main", "--kubeconfig=/nonexistent/kc"],
-            "cannot read kubeconfig /nonexistent/kc",
-        ),
-        (["run", "--election=main", "--bogus"], "unrecognized arguments: --bogus"),
-        (["frobnicate"], "invalid choice: 'frobnicate'"),
-    ],
-)
-def test_bad_flags_exit_2_with_one_line(args: list[str], expected: str) -> None:
-    out = subprocess.run([str(BIN), *args], capture_output=True, text=True, timeout=30)
-    assert out.returncode == 2, out.stderr
-    lines = out.stderr.strip().splitlines()
-    assert len(lines) == 1, out.stderr
-    assert expected in lines[0]
-    assert "Traceback" not in out.stderr
-
-
 def test_bad_kubeconfig_contents_exit_2(tmp_path: Path) -> None:
     for name, text in [
         ("garbage", "{{{ not yaml: ["),
@@ -414,28 +380,6 @@ def test_bad_kubeconfig_contents_exit_2(tmp_path: Path) -> None:
         )
         assert out.returncode == 2, (name, out.stderr)
         assert len(out.stderr.strip().splitlines()) == 1 and str(path) in out.stderr, out.stderr
-
-
-def test_env_settings_are_validated_too(cluster: ControlPlane) -> None:
-    import os
-
-    env = {
-        **os.environ,
-        "GRELMICRO_SIDECAR_ELECTION": "main",
-        "GRELMICRO_SIDECAR_RENEW_DEADLINE": "1h",
-    }
-    out = subprocess.run(
-        [str(BIN), "run", f"--kubeconfig={cluster.kubeconfig}"],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=30,
-    )
-    assert out.returncode == 2
-    assert (
-        "GRELMICRO_SIDECAR_RENEW_DEADLINE=1h" in out.stderr
-        and len(out.stderr.strip().splitlines()) == 1
-    )
 
 
 def test_unwritable_state_dir_exits_1_with_a_clear_error(

@@ -12,7 +12,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from sidecar.commands.settings import SettingsError, run_settings
+from sidecar.commands.settings import RunSettings, SettingsError, run_settings
 from sidecar.core.durations import format_duration, parse_duration
 from sidecar.core.lease import (
     HANDOFF_ANNOTATION,
@@ -23,6 +23,7 @@ from sidecar.core.lease import (
     vacate,
 )
 from sidecar.core.state import State
+from sidecar.kit.options import SIDECAR_ENV, Source
 from sidecar.publish.statefile import StateDirError, StateFile
 
 
@@ -159,9 +160,12 @@ def _args(**kw: object) -> argparse.Namespace:
     return argparse.Namespace(**base)
 
 
-def test_settings_defaults(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("POD_NAME", "pod-0")
-    s = run_settings(_args(election="main"))
+def settings_of(args: argparse.Namespace, environ: dict[str, str] | None = None) -> RunSettings:
+    return run_settings(Source(args, SIDECAR_ENV, environ or {}))
+
+
+def test_settings_defaults() -> None:
+    s = settings_of(_args(election="main"), {"POD_NAME": "pod-0"})
     assert (s.lease, s.identity, s.port, str(s.state_dir)) == (
         "leader-main",
         "pod-0",
@@ -171,12 +175,11 @@ def test_settings_defaults(monkeypatch: pytest.MonkeyPatch) -> None:
     assert (s.timing.lease_duration, s.timing.renew_deadline, s.timing.retry_period) == (15, 10, 2)
 
 
-def test_settings_from_env_and_flag_wins(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("GRELMICRO_SIDECAR_ELECTION", "from-env")
-    monkeypatch.setenv("GRELMICRO_SIDECAR_RETRY_PERIOD", "500ms")
-    assert run_settings(_args()).election == "from-env"
-    assert run_settings(_args()).timing.retry_period == 0.5
-    assert run_settings(_args(election="flag")).election == "flag"
+def test_settings_from_env_and_flag_wins() -> None:
+    env = {"GRELMICRO_SIDECAR_ELECTION": "from-env", "GRELMICRO_SIDECAR_RETRY_PERIOD": "500ms"}
+    assert settings_of(_args(), env).election == "from-env"
+    assert settings_of(_args(), env).timing.retry_period == 0.5
+    assert settings_of(_args(election="flag"), env).election == "flag"
 
 
 @pytest.mark.parametrize(
@@ -211,12 +214,9 @@ def test_settings_from_env_and_flag_wins(monkeypatch: pytest.MonkeyPatch) -> Non
         ),
     ],
 )
-def test_settings_errors_name_the_flag_and_rule(
-    kw: dict[str, str], message: str, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    monkeypatch.delenv("GRELMICRO_SIDECAR_ELECTION", raising=False)
+def test_settings_errors_name_the_flag_and_rule(kw: dict[str, str], message: str) -> None:
     with pytest.raises(SettingsError) as err:
-        run_settings(_args(**kw))
+        settings_of(_args(**kw))
     assert message in str(err.value)
 
 

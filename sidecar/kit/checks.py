@@ -1,0 +1,145 @@
+"""The checks a setting's value goes through, stated once for flags, env variables and annotations.
+
+Each check takes the text a user wrote and returns the value it means, or
+raises ``Invalid`` saying what would be accepted (the words after "expected").
+The caller names where the text came from: ``options`` writes
+``--flag='x' is not valid; expected …`` (or the env variable's name),
+``injector.annotations`` writes ``annotation <key>: "x" is not valid; expected …``.
+Pure: no I/O; the same text always gives the same answer.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Sequence
+
+from ..core import defaults
+from ..core.durations import ACCEPTED_FORM, format_duration, parse_duration
+
+DNS_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?")
+NAMESPACE_FORM = (
+    "a namespace name: lowercase letters, digits and '-', starting and ending with a letter "
+    "or digit, at most 63 chars"
+)
+_QUANTITY = re.compile(r"\d+(\.\d+)?(m|k|M|G|T|P|E|Ki|Mi|Gi|Ti|Pi|Ei)?")
+_TRUE = ("true", "1", "yes", "on")
+_FALSE = ("false", "0", "no", "off")
+
+
+class Invalid(ValueError):
+    """The text is refused. ``accepted``: what would be; or ``reason``, a better sentence than
+    "is not valid", said right after the setting's name."""
+
+    def __init__(self, accepted: str = "", *, reason: str = "") -> None:
+        super().__init__(reason or accepted)
+        self.accepted = accepted
+        self.reason = reason
+
+
+def duration(raw: str, *, zero_disables: bool = False, at_least: float = 0.0) -> float:
+    """Seconds, from a Go-style duration greater than 0 and at most a day (contract §3)."""
+    if zero_disables and raw.strip() in ("0", "0s"):
+        return 0.0
+    disable = ", or 0 to disable" if zero_disables else ""
+    try:
+        value = parse_duration(raw)
+    except ValueError:
+        raise Invalid(ACCEPTED_FORM + disable) from None
+    if value <= 0:
+        raise Invalid("a duration greater than 0, such as 15s" + disable)
+    if value > defaults.MAX_DURATION:
+        raise Invalid(f"a duration of at most {format_duration(defaults.MAX_DURATION)}")
+    if value < at_least:
+        raise Invalid(f"a duration of at least {format_duration(at_least)}" + disable)
+    return value
+
+
+def duration_or_zero(raw: str) -> float:
+    return duration(raw, zero_disables=True)
+
+
+def sweep_margin(raw: str) -> float:
+    """How long past expiry a Lease must be to be swept: it covers the sweeper's own pauses."""
+    return duration(raw, at_least=defaults.MIN_SWEEP_MARGIN)
+
+
+def port(raw: str, *, zero_disables: bool = False) -> int:
+    low = 0 if zero_disables else 1
+    if not (raw.isascii() and raw.isdigit() and low <= int(raw) <= 65535):
+        disable = ", or 0 to disable HTTP" if zero_disables else ""
+        raise Invalid("a port number from 1 to 65535" + disable)
+    return int(raw)
+
+
+def port_or_zero(raw: str) -> int:
+    return port(raw, zero_disables=True)
+
+
+def boolean(raw: str) -> bool:
+    """A flag's or env variable's yes or no, in any of the usual spellings."""
+    if raw.lower() in _TRUE:
+        return True
+    if raw.lower() in _FALSE:
+        return False
+    raise Invalid("true or false")
+
+
+def exact_boolean(raw: str) -> bool:
+    """An annotation's yes or no: the YAML strings "true" and "false", nothing else."""
+    if raw not in ("true", "false"):
+        raise Invalid('"true" or "false"')
+    return raw == "true"
+
+
+def one_of(choices: Sequence[str]) -> Callable[[str], str]:
+    def check(raw: str) -> str:
+        if raw not in choices:
+            raise Invalid("one of " + ", ".join(choices))
+        return raw
+
+    return check
+
+
+def log_level(raw: str) -> str:
+    """One of ``defaults.LOG_LEVELS``, in any case."""
+    return one_of(defaults.LOG_LEVELS)(raw.lower())
+
+
+def quantity(raw: str) -> str:
+    if not _QUANTITY.fullmatch(raw):
+        raise Invalid("a Kubernetes quantity such as 10m, 0.5, 32Mi or 1Gi")
+    return raw
+
+
+def namespace(raw: str) -> str:
+    """A DNS-1123 label, what the API server accepts as a namespace's name."""
+    if not DNS_LABEL.fullmatch(raw):
+        raise Invalid(NAMESPACE_FORM)
+    return raw
+
+
+def namespaces(raw: str) -> tuple[str, ...]:
+    """A comma-separated list of namespace names, each once; blanks between commas are skipped."""
+    names = [n.strip() for n in raw.split(",") if n.strip()]
+    if not all(DNS_LABEL.fullmatch(n) for n in names):
+        raise Invalid("a comma-separated list of namespace names, e.g. kube-system,ops")
+    return tuple(dict.fromkeys(names))
+
+
+def no_spaces(example: str) -> Callable[[str], str]:
+    """A word without blanks (an address, an image reference), surrounding blanks removed."""
+
+    def check(raw: str) -> str:
+        word = raw.strip()
+        if not word or any(ch.isspace() for ch in word):
+            raise Invalid(example)
+        return word
+
+    return check
+
+
+#: The checks of numbers, durations, yes-or-no and lists: an empty value is refused by them,
+#: where for a name or a path it counts as unset (a manifest's ``value: ""``).
+BLANK_REFUSED: frozenset[Callable[[str], object]] = frozenset(
+    {duration, duration_or_zero, sweep_margin, port, port_or_zero, boolean, quantity, namespaces}
+)
