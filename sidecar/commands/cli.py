@@ -26,7 +26,8 @@ def _add_connection(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument(
         "--kubeconfig",
-        help="kubeconfig file (default: in-cluster, then $KUBECONFIG, then ~/.kube/config)",
+        help="kubeconfig file (default: $KUBECONFIG, then ~/.kube/config, "
+        "then the pod's service account)",
     )
     p.add_argument("--log-level", help="debug, info, warning or error (default info)")
 
@@ -57,10 +58,12 @@ def _add_election(
 
 
 def _add_kubectl_flags(p: argparse.ArgumentParser) -> None:
-    """kubectl's own flags for the human-facing commands (the official client does the work)."""
+    """kubectl's own flags for the human-facing commands."""
     p.add_argument("--context", help="the kubeconfig context to use (default: its current one)")
     p.add_argument("--as", metavar="USER", help="impersonate this user")
-    p.add_argument("--as-group", action="append", metavar="GROUP", help="impersonate this group")
+    p.add_argument(
+        "--as-group", action="append", metavar="GROUP", help="impersonate this group (repeatable)"
+    )
 
 
 def build_parser() -> argparse.ArgumentParser:

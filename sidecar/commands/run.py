@@ -7,11 +7,10 @@ import asyncio
 import dataclasses
 import sys
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
 
 from ..core.defaults import MIN_SWEEP_MARGIN, PROG, SWEEP_MARGIN
-from ..driver.elector import RBAC_FIX, Sidecar, pick_namespace, resolve_namespace, store_for
-from ..driver.sweep import Leases
+from ..driver.elector import RBAC_FIX, Sidecar, resolve_namespace, store_for
 from ..kit.logs import Logger
 from ..kit.options import SIDECAR_ENV, Source
 from ..kube.config import ApiConfig, ConfigError, load
@@ -117,34 +116,21 @@ async def _run(
     return await sidecar.run()
 
 
-class HumanStore(Leases, Protocol):
-    """What ``status`` and ``cleanup`` do with Leases: a sweep's list and delete, then close."""
-
-    def close(self) -> None: ...
-
-
-def human_store(src: Source, all_namespaces: bool = False) -> tuple[HumanStore, str]:
+def lease_store(src: Source, all_namespaces: bool = False) -> tuple[LeaseStore, str]:
     """The Leases of ``status``/``cleanup`` and their namespace; ConfigError when unusable.
 
-    ``all_namespaces``: the store lists every namespace (``status -A``).
-
-    With the official client installed, kubectl's kubeconfig semantics
-    (``kube.kubectl``); without it, the built-in loader, which refuses what it
-    does not implement.
+    The loader of ``run`` with kubectl's flags (``--context``, ``--as``,
+    ``--as-group``), and a credential plugin allowed (through the official
+    client, when installed). ``all_namespaces``: the store lists every
+    namespace (``status -A``).
     """
-    from ..kube import kubectl
-
-    context, as_user = src.raw("context") or None, src.raw("as") or None
-    groups = tuple(getattr(src.args, "as_group", None) or ())
-    explicit = src.raw("kubeconfig") or None
-    if kubectl.available():
-        target = kubectl.connect(explicit, context, as_user, groups)
-        namespace = pick_namespace(src.namespace(), target.namespace, target.in_cluster)
-        return kubectl.OfficialLeases(target, "" if all_namespaces else namespace), namespace
-    if context or as_user or groups:
-        flag = "--context" if context else "--as"
-        raise ConfigError(f"{flag} needs the official client: {kubectl.INSTALL_HINT}")
-    config = load(explicit)
+    config = load(
+        src.raw("kubeconfig") or None,
+        src.raw("context") or None,
+        as_user=src.raw("as") or None,
+        as_groups=tuple(getattr(src.args, "as_group", None) or ()),
+        plugins=True,
+    )
     namespace = resolve_namespace(src.namespace(), config)
     return LeaseStore(config, "" if all_namespaces else namespace), namespace
 
@@ -154,7 +140,7 @@ def cleanup(args: argparse.Namespace) -> int:
     level = src.log_level("warning")
     margin = src.duration("margin", SWEEP_MARGIN, at_least=MIN_SWEEP_MARGIN)
     try:
-        store, namespace = human_store(src)
+        store, namespace = lease_store(src)
     except ConfigError as err:
         return fail(str(err), 2)
     log = Logger("info" if level == "warning" else level, namespace=namespace)

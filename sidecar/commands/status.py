@@ -24,7 +24,8 @@ from ..driver.elector import RBAC_FIX
 from ..kit.options import SIDECAR_ENV, Source
 from ..kube.config import ConfigError
 from ..kube.errors import ApiError, Forbidden
-from .run import HumanStore, fail, human_store
+from ..kube.leases import LeaseStore
+from .run import fail, lease_store
 
 WATCH_SECONDS = 2.0
 COLUMNS = [
@@ -43,7 +44,7 @@ def status(args: argparse.Namespace) -> int:
     src.log_level("warning")
     every = bool(args.all_namespaces)
     try:
-        store, namespace = human_store(src, all_namespaces=every)
+        store, namespace = lease_store(src, all_namespaces=every)
     except ConfigError as err:
         return fail(str(err), 2)
     where = "any namespace" if every else namespace
@@ -70,7 +71,7 @@ def status(args: argparse.Namespace) -> int:
     return 0
 
 
-async def _rows(store: HumanStore) -> list[dict[str, Any]]:
+async def _rows(store: LeaseStore) -> list[dict[str, Any]]:
     from ..driver.sweep import SELECTOR
 
     items, _ = await store.list(label_selector=SELECTOR)
@@ -122,7 +123,7 @@ def _cell(value: Any) -> str:
     return "<none>" if value is None else str(value)
 
 
-async def _watch(store: HumanStore, output: str, every: bool) -> int:
+async def _watch(store: LeaseStore, output: str, every: bool) -> int:
     """The table once, then a line for each change of holder or transitions."""
     seen: dict[tuple[str, str], tuple[Any, Any]] = {}
     widths: list[int] | None = None

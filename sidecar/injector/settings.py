@@ -84,7 +84,7 @@ def build_parser() -> argparse.ArgumentParser:
         "injected pod (default false)",
     )
     add("--log-level", help="debug, info, warning or error (default info)")
-    add("--kubeconfig", help="default: in-cluster, then $KUBECONFIG, then ~/.kube/config")
+    add("--kubeconfig", help="default: $KUBECONFIG, then ~/.kube/config, then in-cluster")
     add(
         "--print-webhook-config",
         action="store_true",

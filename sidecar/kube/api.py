@@ -3,8 +3,9 @@
 Every request goes through ``KubeApi``: JSON in and out over one keep-alive
 connection, the credentials of the config (a token file is re-read once after
 a 401: a projected token may just have rotated), a timeout, and answers that
-are not 2xx raised as ``errors`` classes. URL paths are built here, by
-``path``, and nowhere else.
+are not 2xx raised as ``errors`` classes, and the config's ``Impersonate-*``
+headers on every request. URL paths are built here, by ``path``, and nowhere
+else.
 """
 
 from __future__ import annotations
@@ -64,6 +65,7 @@ class KubeApi:
             raise Unauthorized(str(err), status=401) from None
         if auth:
             headers.append(("Authorization", auth))
+        headers.extend(self.config.impersonation)
         return headers
 
     async def call(
