@@ -38,34 +38,27 @@ import asyncio
 import contextlib
 import logging
 import os
-import random
 import socket
 import ssl
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator
 from typing import Any
 
 import aiohttp.web
 import kopf
 
-from ..driver.sweep import Sightings
 from ..kit.logs import Logger
+from ..kube.api import KubeApi
 from ..kube.config import ApiConfig
-from ..kube.errors import ApiError, Forbidden
 from . import rbac
 from .annotations import INJECT, LABEL_LEADER
-from .kubeapi import ClusterApi
 from .metrics import InjectorMetrics
 from .review import answer
 from .settings import InjectorSettings
-from .sweep import sweep_cluster
+from .sweep import every, sweeper
 from .webhookconfig import WEBHOOK_PATH
 
 HANDLER_ID = WEBHOOK_PATH.strip("/")  # kopf's server passes the path after "/" as the webhook id
-SWEEP_RBAC_FIX = (
-    "grant the injector's ServiceAccount a ClusterRole with list and delete on "
-    "leases.coordination.k8s.io and get on pods"
-)
 
 
 def connection_info(config: ApiConfig) -> Any:
@@ -187,53 +180,7 @@ def build_registry(
         return credentials
 
     if settings.auto_rbac:
-        api_box: dict[str, ClusterApi] = {}
-        ensured: set[tuple[str, str, str]] = set()
-
-        async def ensure(namespace: str, account: str, what: str) -> None:
-            """Grant ``what`` ("leases" or "leader-label") once per ServiceAccount."""
-            if (namespace, account, what) in ensured:
-                return
-            if "api" not in api_box:
-                api_box["api"] = ClusterApi(config)
-            try:
-                if what == "leases":
-                    created: int | None = await rbac.ensure(api_box["api"], namespace, account)
-                else:
-                    created = await rbac.ensure_label(api_box["api"], namespace, account)
-            except ApiError as err:
-                log.once(
-                    f"rbac:{namespace}:{account}:{what}",
-                    "warning",
-                    "auto-rbac: cannot create the Role/RoleBinding",
-                    namespace=namespace,
-                    service_account=account,
-                    error=str(err),
-                    fix="the injector must itself hold every verb it grants "
-                    "(or 'bind' and 'escalate' on roles) and create on roles/rolebindings",
-                )
-                return
-            if created is None:
-                log.once(
-                    f"rbac:{namespace}:{account}:{what}",
-                    "warning",
-                    "auto-rbac: a pod asks for the leader label, but the admission policy "
-                    f"{rbac.LABEL_POLICY} that limits it is not installed; not granting it",
-                    namespace=namespace,
-                    service_account=account,
-                    fix="install the chart with leaderLabel.policy=true or apply "
-                    "manifests/leader-label.yaml",
-                )
-                return
-            ensured.add((namespace, account, what))
-            if created:
-                metrics.rbac_created += created
-                log.info(
-                    f"auto-rbac: granted {what} to a ServiceAccount",
-                    namespace=namespace,
-                    service_account=account,
-                    role=rbac.ROLE_NAME if what == "leases" else rbac.LABEL_ROLE_NAME,
-                )
+        grants = rbac.Grants(KubeApi(config), log, metrics)
 
         @kopf.on.event("v1", "pods", annotations={INJECT: "true"}, registry=registry)
         async def grant(body: Any, type: str | None = None, **_: Any) -> None:
@@ -244,9 +191,9 @@ def build_registry(
             account = body.get("spec", {}).get("serviceAccountName") or "default"
             if not namespace or namespace in settings.excluded_namespaces:
                 return
-            await ensure(namespace, account, "leases")
+            await grants.ensure(namespace, account, "leases")
             if (meta.get("annotations") or {}).get(LABEL_LEADER) == "true":
-                await ensure(namespace, account, "leader-label")
+                await grants.ensure(namespace, account, "leader-label")
 
     return registry
 
@@ -287,57 +234,6 @@ async def _health_server(
     return runner
 
 
-async def _every(interval: float, job: Callable[[], Awaitable[None]], stop: asyncio.Event) -> None:
-    while not stop.is_set():
-        with contextlib.suppress(TimeoutError):
-            # Not wait_for: on 3.11 it can swallow a cancellation (see runner._wait).
-            async with asyncio.timeout(interval * random.uniform(0.9, 1.1)):
-                await stop.wait()
-        if not stop.is_set():
-            await job()
-
-
-def _sweeper(
-    settings: InjectorSettings, config: ApiConfig, log: Logger, metrics: InjectorMetrics
-) -> Callable[[], Awaitable[None]]:
-    api_box: dict[str, ClusterApi] = {}
-    sightings = Sightings()  # kept across sweeps: a Lease is judged on what this replica saw
-
-    def count(namespace: str, record: Any) -> None:
-        metrics.swept += 1
-
-    async def run_once() -> None:
-        try:
-            if "api" not in api_box:
-                api_box["api"] = ClusterApi(config)
-            result = await sweep_cluster(
-                api_box["api"],
-                log,
-                sightings=sightings,
-                margin=settings.sweep_margin,
-                on_delete=count,
-            )
-        except Forbidden as err:
-            metrics.sweeps["error"] += 1
-            log.once("sweep:403", "error", "sweep: forbidden", error=str(err), fix=SWEEP_RBAC_FIX)
-            return
-        except ApiError as err:
-            metrics.sweeps["error"] += 1
-            log.warning("sweep: failed; will retry at the next interval", error=str(err))
-            return
-        log.forget("sweep:403")
-        metrics.sweeps["ok"] += 1
-        log.debug(
-            "sweep: done",
-            deleted=len(result.deleted),
-            kept_live=result.kept_live,
-            kept_holder_exists=result.kept_needed,
-            kept_unreadable=result.kept_unreadable,
-        )
-
-    return run_once
-
-
 async def serve(settings: InjectorSettings, config: ApiConfig, log: Logger) -> int:
     _configure_logging(log, settings.log_level)
     metrics = InjectorMetrics()
@@ -367,7 +263,11 @@ async def serve(settings: InjectorSettings, config: ApiConfig, log: Logger) -> i
     if settings.sweep_interval > 0:
         tasks.append(
             asyncio.create_task(
-                _every(settings.sweep_interval, _sweeper(settings, config, log, metrics), stop)
+                every(
+                    settings.sweep_interval,
+                    sweeper(config, settings.sweep_margin, log, metrics),
+                    stop,
+                )
             )
         )
     log.info(

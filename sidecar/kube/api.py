@@ -17,7 +17,7 @@ from typing import Any
 from urllib.parse import quote, urlencode
 
 from .config import ApiConfig, ConfigError
-from .errors import ApiUnavailable, Unauthorized, error_for
+from .errors import ApiUnavailable, Conflict, NotFound, Unauthorized, error_for
 from .http import HttpClient, Unreachable
 from .skew import ClockOffset, offset_from_date
 
@@ -131,3 +131,21 @@ class KubeApi:
 
     def close(self) -> None:
         self.http.close()
+
+
+async def exists(api: KubeApi, url: str, what: str) -> bool:
+    """Whether ``GET url`` finds the object (404: False; any other error is raised)."""
+    try:
+        await api.call("GET", url, what)
+    except NotFound:
+        return False
+    return True
+
+
+async def create(api: KubeApi, url: str, what: str, body: dict[str, Any]) -> bool:
+    """``POST url``; False when the object already exists (409)."""
+    try:
+        await api.call("POST", url, what, body)
+    except Conflict:
+        return False
+    return True
