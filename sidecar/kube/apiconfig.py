@@ -29,6 +29,10 @@ class ConfigError(Exception):
     """The cluster connection cannot be configured; the message (one line) says what to fix."""
 
 
+class ClientCertError(ConfigError):
+    """The client certificate or key cannot be loaded (the user's part, not the cluster's)."""
+
+
 class TokenFile:
     """A bearer token read from a file, re-read when the file changes."""
 
@@ -168,7 +172,7 @@ def _load_client_cert(ctx: ssl.SSLContext, tls: TlsFiles) -> None:
         key = tls.key_path or _pem_path(tls.key_data or b"", opened, written)
         ctx.load_cert_chain(cert, key)
     except (OSError, ssl.SSLError) as err:
-        raise ConfigError(f"cannot load the client certificate/key: {err}") from None
+        raise ClientCertError(f"cannot load the client certificate/key: {err}") from None
     finally:
         for fd in opened:
             os.close(fd)

@@ -32,7 +32,7 @@ import ssl
 from pathlib import Path
 from urllib.parse import urlsplit
 
-from .apiconfig import ApiConfig, ConfigError, TlsFiles, TokenFile, tls_context
+from .apiconfig import ApiConfig, ClientCertError, ConfigError, TlsFiles, TokenFile, tls_context
 from .kubeconfig import Entry, Kubeconfig, files, label
 
 __all__ = [
@@ -160,7 +160,7 @@ def _from_files(
     tls = TlsFiles(ca_path, ca_data, cert_path, cert_data, key_path, key_data)
     config = ApiConfig(
         server=server.rstrip("/"),
-        ssl_context=_context(tls, cluster),
+        ssl_context=_context(tls, cluster, user),
         token=user.text("token"),
         namespace=ctx.text("namespace"),
         source=f"kubeconfig {doc.label} (context {name})",
@@ -192,9 +192,12 @@ def _refuse_unsupported(user: Entry, cluster: Entry) -> None:
                 )
 
 
-def _context(tls: TlsFiles, cluster: Entry) -> ssl.SSLContext:
+def _context(tls: TlsFiles, cluster: Entry, user: Entry) -> ssl.SSLContext:
+    """The TLS context; a problem names the file of the part at fault (cluster or user)."""
     try:
         return tls.context()
+    except ClientCertError as err:
+        raise user.error(str(err)) from None
     except ConfigError as err:
         raise cluster.error(str(err)) from None
 
@@ -222,7 +225,7 @@ def _use_plugin(config: ApiConfig, user: Entry, cluster: Entry, plugins: bool) -
         tls = TlsFiles(
             config.tls_files.ca_path, config.tls_files.ca_data, got.cert_file, None, got.key_file
         )
-        config.ssl_context, config.tls_files = _context(tls, cluster), tls
+        config.ssl_context, config.tls_files = _context(tls, cluster, user), tls
 
 
 def _impersonate(

@@ -235,3 +235,34 @@ def test_impersonation_problems_are_one_line(
     with pytest.raises(ConfigError, match=message) as err:
         load(str(path), **flags)  # type: ignore[arg-type]
     assert "\n" not in str(err.value)
+
+
+def test_a_problem_in_a_merged_list_names_the_file_that_wrote_the_part(place: Place) -> None:
+    garbage = "bm90IGEgY2VydGlmaWNhdGU="  # base64 of "not a certificate"
+    users = write(
+        place.root / "users",
+        {
+            "users": [
+                {
+                    "name": "u",
+                    "user": {"client-certificate-data": garbage, "client-key-data": garbage},
+                }
+            ]
+        },
+    )
+    rest = write(place.root / "rest", doc(users=[]))
+    place.kubeconfig_env(users, rest)
+    with pytest.raises(
+        ConfigError, match=f"^kubeconfig {users}: cannot load the client certificate/key"
+    ):
+        load()
+    bad_ca = write(
+        place.root / "bad-ca",
+        doc(cluster={"server": "https://x", "certificate-authority": "missing.pem"}, users=[]),
+    )
+    place.kubeconfig_env(users, bad_ca)
+    with pytest.raises(ConfigError) as err:
+        load()
+    assert str(err.value).startswith(
+        f"kubeconfig {bad_ca}: cannot load the cluster CA certificate from {place.root / 'missing.pem'}"
+    )

@@ -49,6 +49,13 @@ def refused(path: Path, capsys: pytest.CaptureFixture[str], **kw: Any) -> str:
 
 
 B64_GARBAGE = base64.b64encode(b"not a certificate").decode()
+
+
+def on_cluster(fields: dict[str, Any]) -> dict[str, Any]:
+    """A kubeconfig whose cluster has a server and ``fields``."""
+    return doc(cluster={"server": "https://x", **fields})
+
+
 UNUSABLE: dict[str, tuple[Any, str]] = {
     "empty": ("", "is empty; is it the right file?"),
     "binary": (b"\x00\xff\xfe garbage \x00", "is not UTF-8 text"),
@@ -57,19 +64,19 @@ UNUSABLE: dict[str, tuple[Any, str]] = {
     "no-server": (doc(cluster={}), "cluster 'k' has no https server URL"),
     "ftp-server": (doc(server="ftp://127.0.0.1"), "has no https server URL"),
     "skip-tls": (
-        doc(cluster={"server": "https://x", "insecure-skip-tls-verify": True}),
+        on_cluster({"insecure-skip-tls-verify": True}),
         "insecure-skip-tls-verify is set; this tool always verifies TLS",
     ),
     "ca-not-base64": (
-        doc(cluster={"server": "https://x", "certificate-authority-data": "%%%"}),
+        on_cluster({"certificate-authority-data": "%%%"}),
         "cluster.certificate-authority-data is not base64",
     ),
     "ca-garbage": (
-        doc(cluster={"server": "https://x", "certificate-authority-data": B64_GARBAGE}),
+        on_cluster({"certificate-authority-data": B64_GARBAGE}),
         "cannot load the cluster CA certificate from certificate-authority-data",
     ),
     "ca-missing-file": (
-        doc(cluster={"server": "https://x", "certificate-authority": "/nonexistent/ca.crt"}),
+        on_cluster({"certificate-authority": "/nonexistent/ca.crt"}),
         "cannot load the cluster CA certificate from /nonexistent/ca.crt",
     ),
     "client-cert-garbage": (
@@ -88,11 +95,11 @@ UNUSABLE: dict[str, tuple[Any, str]] = {
     # What no path implements is refused, never ignored (it connected directly under
     # proxy-url, and acted as the real user under as before impersonation was sent).
     "proxy-url": (
-        doc(cluster={"server": "https://x", "proxy-url": "http://proxy:3128"}),
+        on_cluster({"proxy-url": "http://proxy:3128"}),
         "cluster 'k' sets proxy-url, which is not supported (the API server is dialled directly)",
     ),
     "tls-server-name": (
-        doc(cluster={"server": "https://x", "tls-server-name": "api.internal"}),
+        on_cluster({"tls-server-name": "api.internal"}),
         "cluster 'k' sets tls-server-name, which is not supported",
     ),
     "basic-auth": (
@@ -104,6 +111,18 @@ UNUSABLE: dict[str, tuple[Any, str]] = {
     "unknown-cluster": (
         doc(contexts=[{"name": "c", "context": {"cluster": "gone", "user": "u"}}]),
         "no cluster named 'gone'",
+    ),
+    # wrongly typed fields are named
+    "users-is-a-number": (doc(users=5), "users must be a list, not int"),
+    "clusters-is-a-number": (doc(clusters=5), "clusters must be a list, not int"),
+    "tokenFile-is-a-number": (doc(user={"tokenFile": 5}), "user.tokenFile must be a string"),
+    "client-certificate-is-a-number": (
+        doc(user={"client-certificate": 5, "client-key": 6}),
+        "user.client-certificate must be a string",
+    ),
+    "context-is-a-list": (
+        doc(contexts=[{"name": "c", "context": ["k"]}]),
+        "context 'c' must be a mapping",
     ),
 }
 
@@ -120,31 +139,6 @@ def test_unusable_kubeconfig_is_one_line_naming_the_file_and_run_exits_2(
 
 def test_kubeconfig_that_is_a_directory(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert refused(tmp_path, capsys).startswith(f"cannot read kubeconfig {tmp_path}: ")
-
-
-WRONG_TYPES: dict[str, tuple[dict[str, Any], str]] = {
-    "users-is-a-number": (doc(users=5), "users must be a list, not int"),
-    "clusters-is-a-number": (doc(clusters=5), "clusters must be a list, not int"),
-    "tokenFile-is-a-number": (doc(user={"tokenFile": 5}), "user.tokenFile must be a string"),
-    "client-certificate-is-a-number": (
-        doc(user={"client-certificate": 5, "client-key": 6}),
-        "user.client-certificate must be a string",
-    ),
-    "context-is-a-list": (
-        doc(contexts=[{"name": "c", "context": ["k"]}]),
-        "context 'c' must be a mapping",
-    ),
-}
-
-
-@pytest.mark.parametrize("name", sorted(WRONG_TYPES))
-def test_wrongly_typed_kubeconfig_field_is_named(
-    name: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
-) -> None:
-    content, expected = WRONG_TYPES[name]
-    path = write(tmp_path / f"{name}.kubeconfig", content)
-    message = refused(path, capsys)
-    assert str(path) in message and expected in message, message
 
 
 _json = st.recursive(
