@@ -10,7 +10,7 @@ from ..kit.options import LOG_LEVEL, MARGIN, Source
 from ..kube.config import ConfigError
 from ..kube.errors import RBAC_FIX, ApiError, Forbidden
 from . import fail
-from .human import human_store
+from .human import lease_store
 
 #: ``cleanup`` watches expired-looking Leases at most this long before judging
 #: (a Lease with a longer duration is left to the injector's sweep or a later run).
@@ -20,7 +20,7 @@ CLEANUP_MAX_WAIT = 300.0
 def cleanup(src: Source) -> int:
     level, margin = src.get(LOG_LEVEL), src.get(MARGIN)
     try:
-        store, namespace = human_store(src)
+        store, namespace = lease_store(src)
     except ConfigError as err:
         return fail(str(err), 2)
     log = Logger(level, namespace=namespace)

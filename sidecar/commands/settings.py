@@ -70,7 +70,7 @@ KILL_GRACE: Setting[float | None] = Setting(
 KUBECTL: Table = (
     Setting("context", str, None, "the kubeconfig context to use", "its current one"),
     Setting("as", str, None, "impersonate this user", "", argparse={"metavar": "USER"}),
-    Setting("as-group", str, None, "impersonate this group", "", env=False,
+    Setting("as-group", str, None, "impersonate this group (repeatable)", "", env=False,
             argparse={"action": "append", "metavar": "GROUP"}),
 )
 OUTPUT = Setting(

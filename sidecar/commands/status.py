@@ -22,8 +22,9 @@ from ..core.lease import LeaseRecord, election_of
 from ..kit.options import LOG_LEVEL, Source
 from ..kube.config import ConfigError
 from ..kube.errors import RBAC_FIX, ApiError, Forbidden
+from ..kube.leases import LeaseStore
 from . import fail
-from .human import HumanStore, human_store
+from .human import lease_store
 from .settings import ALL_NAMESPACES, OUTPUT, WATCH
 
 WATCH_SECONDS = 2.0
@@ -42,7 +43,7 @@ def status(src: Source) -> int:
     src.get(LOG_LEVEL)  # status logs nothing, but a wrong level is still a wrong setting
     every, watch, output = src.get(ALL_NAMESPACES), src.get(WATCH), src.get(OUTPUT)
     try:
-        store, namespace = human_store(src, all_namespaces=every)
+        store, namespace = lease_store(src, all_namespaces=every)
     except ConfigError as err:
         return fail(str(err), 2)
     where = "any namespace" if every else namespace
@@ -69,7 +70,7 @@ def status(src: Source) -> int:
     return 0
 
 
-async def _rows(store: HumanStore) -> list[dict[str, Any]]:
+async def _rows(store: LeaseStore) -> list[dict[str, Any]]:
     from ..driver.sweep import SELECTOR
 
     items, _ = await store.list(label_selector=SELECTOR)
@@ -121,7 +122,7 @@ def _cell(value: Any) -> str:
     return "<none>" if value is None else str(value)
 
 
-async def _watch(store: HumanStore, output: str, every: bool) -> int:
+async def _watch(store: LeaseStore, output: str, every: bool) -> int:
     """The table once, then a line for each change of holder or transitions."""
     seen: dict[tuple[str, str], tuple[Any, Any]] = {}
     widths: list[int] | None = None

@@ -9,8 +9,8 @@ Layers, by what they may import:
 - ``webhookconfig``: the one definition of the MutatingWebhookConfiguration
   (the chart and the tests both build from it).
 - ``settings``: the injector's flags and env, validated before anything starts.
-- ``sweep``, ``rbac``, ``kubeapi``: the operator's duties against the API, on
-  the project's own small HTTP client (no kopf).
+- ``sweep``, ``rbac``: the operator's duties against the API, through the
+  ``kube`` layer (``LeaseStore``, ``KubeApi``: the sidecar's call path; no kopf).
 - ``operator``: the only module that imports kopf; wiring only.
 - ``main``: ``grelmicro-sidecar injector [flags]``.
 """

@@ -17,8 +17,7 @@ from pathlib import Path
 from ..core import defaults
 from ..kit.logs import Logger
 from ..kit.options import INJECTOR_ENV, Source
-from ..kube.config import ConfigError
-from ..kube.kubectl import load as load_config
+from ..kube.config import ConfigError, load
 from . import settings as flags
 from .settings import SettingsError, UsageError
 from .webhookconfig import WEBHOOK_PATH, ca_bundle_of, webhook_configuration
@@ -66,7 +65,13 @@ def main(argv: list[str], environ: Mapping[str, str] | None = None) -> int:
             return _print_webhook_config(args)
         settings = flags.injector_settings(args, environ)
         flags.check_files(settings)
-        load_config(settings.kubeconfig)  # no credentials is a configuration error: fail now
+        # One connection for the injector's calls and kopf's login (a plugin runs once).
+        config = load(settings.kubeconfig, plugins=True)
+        if config.impersonation:
+            raise ConfigError(
+                f"{config.source}: impersonation (as) is not supported by the injector "
+                "(kopf's login cannot send it); use a kubeconfig without it"
+            )
     except ConfigError as err:
         print(f"{PROG}: {err}", file=sys.stderr)
         return 2
@@ -85,7 +90,7 @@ def main(argv: list[str], environ: Mapping[str, str] | None = None) -> int:
 
     log = Logger(settings.log_level, component="injector")
     try:
-        return asyncio.run(serve(settings, log))
+        return asyncio.run(serve(settings, config, log))
     except KeyboardInterrupt:
         return 130
     except OSError as err:

@@ -1,8 +1,9 @@
 """The kopf wiring of the injector: the webhook, the health port, the periodic duties.
 
 The only module that imports kopf. kopf runs the operator: the HTTPS webhook
-server (TLS from files, reloaded when they change), login, signal handling,
-and the pod watch of ``--auto-rbac``. ``POST /inject`` is answered by the pure
+server (TLS from files, reloaded when they change), login (from the one
+``ApiConfig`` the injector's own calls use), signal handling, and the pod
+watch of ``--auto-rbac``. ``POST /inject`` is answered by the pure
 ``review.answer`` (which says why kopf's admission engine is bypassed there);
 this module only routes, times and counts.
 
@@ -37,75 +38,49 @@ import asyncio
 import contextlib
 import logging
 import os
-import random
 import socket
 import ssl
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
-from pathlib import Path
+from collections.abc import AsyncIterator
 from typing import Any
 
 import aiohttp.web
 import kopf
 
-from ..driver.sweep import Sightings
 from ..kit.logs import Logger
-from ..kube import kubectl
-from ..kube.config import SERVICE_ACCOUNT_DIR, ConfigError, in_cluster, in_pod
-from ..kube.errors import ApiError, Forbidden
-from ..kube.kubectl import load as load_config
+from ..kube.api import KubeApi
+from ..kube.config import ApiConfig
 from . import rbac
 from .annotations import INJECT, LABEL_LEADER
-from .kubeapi import ClusterApi
 from .metrics import InjectorMetrics
 from .review import answer
 from .settings import InjectorSettings
-from .sweep import sweep_cluster
+from .sweep import every, sweeper
 from .webhookconfig import WEBHOOK_PATH
 
 HANDLER_ID = WEBHOOK_PATH.strip("/")  # kopf's server passes the path after "/" as the webhook id
-SWEEP_RBAC_FIX = (
-    "grant the injector's ServiceAccount a ClusterRole with list and delete on "
-    "leases.coordination.k8s.io and get on pods"
-)
 
 
-def kubeconfig_login(kubeconfig: str | None) -> Any:
-    """The kubeconfig as kubectl reads it (exec plugins included), as kopf wants it.
+def connection_info(config: ApiConfig) -> Any:
+    """The injector's one connection (``kube.config.load``) as kopf's login wants it.
 
-    The same connection as the injector's own calls (``kube.kubectl.shared``).
-    kopf's ``login_via_client`` cannot serve: the official client fixes its
-    default kubeconfig path when first imported, before ``--kubeconfig`` is
-    known. kopf calls login again after a 401, which refreshes the token.
+    The same server, CA, client certificate and token as the injector's own
+    calls; in a pod, the address the kubelet gives in ``KUBERNETES_SERVICE_HOST``
+    (kopf's ``login_with_service_account`` dials ``kubernetes.default.svc``, a
+    name only cluster DNS resolves, so an injector started before CoreDNS
+    answers could not log in). kopf calls login again after a 401: the token is
+    read anew (a rotated token file; a plugin's expired token is renewed).
     """
-    target = kubectl.shared(kubeconfig)
-    cfg = target.api.configuration
-    return kopf.ConnectionInfo(
-        server=str(cfg.host),
-        ca_path=cfg.ssl_ca_cert,
-        token=kubectl.bearer_token(cfg),
-        certificate_path=cfg.cert_file,
-        private_key_path=cfg.key_file,
-        default_namespace=target.namespace,
-    )
-
-
-def service_account_login(sa_dir: Path = SERVICE_ACCOUNT_DIR) -> Any:
-    """The pod's own credentials, with the API server's address from the environment.
-
-    kopf's ``login_with_service_account`` dials ``kubernetes.default.svc``, a
-    name only cluster DNS can resolve: an injector started before CoreDNS
-    answers (a new node, a DNS outage) could not reach the API server and was
-    restarted by its liveness probe. The kubelet puts the address in
-    ``KUBERNETES_SERVICE_HOST``/``PORT`` of every pod; client-go and the
-    sidecar dial that, and so does this. kopf calls login again after a 401, so
-    a rotated token is read anew.
-    """
-    config = in_cluster(sa_dir)
+    tls = config.tls_files
     return kopf.ConnectionInfo(
         server=config.server,
-        ca_path=str(sa_dir / "ca.crt"),
-        token=(config.authorization() or "").removeprefix("Bearer ") or None,
+        ca_path=tls.ca_path,
+        ca_data=tls.ca_data,
+        token=(config.authorization(force_reload=True) or "").removeprefix("Bearer ") or None,
+        certificate_path=tls.cert_path,
+        certificate_data=tls.cert_data,
+        private_key_path=tls.key_path,
+        private_key_data=tls.key_data,
         default_namespace=config.namespace,
     )
 
@@ -192,70 +167,20 @@ class _InjectorWebhookServer(kopf.WebhookServer):
             yield client_config
 
 
-def build_registry(settings: InjectorSettings, log: Logger, metrics: InjectorMetrics) -> Any:
+def build_registry(
+    settings: InjectorSettings, config: ApiConfig, log: Logger, metrics: InjectorMetrics
+) -> Any:
     registry = kopf.OperatorRegistry()
 
     @kopf.on.login(id="login", registry=registry)
-    def login(**kwargs: Any) -> Any:
-        # The same choice as the injector's own calls make (kube.kubectl.load).
-        if kubectl.reads_kubeconfig(settings.kubeconfig):
-            return kubeconfig_login(settings.kubeconfig)
-        if settings.kubeconfig or not in_pod():  # no official client: kopf's own reader
-            if settings.kubeconfig:
-                os.environ["KUBECONFIG"] = settings.kubeconfig  # the only path it reads
-            return kopf.login_with_kubeconfig(**kwargs)
-        credentials = service_account_login()
-        log.info("logged in with the service account", api_server=credentials.server)
+    def login(**_: Any) -> Any:
+        credentials = connection_info(config)
+        what = "the service account" if config.in_cluster else "the kubeconfig"
+        log.info(f"logged in with {what}", api_server=credentials.server)
         return credentials
 
     if settings.auto_rbac:
-        api_box: dict[str, ClusterApi] = {}
-        ensured: set[tuple[str, str, str]] = set()
-
-        async def ensure(namespace: str, account: str, what: str) -> None:
-            """Grant ``what`` ("leases" or "leader-label") once per ServiceAccount."""
-            if (namespace, account, what) in ensured:
-                return
-            if "api" not in api_box:
-                api_box["api"] = ClusterApi(load_config(settings.kubeconfig))
-            try:
-                if what == "leases":
-                    created: int | None = await rbac.ensure(api_box["api"], namespace, account)
-                else:
-                    created = await rbac.ensure_label(api_box["api"], namespace, account)
-            except ApiError as err:
-                log.once(
-                    f"rbac:{namespace}:{account}:{what}",
-                    "warning",
-                    "auto-rbac: cannot create the Role/RoleBinding",
-                    namespace=namespace,
-                    service_account=account,
-                    error=str(err),
-                    fix="the injector must itself hold every verb it grants "
-                    "(or 'bind' and 'escalate' on roles) and create on roles/rolebindings",
-                )
-                return
-            if created is None:
-                log.once(
-                    f"rbac:{namespace}:{account}:{what}",
-                    "warning",
-                    "auto-rbac: a pod asks for the leader label, but the admission policy "
-                    f"{rbac.LABEL_POLICY} that limits it is not installed; not granting it",
-                    namespace=namespace,
-                    service_account=account,
-                    fix="install the chart with leaderLabel.policy=true or apply "
-                    "manifests/leader-label.yaml",
-                )
-                return
-            ensured.add((namespace, account, what))
-            if created:
-                metrics.rbac_created += created
-                log.info(
-                    f"auto-rbac: granted {what} to a ServiceAccount",
-                    namespace=namespace,
-                    service_account=account,
-                    role=rbac.ROLE_NAME if what == "leases" else rbac.LABEL_ROLE_NAME,
-                )
+        grants = rbac.Grants(KubeApi(config), log, metrics)
 
         @kopf.on.event("v1", "pods", annotations={INJECT: "true"}, registry=registry)
         async def grant(body: Any, type: str | None = None, **_: Any) -> None:
@@ -266,9 +191,9 @@ def build_registry(settings: InjectorSettings, log: Logger, metrics: InjectorMet
             account = body.get("spec", {}).get("serviceAccountName") or "default"
             if not namespace or namespace in settings.excluded_namespaces:
                 return
-            await ensure(namespace, account, "leases")
+            await grants.ensure(namespace, account, "leases")
             if (meta.get("annotations") or {}).get(LABEL_LEADER) == "true":
-                await ensure(namespace, account, "leader-label")
+                await grants.ensure(namespace, account, "leader-label")
 
     return registry
 
@@ -309,58 +234,7 @@ async def _health_server(
     return runner
 
 
-async def _every(interval: float, job: Callable[[], Awaitable[None]], stop: asyncio.Event) -> None:
-    while not stop.is_set():
-        with contextlib.suppress(TimeoutError):
-            # Not wait_for: on 3.11 it can swallow a cancellation (see runner._wait).
-            async with asyncio.timeout(interval * random.uniform(0.9, 1.1)):
-                await stop.wait()
-        if not stop.is_set():
-            await job()
-
-
-def _sweeper(
-    settings: InjectorSettings, log: Logger, metrics: InjectorMetrics
-) -> Callable[[], Awaitable[None]]:
-    api_box: dict[str, ClusterApi] = {}
-    sightings = Sightings()  # kept across sweeps: a Lease is judged on what this replica saw
-
-    def count(namespace: str, record: Any) -> None:
-        metrics.swept += 1
-
-    async def run_once() -> None:
-        try:
-            if "api" not in api_box:
-                api_box["api"] = ClusterApi(load_config(settings.kubeconfig))
-            result = await sweep_cluster(
-                api_box["api"],
-                log,
-                sightings=sightings,
-                margin=settings.sweep_margin,
-                on_delete=count,
-            )
-        except Forbidden as err:
-            metrics.sweeps["error"] += 1
-            log.once("sweep:403", "error", "sweep: forbidden", error=str(err), fix=SWEEP_RBAC_FIX)
-            return
-        except (ApiError, ConfigError) as err:
-            metrics.sweeps["error"] += 1
-            log.warning("sweep: failed; will retry at the next interval", error=str(err))
-            return
-        log.forget("sweep:403")
-        metrics.sweeps["ok"] += 1
-        log.debug(
-            "sweep: done",
-            deleted=len(result.deleted),
-            kept_live=result.kept_live,
-            kept_holder_exists=result.kept_needed,
-            kept_unreadable=result.kept_unreadable,
-        )
-
-    return run_once
-
-
-async def serve(settings: InjectorSettings, log: Logger) -> int:
+async def serve(settings: InjectorSettings, config: ApiConfig, log: Logger) -> int:
     _configure_logging(log, settings.log_level)
     metrics = InjectorMetrics()
     ready = asyncio.Event()
@@ -382,14 +256,18 @@ async def serve(settings: InjectorSettings, log: Logger) -> int:
     kopf_settings.peering.standalone = True
     kopf_settings.scanning.disabled = True  # no CRD/namespace watches: less RBAC, less load
     kopf_settings.posting.enabled = False  # no Events on pods for each admission
-    registry = build_registry(settings, log, metrics)
+    registry = build_registry(settings, config, log, metrics)
 
     runner = await _health_server(settings, metrics, ready)
     tasks = []
     if settings.sweep_interval > 0:
         tasks.append(
             asyncio.create_task(
-                _every(settings.sweep_interval, _sweeper(settings, log, metrics), stop)
+                every(
+                    settings.sweep_interval,
+                    sweeper(config, settings.sweep_margin, log, metrics),
+                    stop,
+                )
             )
         )
     log.info(

@@ -18,7 +18,12 @@ pod of its namespace.
 
 from __future__ import annotations
 
-from typing import Any, Protocol
+from typing import Any
+
+from ..kit.logs import Logger
+from ..kube.api import ADMISSION, RBAC, KubeApi, create, exists, path
+from ..kube.errors import ApiError
+from .metrics import InjectorMetrics
 
 ROLE_NAME = "grelmicro-sidecar-leases"
 MANAGED_BY = {"app.kubernetes.io/managed-by": "grelmicro-sidecar-injector"}
@@ -33,12 +38,6 @@ LABEL_MARKER = {
     "resources": ["leaderlabels"],
     "verbs": ["set"],
 }
-
-
-class CreateApi(Protocol):
-    async def create_rbac(self, namespace: str, resource: str, body: dict[str, Any]) -> bool: ...
-
-    async def label_policy_exists(self, name: str) -> bool: ...
 
 
 def _role(name: str, namespace: str, rules: list[dict[str, Any]]) -> dict[str, Any]:
@@ -89,26 +88,96 @@ def role_binding(
     }
 
 
-async def ensure(api: CreateApi, namespace: str, service_account: str) -> int:
+async def _create(api: KubeApi, namespace: str, resource: str, body: dict[str, Any]) -> int:
+    """POST a ``roles`` or ``rolebindings`` object: 1 when created, 0 when it existed."""
+    return int(await create(api, path(RBAC, resource, namespace), f"create {resource}", body))
+
+
+async def ensure(api: KubeApi, namespace: str, service_account: str) -> int:
     """Create the Role and the RoleBinding when absent; the number created."""
-    created = 0
-    created += await api.create_rbac(namespace, "roles", role(namespace))
-    created += await api.create_rbac(
-        namespace, "rolebindings", role_binding(namespace, service_account)
+    created = await _create(api, namespace, "roles", role(namespace))
+    created += await _create(
+        api, namespace, "rolebindings", role_binding(namespace, service_account)
     )
     return created
 
 
-async def ensure_label(api: CreateApi, namespace: str, service_account: str) -> int | None:
+async def label_policy_exists(api: KubeApi, name: str = LABEL_POLICY) -> bool:
+    """Whether the ValidatingAdmissionPolicy ``name`` and its binding of that name exist."""
+    for resource in ("validatingadmissionpolicies", "validatingadmissionpolicybindings"):
+        if not await exists(api, path(ADMISSION, resource, None, name), f"get {resource}"):
+            return False
+    return True
+
+
+async def ensure_label(api: KubeApi, namespace: str, service_account: str) -> int | None:
     """The leader label's Role and RoleBinding, when the policy that limits them exists.
 
     The number created; None (nothing granted) when the policy or its binding is missing.
     """
-    if not await api.label_policy_exists(LABEL_POLICY):
+    if not await label_policy_exists(api):
         return None
-    created = 0
-    created += await api.create_rbac(namespace, "roles", label_role(namespace))
-    created += await api.create_rbac(
-        namespace, "rolebindings", role_binding(namespace, service_account, LABEL_ROLE_NAME)
+    created = await _create(api, namespace, "roles", label_role(namespace))
+    created += await _create(
+        api, namespace, "rolebindings", role_binding(namespace, service_account, LABEL_ROLE_NAME)
     )
     return created
+
+
+class Grants:
+    """The grants of the ``--auto-rbac`` pod watch: once per ServiceAccount, each logged.
+
+    What was granted is counted and logged once; a refusal or a missing policy
+    is one warning with the fix (per ServiceAccount), and is tried again on the
+    next pod event.
+    """
+
+    def __init__(self, api: KubeApi, log: Logger, metrics: InjectorMetrics):
+        self.api = api
+        self.log = log
+        self.metrics = metrics
+        self.done: set[tuple[str, str, str]] = set()
+
+    async def ensure(self, namespace: str, account: str, what: str) -> None:
+        """Grant ``what`` ("leases" or "leader-label") to the ServiceAccount, once."""
+        if (namespace, account, what) in self.done:
+            return
+        key = f"rbac:{namespace}:{account}:{what}"
+        try:
+            if what == "leases":
+                created: int | None = await ensure(self.api, namespace, account)
+            else:
+                created = await ensure_label(self.api, namespace, account)
+        except ApiError as err:
+            self.log.once(
+                key,
+                "warning",
+                "auto-rbac: cannot create the Role/RoleBinding",
+                namespace=namespace,
+                service_account=account,
+                error=str(err),
+                fix="the injector must itself hold every verb it grants "
+                "(or 'bind' and 'escalate' on roles) and create on roles/rolebindings",
+            )
+            return
+        if created is None:
+            self.log.once(
+                key,
+                "warning",
+                "auto-rbac: a pod asks for the leader label, but the admission policy "
+                f"{LABEL_POLICY} that limits it is not installed; not granting it",
+                namespace=namespace,
+                service_account=account,
+                fix="install the chart with leaderLabel.policy=true or apply "
+                "manifests/leader-label.yaml",
+            )
+            return
+        self.done.add((namespace, account, what))
+        if created:
+            self.metrics.rbac_created += created
+            self.log.info(
+                f"auto-rbac: granted {what} to a ServiceAccount",
+                namespace=namespace,
+                service_account=account,
+                role=ROLE_NAME if what == "leases" else LABEL_ROLE_NAME,
+            )

@@ -94,7 +94,7 @@ NAMESPACE: Setting[str | None] = Setting(
     "namespace", checks.namespace, None, "namespace of the Leases", short="-n",
     shown="the service account's, then $POD_NAMESPACE, then the kubeconfig context's")
 KUBECONFIG: Setting[str | None] = Setting(
-    "kubeconfig", str, None, "kubeconfig file", "in-cluster, then $KUBECONFIG, then ~/.kube/config")
+    "kubeconfig", str, None, "kubeconfig file", "$KUBECONFIG, then ~/.kube/config, then the pod's service account")
 LOG_LEVEL = Setting(
     "log-level", checks.log_level, "info", "least severe level logged: " + ", ".join(LOG_LEVELS))
 LEASE_DURATION = Setting(

@@ -3,8 +3,9 @@
 Every request goes through ``KubeApi``: JSON in and out over one keep-alive
 connection, the credentials of the config (a token file is re-read once after
 a 401: a projected token may just have rotated), a timeout, and answers that
-are not 2xx raised as ``errors`` classes. URL paths are built here, by
-``path``, and nowhere else.
+are not 2xx raised as ``errors`` classes, and the config's ``Impersonate-*``
+headers on every request. URL paths are built here, by ``path``, and nowhere
+else.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from typing import Any
 from urllib.parse import quote, urlencode
 
 from .config import ApiConfig, ConfigError
-from .errors import ApiUnavailable, Unauthorized, error_for
+from .errors import ApiUnavailable, Conflict, NotFound, Unauthorized, error_for
 from .http import HttpClient, Unreachable
 from .skew import ClockOffset, offset_from_date
 
@@ -64,6 +65,7 @@ class KubeApi:
             raise Unauthorized(str(err), status=401) from None
         if auth:
             headers.append(("Authorization", auth))
+        headers.extend(self.config.impersonation)
         return headers
 
     async def call(
@@ -129,3 +131,21 @@ class KubeApi:
 
     def close(self) -> None:
         self.http.close()
+
+
+async def exists(api: KubeApi, url: str, what: str) -> bool:
+    """Whether ``GET url`` finds the object (404: False; any other error is raised)."""
+    try:
+        await api.call("GET", url, what)
+    except NotFound:
+        return False
+    return True
+
+
+async def create(api: KubeApi, url: str, what: str, body: dict[str, Any]) -> bool:
+    """``POST url``; False when the object already exists (409)."""
+    try:
+        await api.call("POST", url, what, body)
+    except Conflict:
+        return False
+    return True

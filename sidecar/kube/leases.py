@@ -21,7 +21,8 @@ from .skew import ClockOffset
 
 
 class LeaseStore:
-    """Lease operations in one namespace."""
+    """Lease operations in one namespace; with ``""``, lists of every namespace (``status -A``,
+    the injector's sweep), whose deletes name the Lease's namespace."""
 
     def __init__(self, config: ApiConfig, namespace: str, request_timeout: float = 10.0):
         self.config = config
@@ -34,9 +35,9 @@ class LeaseStore:
         """This node's clock against the API server's, as the last answer showed it."""
         return self.api.clock_offset
 
-    def _path(self, name: str | None = None, **query: str) -> str:
+    def _path(self, name: str | None = None, namespace: str | None = None, **query: str) -> str:
         # An empty namespace lists every namespace (status -A); the election always has one.
-        return path(COORDINATION, "leases", self.namespace or None, name, **query)
+        return path(COORDINATION, "leases", namespace or self.namespace or None, name, **query)
 
     async def _call(
         self, method: str, verb: str, url: str, body: Any = None, timeout: float | None = None
@@ -74,11 +75,20 @@ class LeaseStore:
         )
         return obj if isinstance(obj, dict) else {}
 
-    async def delete(self, name: str, resource_version: str, timeout: float | None = None) -> None:
-        """Delete only if unchanged since ``resource_version`` (409 otherwise)."""
-        await self._call(
-            "DELETE", "delete", self._path(name), unless_changed(resource_version), timeout=timeout
-        )
+    async def delete(
+        self,
+        name: str,
+        resource_version: str,
+        timeout: float | None = None,
+        *,
+        namespace: str | None = None,
+    ) -> None:
+        """Delete only if unchanged since ``resource_version`` (409 otherwise).
+
+        ``namespace``: the Lease's, for a store of every namespace (the injector's sweep).
+        """
+        url = self._path(name, namespace)
+        await self._call("DELETE", "delete", url, unless_changed(resource_version), timeout=timeout)
 
     async def list(
         self, label_selector: str = "", field_selector: str = "", timeout: float | None = None

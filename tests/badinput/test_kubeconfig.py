@@ -1,20 +1,18 @@
-"""Bad cluster credentials: kubeconfig files that cannot work, and tokens the API server refuses.
+"""Bad cluster credentials the API server refuses: tokens, and a CA that is not the cluster's.
 
-A kubeconfig that cannot be used exits 2 with one line naming the file (contract
-§7). A token that is *read* fine but refused (invalid, expired) is a runtime
+A token that is *read* fine but refused (invalid, expired) is a runtime
 condition: the sidecar logs the 401 once with the fix, never leads, stays live
 (``/healthz`` 200, ``/leader`` 503), and recovers when the token file is
-rotated. Already covered elsewhere: a missing file and three garbage files
-(tests/sidecar/test_sidecar_cluster.py).
+rotated. A kubeconfig that cannot be used at all exits 2 with one line naming
+the file (contract §7): the loader's in-process tests
+(tests/unit/test_kubeconfig_refusals.py); a missing file and three garbage
+files through real processes in tests/sidecar/test_sidecar_cluster.py.
 """
 
 from __future__ import annotations
 
 import base64
 import json
-import os
-import subprocess
-import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -23,202 +21,14 @@ from typing import Any
 import pytest
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import padding
-from hypothesis import HealthCheck, given, settings
-from hypothesis import strategies as st
 
-from sidecar.kube.config import ConfigError, from_kubeconfig
 from tests import accounts
 from tests.cluster import ControlPlane
 from tests.cluster.controlplane import SERVICE_ACCOUNT_ISSUER
-from tests.sidecar.proc import BIN, SidecarProcess, wait_for
+from tests.sidecar.proc import SidecarProcess, wait_for
+from tests.unit.kubeconfigs import doc
 
 Spawn = Callable[..., SidecarProcess]
-
-
-def doc(
-    server: str = "https://127.0.0.1:1",
-    cluster: dict[str, Any] | None = None,
-    user: dict[str, Any] | None = None,
-    **top: Any,
-) -> dict[str, Any]:
-    out: dict[str, Any] = {
-        "apiVersion": "v1",
-        "kind": "Config",
-        "current-context": "c",
-        "contexts": [{"name": "c", "context": {"cluster": "k", "user": "u"}}],
-        "clusters": [
-            {"name": "k", "cluster": cluster if cluster is not None else {"server": server}}
-        ],
-        "users": [{"name": "u", "user": user if user is not None else {"token": "abc"}}],
-    }
-    out.update(top)
-    return out
-
-
-def exit_line(path: Path, code: int = 2) -> str:
-    env = {
-        k: v
-        for k, v in os.environ.items()
-        if not k.startswith(("GRELMICRO_SIDECAR_", "KUBERNETES_"))
-    }
-    out = subprocess.run(
-        [
-            str(BIN),
-            "run",
-            "--election=main",
-            "--port=0",
-            "--state-dir=/tmp/never",
-            f"--kubeconfig={path}",
-        ],
-        capture_output=True,
-        text=True,
-        timeout=20,
-        env=env,
-    )
-    assert "Traceback" not in out.stderr, out.stderr
-    assert out.returncode == code, (out.returncode, out.stderr)
-    lines = out.stderr.strip().splitlines()
-    assert len(lines) == 1, out.stderr
-    return lines[0]
-
-
-B64_GARBAGE = base64.b64encode(b"not a certificate").decode()
-UNUSABLE: dict[str, tuple[Any, str]] = {
-    "empty": ("", "is not a kubeconfig"),
-    "binary": (b"\x00\xff\xfe garbage \x00", "kubeconfig"),
-    "scalar": ("42", "is not a kubeconfig"),
-    "no-server": (doc(cluster={}), "has no https server URL"),
-    "ftp-server": (doc(server="ftp://127.0.0.1"), "has no https server URL"),
-    "skip-tls": (
-        doc(cluster={"server": "https://x", "insecure-skip-tls-verify": True}),
-        "insecure-skip-tls-verify",
-    ),
-    "ca-not-base64": (
-        doc(cluster={"server": "https://x", "certificate-authority-data": "%%%"}),
-        "not base64",
-    ),
-    "ca-garbage": (
-        doc(cluster={"server": "https://x", "certificate-authority-data": B64_GARBAGE}),
-        "CA certificate",
-    ),
-    "ca-missing-file": (
-        doc(cluster={"server": "https://x", "certificate-authority": "/nonexistent/ca.crt"}),
-        "CA certificate",
-    ),
-    "client-cert-garbage": (
-        doc(user={"client-certificate-data": B64_GARBAGE, "client-key-data": B64_GARBAGE}),
-        "client certificate/key",
-    ),
-    "exec-plugin": (doc(user={"exec": {"command": "aws"}}), "exec/auth-provider"),
-    # Fields run's loader does not implement are refused, never ignored (it acted
-    # as the real user under `as`, and connected directly under `proxy-url`).
-    "impersonation": (doc(user={"token": "t", "as": "alice"}), "as is not supported"),
-    "proxy-url": (
-        doc(cluster={"server": "https://x", "proxy-url": "http://proxy:3128"}),
-        "proxy-url is not supported",
-    ),
-    "tls-server-name": (
-        doc(cluster={"server": "https://x", "tls-server-name": "api.internal"}),
-        "tls-server-name is not supported",
-    ),
-    "basic-auth": (doc(user={"username": "u", "password": "p"}), "username, password is not"),
-    "unknown-context": (doc(**{"current-context": "nope"}), "no context named 'nope'"),
-    "no-current-context": (doc(**{"current-context": ""}), "has no current-context"),
-}
-
-
-_MARKS: dict[str, Any] = {}
-
-
-@pytest.mark.parametrize(
-    "name", [pytest.param(n, marks=_MARKS.get(n, ())) for n in sorted(UNUSABLE)]
-)
-def test_unusable_kubeconfig_exits_2_naming_the_file(name: str, tmp_path: Path) -> None:
-    content, expected = UNUSABLE[name]
-    path = tmp_path / f"{name}.kubeconfig"
-    if isinstance(content, bytes):
-        path.write_bytes(content)
-    else:
-        path.write_text(content if isinstance(content, str) else json.dumps(content))
-    line = exit_line(path)
-    assert str(path) in line and expected in line, line
-    if name == "ca-missing-file":
-        assert "/nonexistent/ca.crt" in line, line
-
-
-def test_kubeconfig_that_is_a_directory(tmp_path: Path) -> None:
-    line = exit_line(tmp_path)
-    assert f"cannot read kubeconfig {tmp_path}" in line
-
-
-WRONG_TYPES: dict[str, dict[str, Any]] = {
-    "users-is-a-number": doc(users=5),
-    "clusters-is-a-number": doc(clusters=5),
-    "tokenFile-is-a-number": doc(user={"tokenFile": 5}),
-    "client-certificate-is-a-number": doc(user={"client-certificate": 5, "client-key": 6}),
-}
-
-
-@pytest.mark.parametrize("name", sorted(WRONG_TYPES))
-def test_wrongly_typed_kubeconfig_field_exits_2(name: str, tmp_path: Path) -> None:
-    path = tmp_path / f"{name}.kubeconfig"
-    path.write_text(json.dumps(WRONG_TYPES[name]))
-    assert str(path) in exit_line(path)
-
-
-_json = st.recursive(
-    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(max_size=8),
-    lambda c: st.lists(c, max_size=3) | st.dictionaries(st.text(max_size=5), c, max_size=3),
-    max_leaves=5,
-)
-_FIELDS = [
-    "current-context",
-    "contexts",
-    "clusters",
-    "users",
-    "ctx.cluster",
-    "ctx.user",
-    "ctx.namespace",
-    "cluster.server",
-    "cluster.certificate-authority",
-    "cluster.certificate-authority-data",
-    "cluster.insecure-skip-tls-verify",
-    "user.token",
-    "user.tokenFile",
-    "user.client-certificate",
-    "user.client-key",
-    "user.client-certificate-data",
-    "user.client-key-data",
-    "user.exec",
-]
-
-
-@settings(max_examples=300, deadline=None, suppress_health_check=list(HealthCheck))
-@given(st.dictionaries(st.sampled_from(_FIELDS), _json, min_size=1, max_size=3))
-def test_fuzzed_kubeconfig_only_ever_raises_config_error(changes: dict[str, Any]) -> None:
-    data = doc(cluster={"server": "https://127.0.0.1:1"})
-    for key, value in sorted(changes.items(), key=lambda kv: "." not in kv[0]):  # nested first
-        section, _, field = key.partition(".")
-        if not field:
-            data[key] = value
-        else:
-            where = {
-                "ctx": data["contexts"][0]["context"],
-                "cluster": data["clusters"][0]["cluster"],
-                "user": data["users"][0]["user"],
-            }[section]
-            where[field] = value
-    with tempfile.NamedTemporaryFile("w", suffix=".kubeconfig", delete=False) as fh:
-        json.dump(data, fh)
-    try:
-        from_kubeconfig(Path(fh.name))
-    except ConfigError as err:
-        assert fh.name in str(err) or "kubeconfig" in str(err) or "certificate" in str(err), err
-    finally:
-        os.unlink(fh.name)
-
-
-# ---- tokens the API server refuses ------------------------------------------------
 
 
 def _b64url(data: bytes) -> str:

@@ -13,9 +13,9 @@ from typing import Any
 import pytest
 from kubernetes import client
 
-from sidecar.injector.kubeapi import ClusterApi
 from sidecar.kube.config import from_kubeconfig
 from sidecar.kube.errors import Conflict
+from sidecar.kube.leases import LeaseStore
 from tests.cluster import ControlPlane
 
 from .conftest import Injector, Tls, plain_pod, wait_for_default_service_account
@@ -122,11 +122,11 @@ def test_a_stale_judgement_cannot_delete_a_renewed_lease(
     coord.replace_namespaced_lease("leader-renewed", namespace, fresh)
 
     async def delete_as_judged() -> None:
-        cluster_api = ClusterApi(from_kubeconfig(cluster.kubeconfig))
+        every = LeaseStore(from_kubeconfig(cluster.kubeconfig), "")  # the injector's store
         try:
-            await cluster_api.delete_lease(namespace, "leader-renewed", judged)
+            await every.delete("leader-renewed", judged, namespace=namespace)
         finally:
-            cluster_api.close()
+            every.close()
 
     with pytest.raises(Conflict):
         asyncio.run(delete_as_judged())

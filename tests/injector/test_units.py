@@ -197,16 +197,16 @@ class FakeApi:
         self.fail_delete: dict[str, Exception] = {}
         self.fail_pod: Exception | None = None
 
-    async def list_leases(self, label_selector: str) -> list[dict[str, Any]]:
+    async def list(self, label_selector: str = "", **_: Any) -> tuple[list[dict[str, Any]], str]:
         assert label_selector == "app.kubernetes.io/managed-by=grelmicro"
-        return self.leases
+        return self.leases, "1"
 
     async def pod_exists(self, namespace: str, name: str) -> bool:
         if self.fail_pod is not None:
             raise self.fail_pod
         return (namespace, name) in self.pods
 
-    async def delete_lease(self, namespace: str, name: str, resource_version: str) -> None:
+    async def delete(self, name: str, resource_version: str, *, namespace: str) -> None:
         if name in self.fail_delete:
             raise self.fail_delete[name]
         self.deletes.append((namespace, name, resource_version))
@@ -222,7 +222,8 @@ def _sweep(api: FakeApi, margin: float = 60, seen_for: float = 1000) -> Any:
     clock[0] = seen_for
     result = asyncio.run(
         sweep_cluster(
-            api,
+            api,  # type: ignore[arg-type]
+            api.pod_exists,
             log,
             sightings=sightings,
             margin=margin,
@@ -284,7 +285,16 @@ def test_sweep_judges_on_what_it_saw_not_on_any_wall_clock() -> None:
 
     def sweep_at(t: float) -> Any:
         clock[0] = t
-        return asyncio.run(sweep_cluster(api, log, sightings=sightings, margin=10, now=lambda: NOW))
+        return asyncio.run(
+            sweep_cluster(
+                api,  # type: ignore[arg-type]
+                api.pod_exists,
+                log,
+                sightings=sightings,
+                margin=10,
+                now=lambda: NOW,
+            )
+        )
 
     first = sweep_at(0)  # first sight: nothing is confirmed yet
     assert api.deletes == [] and first.kept_unconfirmed == 2 and first.confirm_in == 25

@@ -40,6 +40,9 @@ INJECTOR_ONLY = (
     "cffi",
     "sidecar.injector",
 )
+#: The official client: an optional loader of credential plugins, for status, cleanup and the
+#: injector only (contract §7 "Kubeconfig").
+OFFICIAL_CLIENT = ("kubernetes", "urllib3", "google.auth")
 
 
 def _tool(name: str) -> str:
@@ -223,6 +226,8 @@ def test_run_never_imports_the_injector_dependencies(
     assert "sidecar.driver.elector" in modules and "h11" in modules  # it did run the sidecar
     loaded = [m for m in modules if any(m == p or m.startswith(p + ".") for p in INJECTOR_ONLY)]
     assert loaded == [], f"`run` imported injector-only modules: {loaded}"
+    client = [m for m in modules if any(m == p or m.startswith(p + ".") for p in OFFICIAL_CLIENT)]
+    assert client == [], f"`run` loaded the official client: {client}"
     heavy = [m for m in modules if m.split(".")[0] in NOT_ON_RUNS_PATH]
     assert heavy == [], f"`run` loaded modules it was cut from (memory, issue 15): {heavy}"
     print(

@@ -61,16 +61,48 @@ def test_in_cluster_reads_the_service_account_mount(
 def test_injector_login_dials_the_address_the_kubelet_gives_not_a_dns_name(
     tmp_path: Path, ca: CertificateAuthority, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from sidecar.injector.operator import service_account_login
+    from sidecar.injector.operator import connection_info
 
     _pod(tmp_path, ca, monkeypatch, "grelmicro-system", host="10.96.0.1")
-    login = service_account_login(tmp_path)
+    login = connection_info(in_cluster(tmp_path))
     assert (login.server, login.token, login.default_namespace) == (
         "https://10.96.0.1:443",
         "tok-1",
         "grelmicro-system",
     )
     assert login.ca_path == str(tmp_path / "ca.crt")
+    (tmp_path / "token").write_text("tok-2")  # kopf logs in again after a 401: the new token
+    assert connection_info(in_cluster(tmp_path)).token == "tok-2"
+
+
+def test_injector_login_and_its_own_calls_share_one_kubeconfig_reading(
+    tmp_path: Path, ca: CertificateAuthority
+) -> None:
+    """kopf gets the same server, CA and client certificate as the injector's own calls."""
+    from sidecar.injector.operator import connection_info
+
+    cert, key = ca.issue("injector")
+    (tmp_path / "ca.pem").write_bytes(ca.cert_pem)
+    b64 = lambda b: base64.b64encode(b).decode()  # noqa: E731
+    config = from_kubeconfig(
+        _kubeconfig(
+            tmp_path / "kc",
+            {"certificate-authority": "ca.pem"},
+            {"client-certificate-data": b64(cert), "client-key-data": b64(key)},
+        )
+    )
+    login = connection_info(config)
+    assert (login.server, login.token, login.default_namespace) == (
+        "https://127.0.0.1:6443",
+        None,
+        "team",
+    )
+    assert (login.ca_path, login.certificate_data, login.private_key_data) == (
+        str(tmp_path / "ca.pem"),
+        cert,
+        key,
+    )
+    login.as_ssl_context()  # kopf's own TLS stack accepts it
 
 
 def test_token_file_is_reread_when_it_changes(tmp_path: Path) -> None:
@@ -122,7 +154,7 @@ def test_kubeconfig_relative_token_file(tmp_path: Path, ca: CertificateAuthority
     ("cluster", "user", "message"),
     [
         ({"insecure-skip-tls-verify": True}, {"token": "x"}, "always verifies TLS"),
-        ({}, {"exec": {"command": "aws"}}, "exec/auth-provider plugin"),
+        ({}, {"exec": {"command": "aws"}}, "credential plugin \\(exec\\)"),
         ({"certificate-authority-data": "!!!"}, {"token": "x"}, "not base64"),
         (
             {"certificate-authority": "/nonexistent/ca.pem"},
