@@ -19,9 +19,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from sidecar.commands.cli import build_parser
-from sidecar.commands.run import cleanup, run
-from sidecar.commands.status import status
+from sidecar.commands.cli import command
 from sidecar.kube.config import ConfigError, from_kubeconfig, load
 
 from .kubeconfigs import doc, write
@@ -40,10 +38,8 @@ def refused(path: Path, capsys: pytest.CaptureFixture[str], **kw: Any) -> str:
         load(str(path), **kw)
     message = str(err.value)
     assert "\n" not in message, message
-    args = build_parser().parse_args(
-        ["run", "--election=main", "--port=0", "--state-dir=/tmp/never", f"--kubeconfig={path}"]
-    )
-    assert run(args) == 2
+    argv = ["run", "--election=main", "--port=0", "--state-dir=/tmp/never", f"--kubeconfig={path}"]
+    assert command(argv, os.environ) == 2
     assert capsys.readouterr().err == f"grelmicro-sidecar: {message}\n"
     return message
 
@@ -198,12 +194,9 @@ def test_fuzzed_kubeconfig_only_ever_raises_config_error(changes: dict[str, Any]
         os.unlink(fh.name)
 
 
-def exit_code(command: str, *flags: str) -> int:
+def exit_code(name: str, *flags: str) -> int:
     """``status`` or ``cleanup`` with these flags, in this process."""
-    args = build_parser().parse_args([command, *flags])
-    if command == "status":
-        return status(args)
-    return cleanup(args)
+    return command([name, *flags], os.environ)
 
 
 @pytest.mark.parametrize("command", ["status", "cleanup"])
