@@ -537,7 +537,7 @@ def test_a_store_restored_from_a_backup_is_believed_waited_out_and_never_re_read
     assert [ev.kind for ev in b.drain_events()] == ["rolled_back"]
     assert b.next_action(16) == Wait(31)  # nobody is trusted free for a lease duration
     # a's renewal carries 104, which the store no longer has: 409, then a read.
-    assert isinstance(step(a, store, 20), Write) and a.stale
+    assert isinstance(step(a, store, 20), Write) and a.seen.stale
     assert isinstance(step(a, store, 20), Read)
     assert not a.is_leader(20), "a leader whose store went back steps down"
     assert a.next_action(20) == Wait(35)
