@@ -6,9 +6,7 @@ instant leadership lapses even if the election loop is busy. A probe that
 cannot connect at all (the process is stopped) fails, which is the other half
 of the safety story for a paused sidecar.
 
-Change notifications (``/leader?wait=``, ``/events``) wait on ``Changes``; at
-most ``MAX_WAITERS`` requests wait at once, so waiting clients can never hold
-every connection a probe needs.
+Change notifications (``/leader?wait=``, ``/events``) are ``notify``'s.
 """
 
 from __future__ import annotations
@@ -16,17 +14,15 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
-import os
-from collections.abc import Callable, Coroutine
-from typing import Any, TypeVar
-from urllib.parse import parse_qs
+from collections.abc import Callable
+from typing import Any
 
 import h11
 
-from ..core.durations import ACCEPTED_FORM, parse_duration
 from ..core.state import State
 from ..kit.logs import Logger
 from .changes import Changes
+from .notify import Answer, Notifications
 
 StateFn = Callable[[], State]
 
@@ -37,18 +33,8 @@ MAX_CONNECTIONS = 32
 REQUEST_DEADLINE = 5.0
 MAX_REQUEST_BYTES = 16 * 1024
 TOO_LARGE = b"HTTP/1.1 431 Request Header Fields Too Large\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
-# Change notifications: at most this many long polls and streams at once, a wait of
-# at most MAX_WAIT seconds, and a comment line on an idle stream every KEEPALIVE
-# seconds (a proxy keeps it open; a vanished client is noticed on the write).
-MAX_WAITERS = 16
-MAX_WAIT = 300.0
-KEEPALIVE = 15.0
 #: The status port listens on IPv4 and IPv6 everywhere (IPv6 only where the kernel has it).
 EVERY_INTERFACE = ("0.0.0.0", "::")
-CLOSE_GRACE = 0.5  # at shutdown, time for streams to send their last event
-
-Answer = tuple[int, str, bytes]
-T = TypeVar("T")
 
 
 class StatusServer:
@@ -67,13 +53,11 @@ class StatusServer:
         self.metrics = metrics
         self.log = log
         self.changes = changes
+        self.notify = Notifications(changes)
         self.server: asyncio.Server | None = None
         self._open: set[asyncio.StreamWriter] = set()
         # Connections waiting for a request, oldest first (a dict keeps insertion order).
         self._idle: dict[asyncio.StreamWriter, None] = {}
-        self._waiting: set[asyncio.Task[Any]] = set()
-        # ETags name this process too: a version number from a restarted sidecar never matches.
-        self._boot = os.urandom(4).hex()
 
     async def start(self) -> None:
         # Every interface: the kubelet probes the pod IP, the app uses loopback. Named by
@@ -88,22 +72,13 @@ class StatusServer:
         return int(self.server.sockets[0].getsockname()[1])
 
     async def close(self) -> None:
-        self.changes.close()  # streams send what is pending and end; long polls answer
-        if self._waiting:
-            await asyncio.wait(set(self._waiting), timeout=CLOSE_GRACE)
+        await self.notify.close()
         if self.server is not None:
             self.server.close()
             for writer in list(self._open):
                 writer.transport.abort()
             with contextlib.suppress(Exception):
                 await asyncio.wait_for(self.server.wait_closed(), 1.0)
-
-    def event_id(self, version: int) -> str:
-        """``<process>-<version>``: the SSE ``id`` and, quoted, /leader's ETag."""
-        return f"{self._boot}-{version}"
-
-    def etag(self, version: int) -> str:
-        return f'"{self.event_id(version)}"'
 
     def answer(self, method: str, path: str) -> Answer:
         """(status, content type, body) for one request."""
@@ -188,8 +163,8 @@ class StatusServer:
                 conn.receive_data(data)
             elif isinstance(event, h11.Request):
                 self._idle.pop(writer, None)
-                if _is_stream(event) and self._too_many() is None:
-                    await self._waiter(self._stream(conn, writer))
+                if _is_stream(event) and self.notify.too_many() is None:
+                    await self.notify.waiter(self.notify.stream(conn, writer))
                     return
                 writer.write(await self._respond(conn, event))
                 async with asyncio.timeout(REQUEST_DEADLINE):
@@ -211,9 +186,9 @@ class StatusServer:
         path, _, query = target.partition("?")
         answer: Answer | None = None
         if _is_stream(request):
-            answer = self._too_many()
+            answer = self.notify.too_many()
         elif path == "/leader" and method in ("GET", "HEAD"):
-            answer = await self._conditional(query, _header(request, b"if-none-match"))
+            answer = await self.notify.conditional(query, _header(request, b"if-none-match"))
         version = self.changes.version
         if answer is None:
             answer = self.answer(method, target)
@@ -222,79 +197,11 @@ class StatusServer:
         if ctype:
             headers.insert(0, ("Content-Type", ctype))
         if path == "/leader":
-            headers.append(("ETag", self.etag(version)))
+            headers.append(("ETag", self.notify.etag(version)))
         out = conn.send(h11.Response(status_code=status, headers=headers))
         if request.method != b"HEAD":
             out += conn.send(h11.Data(data=body))
         return out + conn.send(h11.EndOfMessage())
-
-    def _too_many(self) -> Answer | None:
-        """429 when ``MAX_WAITERS`` requests already wait, else None."""
-        if len(self._waiting) < MAX_WAITERS:
-            return None
-        return (
-            429,
-            "text/plain",
-            f"too many waiting requests ({MAX_WAITERS}); retry later\n".encode(),
-        )
-
-    async def _waiter(self, waiting: Coroutine[Any, Any, T]) -> T:
-        """Run one waiting request where ``close`` can see it (the caller checked the bound)."""
-        task = asyncio.ensure_future(waiting)
-        self._waiting.add(task)
-        try:
-            return await task
-        finally:
-            self._waiting.discard(task)
-
-    async def _conditional(self, query: str, seen: str | None) -> Answer | None:
-        """``?wait=`` and ``If-None-Match`` on /leader: an answer of their own (400, 429, 304) or None.
-
-        With ``wait`` the request is held until the version differs from ``seen``
-        (an ETag; without one, from the version when it arrived) or the wait ends.
-        """
-        wait = parse_qs(query).get("wait")
-        if wait is not None:
-            seconds = _wait_seconds(wait[-1])
-            if isinstance(seconds, tuple):
-                return seconds
-            if (refused := self._too_many()) is not None:
-                return refused
-            known = self.changes.version
-            if seen is None or seen == self.etag(known):  # else the client is behind: answer now
-                await self._waiter(self.changes.wait(known, seconds))
-        return (304, "", b"") if seen == self.etag(self.changes.version) else None
-
-    async def _stream(self, conn: h11.Connection, writer: asyncio.StreamWriter) -> None:
-        """Server-Sent Events: the state now, then every change, until shutdown."""
-        headers = [("Content-Type", "text/event-stream"), ("Cache-Control", "no-store")]
-        writer.write(conn.send(h11.Response(status_code=200, headers=headers)))
-        sent = self.changes.version - 1  # the state now comes first, then every change
-        while True:
-            for version, state in self.changes.since(sent):
-                data = json.dumps(state.as_dict(), separators=(",", ":"))
-                line = f"id: {self.event_id(version)}\ndata: {data}\n\n"
-                writer.write(conn.send(h11.Data(data=line.encode())))
-                sent = version
-            if self.changes.closed:
-                writer.write(conn.send(h11.EndOfMessage()))
-            async with asyncio.timeout(REQUEST_DEADLINE):
-                await writer.drain()
-            if self.changes.closed:
-                return
-            if await self.changes.wait(sent, KEEPALIVE) == sent and not self.changes.closed:
-                writer.write(conn.send(h11.Data(data=b": keep-alive\n\n")))
-
-
-def _wait_seconds(wait: str) -> float | Answer:
-    """``?wait=``'s seconds, or the 400 that says what is wrong with it."""
-    try:
-        seconds = parse_duration(wait)
-    except ValueError:
-        return 400, "text/plain", f"wait: {wait!r} is not {ACCEPTED_FORM}\n".encode()
-    if seconds > MAX_WAIT:
-        return 400, "text/plain", f"wait: {wait!r} is longer than {MAX_WAIT:g}s\n".encode()
-    return seconds
 
 
 def _is_stream(request: h11.Request) -> bool:
