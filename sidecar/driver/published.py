@@ -5,8 +5,9 @@ at start-up ("not leader", so a file left by a crashed run never claims
 leadership), then on every new state; every new state is a change
 notification; the HTTP endpoints answer from the election's live view at
 request time (``Control.view``), so ``/leader`` turns 503 the instant
-leadership lapses even when the loop is busy. The endpoints close last, after
-the release, so streams hear the final "not leader" (contract §4, §5).
+leadership lapses even when the loop is busy. Before the release every
+subscriber has been told "not leader" or lost its stream; the endpoints close
+last (contract §4, §5).
 """
 
 from __future__ import annotations
@@ -55,6 +56,11 @@ class Published(Observer):
             self.log.forget("statefile")
         except StateDirError as err:
             self.log.once("statefile", "error", str(err) + "; readers must rely on valid_until")
+
+    async def before_release(self) -> None:
+        """Every subscriber told "not leader" (or its stream closed), bounded, before a successor can lead."""
+        if self.server is not None:
+            await self.server.notify.flush()
 
     async def after_release(self) -> None:
         if self.server is not None:

@@ -13,8 +13,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Coroutine
 from typing import Any
 
 import h11
@@ -22,7 +23,7 @@ import h11
 from ..core.state import State
 from ..kit.logs import Logger
 from .changes import Changes
-from .notify import Answer, Notifications
+from .notify import Answer, Notifications, Waiter
 
 StateFn = Callable[[], State]
 
@@ -55,8 +56,8 @@ class StatusServer:
         self.changes = changes
         self.notify = Notifications(changes)
         self.server: asyncio.Server | None = None
-        self._open: set[asyncio.StreamWriter] = set()
-        # Connections waiting for a request, oldest first (a dict keeps insertion order).
+        # Open connections, and those waiting for a request, oldest first (dicts keep order).
+        self._open: dict[asyncio.StreamWriter, None] = {}
         self._idle: dict[asyncio.StreamWriter, None] = {}
 
     async def start(self) -> None:
@@ -119,27 +120,30 @@ class StatusServer:
             # 3.11's stream callback prints a traceback for a handler that ends cancelled.
             pass
         finally:
-            self._open.discard(writer)
+            self._open.pop(writer, None)
             self._idle.pop(writer, None)
             writer.close()
 
     def _admit(self, writer: asyncio.StreamWriter) -> None:
-        """Make room for a new connection by closing the one idle the longest.
+        """Make room for a new connection: close the one idle the longest, else the oldest
+        waiting request from outside the pod, else the oldest connection.
 
         A probe sends its request as soon as it connects, so the connections that sit
-        idle are the ones that are not probes; the newest connection always gets in.
+        idle are not probes; the pod's own app's streams go last; the newest connection
+        always gets in.
         """
         if len(self._open) >= MAX_CONNECTIONS:
-            oldest = next(iter(self._idle), None)
-            victim = oldest if oldest is not None else next(iter(self._open))
+            victim = next(iter(self._idle), None) or self.notify.evictable()
+            victim = victim or next(iter(self._open))
             self._idle.pop(victim, None)
-            self._open.discard(victim)
+            self._open.pop(victim, None)
             victim.transport.abort()
-        self._open.add(writer)
+        self._open[writer] = None
 
     async def _converse(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         """Answer requests on one connection, each within ``REQUEST_DEADLINE`` of the last."""
         conn = h11.Connection(h11.SERVER, max_incomplete_event_size=MAX_REQUEST_BYTES)
+        local = _loopback(writer.get_extra_info("peername"))
         loop = asyncio.get_running_loop()
         deadline = loop.time() + REQUEST_DEADLINE
         received = 0  # bytes of the request being read: h11 bounds only an incomplete head
@@ -163,10 +167,15 @@ class StatusServer:
                 conn.receive_data(data)
             elif isinstance(event, h11.Request):
                 self._idle.pop(writer, None)
-                if _is_stream(event) and self.notify.too_many() is None:
-                    await self.notify.waiter(self.notify.stream(conn, writer))
+                who = Waiter(local, writer)
+                if _is_stream(event) and self.notify.too_many(local) is None:
+                    stream = functools.partial(self.notify.stream, conn)
+                    await self.notify.waiter(stream, who, reader, conn)
                     return
-                writer.write(await self._respond(conn, event))
+                answer = await self._respond(conn, event, who, reader)
+                if answer is None:
+                    return  # the client hung up while waiting
+                writer.write(answer)
                 async with asyncio.timeout(REQUEST_DEADLINE):
                     await writer.drain()
             elif isinstance(event, h11.EndOfMessage) and conn.our_state is h11.DONE:
@@ -181,14 +190,32 @@ class StatusServer:
             ):
                 return
 
-    async def _respond(self, conn: h11.Connection, request: h11.Request) -> bytes:
+    async def _respond(
+        self, conn: h11.Connection, request: h11.Request, who: Waiter, reader: asyncio.StreamReader
+    ) -> bytes | None:
+        """The answer's bytes; None when the client hung up during a long poll."""
         method, target = request.method.decode(), request.target.decode()
         path, _, query = target.partition("?")
         answer: Answer | None = None
+        refused: Answer | None = None
+        stayed = True
+
+        async def wait(work: Coroutine[Any, Any, None]) -> None:
+            """Hold a long poll in its pool's slot, or refuse it (429)."""
+            nonlocal refused, stayed
+            if (refused := self.notify.too_many(who.local)) is None:
+                stayed = await self.notify.waiter(lambda _who: work, who, reader, conn)
+            else:
+                work.close()
+
         if _is_stream(request):
-            answer = self.notify.too_many()
+            answer = self.notify.too_many(who.local)
         elif path == "/leader" and method in ("GET", "HEAD"):
-            answer = await self.notify.conditional(query, _header(request, b"if-none-match"))
+            seen = _header(request, b"if-none-match")
+            answer = await self.notify.conditional(query, seen, wait)
+            answer = refused or answer
+        if not stayed:
+            return None
         version = self.changes.version
         if answer is None:
             answer = self.answer(method, target)
@@ -202,6 +229,12 @@ class StatusServer:
         if request.method != b"HEAD":
             out += conn.send(h11.Data(data=body))
         return out + conn.send(h11.EndOfMessage())
+
+
+def _loopback(peer: Any) -> bool:
+    """Whether a connection comes from this pod (loopback, IPv4, IPv6 or IPv4-mapped)."""
+    host = str(peer[0]) if isinstance(peer, tuple) and peer else ""
+    return host.startswith(("127.", "::ffff:127.")) or host == "::1"
 
 
 def _is_stream(request: h11.Request) -> bool:

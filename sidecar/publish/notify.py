@@ -1,18 +1,28 @@
 """Change notifications: long polls (``/leader?wait=``) and Server-Sent Events (``/events``).
 
 Both wait on ``Changes``, numbered by a version named ``<process>-<n>``
-(contract §4, change notifications). At most ``MAX_WAITERS`` requests wait at
-once, so waiting clients can never hold every connection a probe needs; at
-shutdown every stream gets the last state and ends, and long polls answer.
+(contract §4, change notifications). Guarantees:
+
+- the pod's own app always gets a slot: waiting requests from loopback and
+  from other addresses have pools of their own, so no client outside the pod
+  can starve the app (``MAX_LOCAL``, ``MAX_REMOTE``);
+- a client that hangs up frees its slot at once, not when its wait ends;
+- ``flush`` returns once every stream was sent the current state (its
+  connection accepted it) and every long poll was answered, or, past its
+  bound, after closing those that were not: the shutdown calls it before the
+  release, so no subscriber hears "not leader" after a successor leads;
+- at shutdown every stream gets the last state and ends, and long polls answer.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
-from collections.abc import Coroutine
-from typing import Any, TypeVar
+from collections.abc import Callable, Coroutine
+from dataclasses import dataclass
+from typing import Any
 from urllib.parse import parse_qs
 
 import h11
@@ -20,24 +30,35 @@ import h11
 from ..core.durations import ACCEPTED_FORM, parse_duration
 from .changes import Changes
 
-# At most this many long polls and streams at once, a wait of at most MAX_WAIT
-# seconds, and a comment line on an idle stream every KEEPALIVE seconds (a proxy
-# keeps it open; a vanished client is noticed on the write).
-MAX_WAITERS = 16
+#: Waiting requests at once, from loopback (the pod's own app) and from anywhere else.
+MAX_LOCAL = 16
+MAX_REMOTE = 8
+#: The longest ``?wait=``; an idle stream gets a comment this often (a proxy keeps it open).
 MAX_WAIT = 300.0
 KEEPALIVE = 15.0
 #: An event a client does not read within this closes its stream.
 SEND_DEADLINE = 5.0
-CLOSE_GRACE = 0.5  # at shutdown, time for streams to send their last event
+#: How long the shutdown gives the subscribers to be told, before and after the release.
+FLUSH_BOUND = 1.0
+CLOSE_GRACE = 0.5
 
 Answer = tuple[int, str, bytes]
-T = TypeVar("T")
+
+
+@dataclass
+class Waiter:
+    """One waiting request: where it came from, and (a stream) the last version it was sent."""
+
+    local: bool
+    writer: asyncio.StreamWriter
+    sent: int = 0
+    stream: bool = False
 
 
 class Notifications:
     def __init__(self, changes: Changes):
         self.changes = changes
-        self._waiting: set[asyncio.Task[Any]] = set()
+        self._waiting: dict[asyncio.Task[Any], Waiter] = {}
         # ETags name this process too: a version number from a restarted sidecar never matches.
         self._boot = os.urandom(4).hex()
 
@@ -48,45 +69,69 @@ class Notifications:
     def etag(self, version: int) -> str:
         return f'"{self.event_id(version)}"'
 
-    def too_many(self) -> Answer | None:
-        """429 when ``MAX_WAITERS`` requests already wait, else None."""
-        if len(self._waiting) < MAX_WAITERS:
+    def too_many(self, local: bool) -> Answer | None:
+        """429 when this client's pool is full, else None."""
+        bound = MAX_LOCAL if local else MAX_REMOTE
+        if sum(w.local == local for w in self._waiting.values()) < bound:
             return None
-        return (
-            429,
-            "text/plain",
-            f"too many waiting requests ({MAX_WAITERS}); retry later\n".encode(),
-        )
+        return 429, "text/plain", f"too many waiting requests ({bound}); retry later\n".encode()
 
-    async def waiter(self, waiting: Coroutine[Any, Any, T]) -> T:
-        """Run one waiting request where ``close`` can see it (the caller checked the bound)."""
-        task = asyncio.ensure_future(waiting)
-        self._waiting.add(task)
-        try:
-            return await task
-        finally:
-            self._waiting.discard(task)
+    def evictable(self) -> asyncio.StreamWriter | None:
+        """The oldest waiting request from outside the pod (closed first when connections run out)."""
+        return next((w.writer for w in self._waiting.values() if not w.local), None)
 
-    async def conditional(self, query: str, seen: str | None) -> Answer | None:
-        """``?wait=`` and ``If-None-Match`` on /leader: an answer of their own (400, 429, 304) or None.
+    async def waiter(
+        self,
+        waiting: Callable[[Waiter], Coroutine[Any, Any, None]],
+        who: Waiter,
+        reader: asyncio.StreamReader,
+        conn: h11.Connection,
+    ) -> bool:
+        """Run one waiting request (the caller checked the bound); False when the client left.
 
-        With ``wait`` the request is held until the version differs from ``seen``
-        (an ETag; without one, from the version when it arrived) or the wait ends.
+        Bytes the client sends meanwhile (a pipelined request) go to ``conn``.
         """
-        wait = parse_qs(query).get("wait")
-        if wait is not None:
-            seconds = _wait_seconds(wait[-1])
+        task = asyncio.ensure_future(waiting(who))
+        self._waiting[task] = who
+        gone = asyncio.ensure_future(_hang_up(reader, conn))
+        try:
+            await asyncio.wait([task, gone], return_when=asyncio.FIRST_COMPLETED)
+            if not task.done():
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
+                return False
+            task.result()
+            return True
+        finally:
+            gone.cancel()
+            del self._waiting[task]
+
+    async def conditional(
+        self, query: str, seen: str | None, wait: Callable[[Coroutine[Any, Any, None]], Any]
+    ) -> Answer | None:
+        """``?wait=`` and ``If-None-Match`` on /leader: an answer of their own (400, 304) or None.
+
+        With ``wait`` the request is held (through ``wait``, which holds its
+        slot) until the version differs from ``seen`` (an ETag; without one,
+        from the version when it arrived) or the wait ends.
+        """
+        raw = parse_qs(query).get("wait")
+        if raw is not None:
+            seconds = _wait_seconds(raw[-1])
             if isinstance(seconds, tuple):
                 return seconds
-            if (refused := self.too_many()) is not None:
-                return refused
             known = self.changes.version
             if seen is None or seen == self.etag(known):  # else the client is behind: answer now
-                await self.waiter(self.changes.wait(known, seconds))
+                await wait(self._until_changed(known, seconds))
         return (304, "", b"") if seen == self.etag(self.changes.version) else None
 
-    async def stream(self, conn: h11.Connection, writer: asyncio.StreamWriter) -> None:
+    async def _until_changed(self, known: int, seconds: float) -> None:
+        await self.changes.wait(known, seconds)
+
+    async def stream(self, conn: h11.Connection, who: Waiter) -> None:
         """Server-Sent Events: the state now, then every change, until shutdown."""
+        writer, who.stream = who.writer, True
         headers = [("Content-Type", "text/event-stream"), ("Cache-Control", "no-store")]
         writer.write(conn.send(h11.Response(status_code=200, headers=headers)))
         sent = self.changes.version - 1  # the state now comes first, then every change
@@ -100,16 +145,36 @@ class Notifications:
                 writer.write(conn.send(h11.EndOfMessage()))
             async with asyncio.timeout(SEND_DEADLINE):
                 await writer.drain()
+            who.sent = sent
             if self.changes.closed:
                 return
             if await self.changes.wait(sent, KEEPALIVE) == sent and not self.changes.closed:
                 writer.write(conn.send(h11.Data(data=b": keep-alive\n\n")))
+
+    async def flush(self, bound: float = FLUSH_BOUND) -> None:
+        """Until every subscriber was told the current state; past ``bound``, close the rest."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + bound
+        while loop.time() < deadline and self._behind():
+            await asyncio.sleep(0.005)
+        for task in self._behind():
+            self._waiting[task].writer.transport.abort()
+
+    def _behind(self) -> list[asyncio.Task[Any]]:
+        version = self.changes.version
+        return [t for t, w in self._waiting.items() if not w.stream or w.sent < version]
 
     async def close(self) -> None:
         """Streams send what is pending and end; long polls answer (bounded)."""
         self.changes.close()
         if self._waiting:
             await asyncio.wait(set(self._waiting), timeout=CLOSE_GRACE)
+
+
+async def _hang_up(reader: asyncio.StreamReader, conn: h11.Connection) -> None:
+    """Return when the client closes its side; anything it sends meanwhile goes to ``conn``."""
+    while data := await reader.read(8192):
+        conn.receive_data(data)
 
 
 def _wait_seconds(wait: str) -> float | Answer:

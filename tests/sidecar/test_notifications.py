@@ -50,8 +50,10 @@ def test_a_subscriber_is_told_of_the_handover_and_the_old_leader_says_so_first(
 
     stepped_down = on_a.first(lambda s: not s["is_leader"])
     assert stepped_down is not None and on_a.events[-1].state["is_leader"] is False
-    # The old leader's "not leader" was written before the successor's "leader".
+    # The old leader's "not leader" was written before the successor's "leader", and it
+    # reached its app first (contract §4: sent before the release).
     assert _parse(stepped_down.state["updated_at"]) < _parse(told.state["updated_at"])
+    assert stepped_down.at < told.at, (stepped_down.at, told.at)
     assert told.state["fencing_token"] > a_token
     # Told within a moment of the sidecar publishing it (generous: this is not a benchmark).
     assert told.at - _parse(told.state["updated_at"]) < 1.0
