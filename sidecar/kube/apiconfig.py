@@ -21,8 +21,7 @@ class ConfigError(Exception):
     """The cluster connection cannot be configured; the message (one line) says what to fix."""
 
 
-class ClientCertError(ConfigError):
-    """The client certificate or key cannot be loaded (the user's part, not the cluster's)."""
+Fail = Callable[[str], ConfigError]  # a TLS problem's error: the loader's names the file at fault
 
 
 class TokenFile:
@@ -56,46 +55,38 @@ class TlsFiles:
     key_path: str | None = None
     key_data: bytes | None = None
 
-    def context(self) -> ssl.SSLContext:
+    def context(self, ca_fail: Fail = ConfigError, cert_fail: Fail = ConfigError) -> ssl.SSLContext:
         """A verifying client context: this CA (else the system's), this client certificate.
 
-        ssl loads certificates from paths only: inline data goes through an anonymous
-        in-memory file (memfd, read through /proc/self/fd), so the key never touches a
-        disk and ``tempfile`` (with shutil, bz2, lzma, zlib) stays unloaded; a private
-        temporary file only where there is no memfd (not Linux).
+        ssl reads paths only: inline PEM goes through an anonymous in-memory file (memfd), so
+        the key never touches a disk and ``tempfile`` (with shutil, bz2, lzma, zlib) stays
+        unloaded; a private temporary file where there is no memfd (not Linux).
         """
-        ctx = tls_context(self.ca_path, self.ca_data)
+        ctx = tls_context(self.ca_path, self.ca_data, ca_fail)
         if not ((self.cert_path or self.cert_data) and (self.key_path or self.key_data)):
             return ctx
-        fds: list[int] = []
-        names: list[str] = []
+        with contextlib.ExitStack() as opened:
 
-        def path(data: bytes | None) -> str:
-            if hasattr(os, "memfd_create"):
-                fd = os.memfd_create("grelmicro-pem", os.MFD_CLOEXEC)
-                name = f"/proc/self/fd/{fd}"
-            else:
-                import tempfile
+            def path(data: bytes | None) -> str:
+                if hasattr(os, "memfd_create"):
+                    fd = os.memfd_create("grelmicro-pem", os.MFD_CLOEXEC)
+                    name = f"/proc/self/fd/{fd}"
+                else:
+                    import tempfile
 
-                fd, name = tempfile.mkstemp(prefix="grelmicro-", suffix=".pem")
-                names.append(name)
-            fds.append(fd)
-            with open(fd, "wb", closefd=False) as fh:
-                fh.write(data or b"")
-            return name
+                    fd, name = tempfile.mkstemp(prefix="grelmicro-", suffix=".pem")
+                    opened.callback(Path(name).unlink, missing_ok=True)
+                opened.callback(os.close, fd)
+                with open(fd, "wb", closefd=False) as fh:
+                    fh.write(data or b"")
+                return name
 
-        try:
-            ctx.load_cert_chain(
-                self.cert_path or path(self.cert_data), self.key_path or path(self.key_data)
-            )
-        except OSError as err:  # ssl.SSLError too
-            raise ClientCertError(f"cannot load the client certificate/key: {err}") from None
-        finally:
-            for fd in fds:
-                os.close(fd)
-            for name in names:
-                with contextlib.suppress(OSError):
-                    os.unlink(name)
+            try:
+                ctx.load_cert_chain(
+                    self.cert_path or path(self.cert_data), self.key_path or path(self.key_data)
+                )
+            except OSError as err:  # ssl.SSLError too
+                raise cert_fail(f"cannot load the client certificate/key: {err}") from None
         return ctx
 
 
@@ -133,7 +124,9 @@ class ApiConfig:
         return f"Bearer {token}" if token else None
 
 
-def tls_context(cafile: str | None = None, cadata: bytes | None = None) -> ssl.SSLContext:
+def tls_context(
+    cafile: str | None = None, cadata: bytes | None = None, fail: Fail = ConfigError
+) -> ssl.SSLContext:
     """A client TLS context that verifies the server: the given CA (PEM), else the system's."""
     ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)  # verifies certificate and hostname
     ctx.minimum_version = ssl.TLSVersion.TLSv1_2
@@ -145,7 +138,7 @@ def tls_context(cafile: str | None = None, cadata: bytes | None = None) -> ssl.S
         else:
             ctx.load_default_certs()
     except OSError as err:  # ssl.SSLError too
-        raise ConfigError(f"{failed}: {err.strerror or err}") from None
+        raise fail(f"{failed}: {err.strerror or err}") from None
     except ValueError:
-        raise ConfigError(f"{failed}: not a PEM certificate") from None
+        raise fail(f"{failed}: not a PEM certificate") from None
     return ctx

@@ -1,12 +1,9 @@
 """The one kubeconfig loader: an ``ApiConfig`` for every command and for the injector.
 
-kubectl's precedence (contract §7 "Kubeconfig"): ``--kubeconfig``; else
-``$KUBECONFIG``; else ``~/.kube/config``; the pod's service account only when
-none of those files exists. Guarantees: one precedence and one merge for every
-caller; a field no path implements is refused, never ignored; every problem is
-a ``ConfigError`` of one line naming the field. A credential plugin is run by
-the official client only for ``status``, ``cleanup`` and the injector: ``run``
-and ``lock`` never import it.
+Guarantees: kubectl's precedence and merge, the pod's service account only when no
+kubeconfig file exists (contract §7 "Kubeconfig"); a field no path implements is
+refused, never ignored; every problem is a ``ConfigError`` of one line naming the
+field; ``run`` and ``lock`` never import the official client.
 """
 
 from __future__ import annotations
@@ -14,23 +11,21 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
-import ssl
 from pathlib import Path
 from urllib.parse import urlsplit
 
 from .apiconfig import ApiConfig as ApiConfig
-from .apiconfig import ClientCertError, TlsFiles
 from .apiconfig import ConfigError as ConfigError
+from .apiconfig import TlsFiles
 from .apiconfig import TokenFile as TokenFile
 from .apiconfig import tls_context as tls_context
 from .kubeconfig import Entry, files, label, read
 
 SERVICE_ACCOUNT_DIR = Path("/var/run/secrets/kubernetes.io/serviceaccount")
-BASIC_AUTH = "basic authentication left Kubernetes in 1.19"
 #: Fields no path implements, and why: refused, never ignored.
 UNSUPPORTED = {
-    ("user", "username"): BASIC_AUTH,
-    ("user", "password"): BASIC_AUTH,
+    ("user", "username"): "basic authentication left Kubernetes in 1.19",
+    ("user", "password"): "basic authentication left Kubernetes in 1.19",
     ("user", "as-user-extra"): "impersonation here sends a user, groups and a uid only",
     ("cluster", "proxy-url"): "the API server is dialled directly",
     ("cluster", "tls-server-name"): "the certificate is checked against the server URL's host",
@@ -62,8 +57,7 @@ def load(
             f"no cluster credentials: not in a pod and no kubeconfig at {where}; pass --kubeconfig"
         )
     config = in_cluster()
-    no_user = ConfigError("--as-group needs --as")
-    config.impersonation = _impersonate(as_user, as_groups, None, no_user)
+    config.impersonation = _impersonate(as_user, as_groups, Entry("user", "", {}, Path()))
     return config
 
 
@@ -135,95 +129,73 @@ def _from_files(
             )
     ca = cluster.pem("certificate-authority")
     tls = TlsFiles(*ca, *user.pem("client-certificate"), *user.pem("client-key"))
-    no_user = user.error(f"user {user.name!r} sets as-groups or as-uid without as")
     config = ApiConfig(
         server=server.rstrip("/"),
-        ssl_context=_context(tls, cluster, user),
+        ssl_context=tls.context(cluster.error, user.error),
         token=user.text("token"),
         namespace=ctx.text("namespace"),
         source=f"kubeconfig {label(paths)} (context {name})",
         tls_files=tls,
-        impersonation=_impersonate(
-            as_user or user.text("as"),
-            as_groups or user.strings("as-groups"),
-            user.text("as-uid"),
-            ConfigError("--as-group needs --as") if as_groups else no_user,
-        ),
+        impersonation=_impersonate(as_user, as_groups, user),
+        token_file=TokenFile(Path(path)) if (path := user.path("tokenFile")) else None,
     )
-    token_file = user.path("tokenFile")
-    if token_file is not None:
-        config.token_file = TokenFile(Path(token_file))
     if user.body.get("exec") or user.body.get("auth-provider"):
         _plugin(config, cluster, user, plugins)
     return config
 
 
-def _context(tls: TlsFiles, cluster: Entry, user: Entry) -> ssl.SSLContext:
-    """The TLS context; a problem names the file that wrote the part at fault."""
-    try:
-        return tls.context()
-    except ConfigError as err:
-        raise (user if isinstance(err, ClientCertError) else cluster).error(str(err)) from None
-
-
 def _impersonate(
-    user: str | None, groups: tuple[str, ...], uid: str | None, no_user: ConfigError
+    as_user: str | None, as_groups: tuple[str, ...], user: Entry
 ) -> tuple[tuple[str, str], ...]:
-    """The ``Impersonate-*`` headers: a user, each group, a uid (groups and a uid need a user)."""
-    if not user:
-        if groups or uid:
-            raise no_user
-        return ()
-    return (
-        ("Impersonate-User", user),
-        *(("Impersonate-Group", g) for g in groups),
-        *((("Impersonate-Uid", uid),) if uid else ()),
-    )
+    """The ``Impersonate-*`` headers: a user, each group, a uid; the flags win over ``user``'s."""
+    name = as_user or user.text("as")
+    groups, uid = as_groups or user.strings("as-groups"), user.text("as-uid")
+    if name:
+        uids = (("Impersonate-Uid", uid),) if uid else ()
+        return (("Impersonate-User", name), *(("Impersonate-Group", g) for g in groups), *uids)
+    if as_groups:
+        raise ConfigError("--as-group needs --as")
+    if groups or uid:
+        raise user.error(f"user {user.name!r} sets as-groups or as-uid without as")
+    return ()
 
 
 def _plugin(config: ApiConfig, cluster: Entry, user: Entry, allowed: bool) -> None:
     """Give ``config`` the token or client certificate of the user's plugin (official client).
 
-    The client gets this one user and cluster, never the files: the precedence and
-    the merge stay kubectl's (the client's own merge takes ``current-context`` from
-    the last file). Its token is asked for on each request: an expired one is renewed.
+    The client sees this one user and cluster, never the files (its merge is not kubectl's).
     """
     who = f"kubeconfig {user.origin}: user {user.name!r}"
-    uses = (
-        f"{who} uses a credential plugin ({'exec' if user.body.get('exec') else 'auth-provider'})"
-    )
+    field = "exec" if user.body.get("exec") else "auth-provider"
+    uses = f"{who} uses a credential plugin ({field})"
     if not allowed:
         raise ConfigError(
             f"{uses}, which run and lock do not run (in a pod they use its service account); "
             "give a token, token file or client certificate"
         )
     try:
-        from logging.handlers import BufferingHandler
-
-        from kubernetes import client
-        from kubernetes.config.config_exception import ConfigException
-        from kubernetes.config.kube_config import KubeConfigLoader
+        import kubernetes
     except ImportError:
         raise ConfigError(
             f"{uses}, which needs the official client: pip install 'grelmicro-sidecar[kubectl]'"
         ) from None
-    parts = {"context": {"cluster": "c", "user": "c"}, "cluster": cluster.body, "user": user.body}
-    document = {
-        "current-context": "c",
-        **{f"{k}s": [{"name": "c", k: v}] for k, v in parts.items()},
-    }
-    cfg = client.Configuration()
+    one = {"cluster": cluster.body, "user": user.body, "context": {"cluster": "c", "user": "c"}}
+    document = {f"{k}s": [{"name": "c", k: v}] for k, v in one.items()} | {"current-context": "c"}
+    cfg = kubernetes.client.Configuration()
+    from logging.handlers import BufferingHandler  # not on run's path
+
     logged = BufferingHandler(100)  # the client logs a failing plugin instead of raising
     logged.setLevel(logging.WARNING)
     logging.getLogger().addHandler(logged)
     try:
-        KubeConfigLoader(document, config_base_path=str(user.origin.parent)).load_and_set(cfg)
-    except (ConfigException, OSError, ValueError) as err:
+        loader = kubernetes.config.kube_config.KubeConfigLoader
+        loader(document, config_base_path=str(user.origin.parent)).load_and_set(cfg)
+    except (kubernetes.config.ConfigException, OSError, ValueError) as err:
         raise ConfigError(f"{who}: {' '.join(str(err).split())}") from None
     finally:
         logging.getLogger().removeHandler(logged)
 
-    def token() -> str | None:  # the client refreshes an expired token first
+    def token() -> str | None:  # asked on each request: the client renews an expired one
         header = cfg.get_api_key_with_prefix("BearerToken")
         return str(header or "").removeprefix("Bearer ").strip() or None
 
@@ -233,7 +205,7 @@ def _plugin(config: ApiConfig, cluster: Entry, user: Entry, allowed: bool) -> No
     elif cfg.cert_file and cfg.key_file:
         ca = config.tls_files
         tls = TlsFiles(ca.ca_path, ca.ca_data, str(cfg.cert_file), None, str(cfg.key_file))
-        config.ssl_context, config.tls_files = _context(tls, cluster, user), tls
+        config.ssl_context, config.tls_files = tls.context(cluster.error, user.error), tls
     else:
         why = f": {' '.join(logged.buffer[-1].getMessage().split())}" if logged.buffer else ""
         raise ConfigError(f"{who}: its plugin gave no credential{why}")

@@ -21,8 +21,7 @@ def files(explicit: str | None) -> list[Path]:
     """The kubeconfig files to read, in precedence order (the first that sets a value wins)."""
     if explicit:
         return [Path(explicit).expanduser()]
-    env = os.environ.get("KUBECONFIG")
-    if env:  # the caller skips missing files; a repeated one is read once
+    if env := os.environ.get("KUBECONFIG"):  # the caller skips missing files; a repeat is read once
         return list(dict.fromkeys(Path(p).expanduser() for p in env.split(os.pathsep) if p))
     home = os.path.expanduser("~")
     # A UID with no passwd entry and no $HOME (the image's 65532) has no home file.
@@ -47,11 +46,9 @@ class Entry:
 
     def text(self, key: str) -> str | None:
         value = self.body.get(key)
-        if value is None or value == "":
-            return None
-        if not isinstance(value, str):
+        if value is not None and not isinstance(value, str):
             raise self.error(f"{self.kind}.{key} must be a string, not {type(value).__name__}")
-        return value
+        return value or None
 
     def path(self, key: str) -> str | None:
         """A file named by ``key``; a relative path is from the folder of the file that named it."""
@@ -83,23 +80,22 @@ def read(paths: list[Path]) -> tuple[str | None, dict[tuple[str, str], Entry]]:
     current: str | None = None
     entries: dict[tuple[str, str], Entry] = {}
     for path, data in ((p, d or {}) for p, d in documents):
+        at = f"kubeconfig {path}:"
         now = data.get("current-context")
         if now is not None and not isinstance(now, str):
-            raise ConfigError(f"kubeconfig {path}: current-context must be a string")
+            raise ConfigError(f"{at} current-context must be a string")
         current = current or now or None
         for kind in ("cluster", "user", "context"):
             items = data.get(f"{kind}s")
             if items is not None and not isinstance(items, list):
-                raise ConfigError(
-                    f"kubeconfig {path}: {kind}s must be a list, not {type(items).__name__}"
-                )
+                raise ConfigError(f"{at} {kind}s must be a list, not {type(items).__name__}")
             for item in items or []:
                 name = item.get("name") if isinstance(item, dict) else None
                 if not isinstance(name, str) or (kind, name) in entries:
                     continue  # a later file's entry of that name is not used, not even in part
                 body = item.get(kind)
                 if body is not None and not isinstance(body, dict):
-                    raise ConfigError(f"kubeconfig {path}: {kind} {name!r} must be a mapping")
+                    raise ConfigError(f"{at} {kind} {name!r} must be a mapping")
                 entries[kind, name] = Entry(kind, name, body or {}, path)
     return current, entries
 
