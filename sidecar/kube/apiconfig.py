@@ -22,6 +22,7 @@ class ConfigError(Exception):
 
 
 Fail = Callable[[str], ConfigError]  # a TLS problem's error: the loader's names the file at fault
+Headers = tuple[tuple[str, str], ...]
 
 
 class TokenFile:
@@ -102,7 +103,7 @@ class ApiConfig:
     token_source: Callable[[], str | None] | None = None
     tls_files: TlsFiles = TlsFiles()
     #: ``Impersonate-*`` headers sent with every request (``--as``, the user's ``as``).
-    impersonation: tuple[tuple[str, str], ...] = ()
+    impersonation: Headers = ()
     in_cluster: bool = False  # loaded from the pod's service account
     host: str = field(init=False)  # the parts of ``server``
     port: int = field(init=False)
@@ -139,6 +140,6 @@ def tls_context(
             ctx.load_default_certs()
     except OSError as err:  # ssl.SSLError too
         raise fail(f"{failed}: {err.strerror or err}") from None
-    except ValueError:
+    except (ValueError, TypeError):  # TypeError: data that is not ASCII
         raise fail(f"{failed}: not a PEM certificate") from None
     return ctx

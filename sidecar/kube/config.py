@@ -16,7 +16,7 @@ from urllib.parse import urlsplit
 
 from .apiconfig import ApiConfig as ApiConfig
 from .apiconfig import ConfigError as ConfigError
-from .apiconfig import TlsFiles
+from .apiconfig import Headers, TlsFiles
 from .apiconfig import TokenFile as TokenFile
 from .apiconfig import tls_context as tls_context
 from .kubeconfig import Entry, files, label, read
@@ -112,8 +112,13 @@ def _from_files(
     cluster = entry("cluster", ctx.text("cluster") or "")
     user_name = ctx.text("user")
     user = entry("user", user_name) if user_name else Entry("user", "", {}, ctx.origin)
-    server = cluster.text("server")
-    if server is None or urlsplit(server).scheme not in ("https", "http"):
+    server = cluster.text("server") or ""
+    try:
+        url = urlsplit(server)
+        _ = url.port  # raises for a port that is not a number
+    except ValueError:  # that, or an unclosed bracket
+        url = urlsplit("")
+    if url.scheme not in ("https", "http"):
         raise cluster.error(f"cluster {cluster.name!r} has no https server URL")
     if cluster.body.get("insecure-skip-tls-verify"):
         raise cluster.error(
@@ -144,9 +149,7 @@ def _from_files(
     return config
 
 
-def _impersonate(
-    as_user: str | None, as_groups: tuple[str, ...], user: Entry
-) -> tuple[tuple[str, str], ...]:
+def _impersonate(as_user: str | None, as_groups: tuple[str, ...], user: Entry) -> Headers:
     """The ``Impersonate-*`` headers: a user, each group, a uid; the flags win over ``user``'s."""
     name = as_user or user.text("as")
     groups, uid = as_groups or user.strings("as-groups"), user.text("as-uid")
@@ -190,7 +193,7 @@ def _plugin(config: ApiConfig, cluster: Entry, user: Entry, allowed: bool) -> No
     try:
         loader = kubernetes.config.kube_config.KubeConfigLoader
         loader(document, config_base_path=str(user.origin.parent)).load_and_set(cfg)
-    except (kubernetes.config.ConfigException, OSError, ValueError) as err:
+    except Exception as err:  # the client's loaders raise more than ConfigException
         raise ConfigError(f"{who}: {' '.join(str(err).split())}") from None
     finally:
         logging.getLogger().removeHandler(logged)
