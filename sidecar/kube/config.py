@@ -142,7 +142,7 @@ def _from_files(
         source=f"kubeconfig {label(paths)} (context {name})",
         tls_files=tls,
         impersonation=_impersonate(as_user, as_groups, user),
-        token_file=TokenFile(Path(path)) if (path := user.path("tokenFile")) else None,
+        token_file=TokenFile(Path(token_path)) if (token_path := user.path("tokenFile")) else None,
     )
     if user.body.get("exec") or user.body.get("auth-provider"):
         _plugin(config, cluster, user, plugins)
@@ -182,11 +182,11 @@ def _plugin(config: ApiConfig, cluster: Entry, user: Entry, allowed: bool) -> No
         raise ConfigError(
             f"{uses}, which needs the official client: pip install 'grelmicro-sidecar[kubectl]'"
         ) from None
+    from logging.handlers import BufferingHandler  # not on run's path
+
     one = {"cluster": cluster.body, "user": user.body, "context": {"cluster": "c", "user": "c"}}
     document = {f"{k}s": [{"name": "c", k: v}] for k, v in one.items()} | {"current-context": "c"}
     cfg = kubernetes.client.Configuration()
-    from logging.handlers import BufferingHandler  # not on run's path
-
     logged = BufferingHandler(100)  # the client logs a failing plugin instead of raising
     logged.setLevel(logging.WARNING)
     logging.getLogger().addHandler(logged)
