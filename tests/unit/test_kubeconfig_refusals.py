@@ -59,6 +59,10 @@ UNUSABLE: dict[str, tuple[Any, str]] = {
     "yaml-error": ("a: [b", "is not valid YAML at line"),
     "no-server": (doc(cluster={}), "cluster 'k' has no https server URL"),
     "ftp-server": (doc(server="ftp://127.0.0.1"), "has no https server URL"),
+    # urllib raises ValueError for these: they were tracebacks, not one line
+    "server-port-not-a-number": (doc(server="https://127.0.0.1:port"), "has no https server URL"),
+    "server-port-out-of-range": (doc(server="https://127.0.0.1:99999"), "has no https server URL"),
+    "server-unclosed-bracket": (doc(server="https://[::1"), "has no https server URL"),
     "skip-tls": (
         on_cluster({"insecure-skip-tls-verify": True}),
         "insecure-skip-tls-verify is set; this tool always verifies TLS",
@@ -70,6 +74,10 @@ UNUSABLE: dict[str, tuple[Any, str]] = {
     "ca-garbage": (
         on_cluster({"certificate-authority-data": B64_GARBAGE}),
         "cannot load the cluster CA certificate from certificate-authority-data",
+    ),
+    "ca-not-ascii": (  # ssl raised TypeError: a traceback, not one line
+        on_cluster({"certificate-authority-data": base64.b64encode(b"\xff\xfe").decode()}),
+        "cannot load the cluster CA certificate from certificate-authority-data: not a PEM",
     ),
     "ca-missing-file": (
         on_cluster({"certificate-authority": "/nonexistent/ca.crt"}),
