@@ -27,6 +27,10 @@ class InjectorMetrics:
         self.admissions[outcome] += 1
         self.latency.observe(seconds)
 
+    def count_swept(self, *_: object) -> None:
+        """The sweep's ``on_delete``."""
+        self.swept += 1
+
     def render(self) -> str:
         out = Exposition()
         out.family(

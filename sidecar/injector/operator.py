@@ -1,61 +1,53 @@
 """The kopf wiring of the injector: the webhook, the health port, the periodic duties.
 
-The only module that imports kopf. kopf runs the operator: the HTTPS webhook
-server (TLS from files, reloaded when they change), login (from the one
-``ApiConfig`` the injector's own calls use), signal handling, and the pod
-watch of ``--auto-rbac``. ``POST /inject`` is answered by the pure
-``review.answer`` (which says why kopf's admission engine is bypassed there);
-this module only routes, times and counts.
+The only module that imports kopf. kopf runs the HTTPS webhook server (TLS
+from the mounted files, re-read when they change, so a rotated certificate
+needs no restart), login (from the one ``ApiConfig`` the injector's own calls
+use), signal handling, and the pod watch of ``--auto-rbac``. ``POST /inject``
+is answered by the pure ``review.answer`` (which says why kopf's admission
+engine is bypassed); this module only routes, times and counts.
 
 Several replicas are safe, by design:
 
-- **The MutatingWebhookConfiguration is owned by the deployer** (the Helm
-  chart, built from ``webhookconfig``), not by kopf:
-  ``settings.admission.managed`` stays off. kopf's managed mode is written for
-  one operator: each replica would rewrite the whole configuration with *its
-  own* client config on start-up and strip its webhooks on exit, so during a
-  rolling update a stopping replica removes the webhook while the others still
-  run, and replicas with different (self-signed) certificates overwrite each
-  other's ``caBundle``. With a deployer-owned object all replicas are
-  interchangeable endpoints behind one Service with one certificate, and the
-  injector needs no RBAC on webhook configurations at all.
-- **No peering** (``standalone``): kopf's peering pauses all but one replica,
-  which is meant for watch handlers; every replica must answer admission
-  requests, and the injector needs no KopfPeering CRD.
-- **The sweep runs in every replica**: each delete carries the judged
-  ``resourceVersion``, so two replicas sweeping at once cost a 404/409, never a
-  wrong delete.
-- **Admission is stateless**: the decision depends only on the request.
-
-The serving certificate is read from files (a mounted Secret); kopf's
-``WebhookServer`` re-reads them when they change, so a rotated certificate
-is picked up without a restart.
+- **The MutatingWebhookConfiguration is owned by the deployer** (the chart,
+  built from ``webhookconfig``), not by kopf (``admission.managed`` stays off).
+  kopf's managed mode is written for one operator: each replica would rewrite
+  the configuration with its own client config on start-up and strip its
+  webhooks on exit, so a stopping replica would remove the webhook while the
+  others still run, and replicas with different certificates would overwrite
+  each other's ``caBundle``. Deployer-owned, the replicas are interchangeable
+  endpoints behind one Service, and the injector needs no RBAC on webhook
+  configurations.
+- **No peering** (``standalone``): kopf's peering pauses all but one replica;
+  every replica must answer admission requests, and no KopfPeering CRD is needed.
+- **Admission is stateless**, and the sweep runs in every replica (see ``sweep``).
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import os
 import socket
 import ssl
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Mapping
 from typing import Any
 
 import aiohttp.web
 import kopf
 
+from ..kit.aio import cancel
 from ..kit.logs import Logger
 from ..kube.api import KubeApi
 from ..kube.config import ApiConfig
-from . import rbac
-from .annotations import INJECT, LABEL_LEADER
+from .annotations import INJECT
 from .metrics import InjectorMetrics
+from .patch import Decision
+from .rbac import Grants
 from .review import answer
 from .settings import InjectorSettings
-from .sweep import every, sweeper
+from .sweep import sweep_every
 from .webhookconfig import WEBHOOK_PATH
 
 HANDLER_ID = WEBHOOK_PATH.strip("/")  # kopf's server passes the path after "/" as the webhook id
@@ -64,12 +56,11 @@ HANDLER_ID = WEBHOOK_PATH.strip("/")  # kopf's server passes the path after "/" 
 def connection_info(config: ApiConfig) -> Any:
     """The injector's one connection (``kube.config.load``) as kopf's login wants it.
 
-    The same server, CA, client certificate and token as the injector's own
-    calls; in a pod, the address the kubelet gives in ``KUBERNETES_SERVICE_HOST``
-    (kopf's ``login_with_service_account`` dials ``kubernetes.default.svc``, a
+    In a pod, the address the kubelet gives in ``KUBERNETES_SERVICE_HOST``:
+    kopf's ``login_with_service_account`` dials ``kubernetes.default.svc``, a
     name only cluster DNS resolves, so an injector started before CoreDNS
-    answers could not log in). kopf calls login again after a 401: the token is
-    read anew (a rotated token file; a plugin's expired token is renewed).
+    answers could not log in. kopf logs in again after a 401, and the token is
+    read anew then (a rotated token file; a plugin's expired token renewed).
     """
     tls = config.tls_files
     return kopf.ConnectionInfo(
@@ -86,28 +77,15 @@ def connection_info(config: ApiConfig) -> Any:
 
 
 def own_identity() -> Any:
-    """The name kopf gives this operator: the pod's name (its hostname).
-
-    kopf's default derives it from ``getpass.getuser()``, which raises for a UID
-    with no passwd entry -- the chart runs the image as 65532, which has none --
-    and so crashed the injector at start in every pod. ``POD_ID`` (kopf's own
-    override) still wins when set.
-    """
+    """kopf's operator identity: ``POD_ID``, else the hostname (contract §8: kopf's
+    default calls ``getpass.getuser()``, which fails for the image's UID)."""
     return os.environ.get("POD_ID") or f"grelmicro-sidecar-injector@{socket.gethostname()}"
-
-
-def _configure_logging(log: Logger, level: str) -> None:
-    # kopf logs every handler run at INFO: one line per pod creation is noise.
-    log.capture_libraries("debug" if level == "debug" else "warning")
-    logging.getLogger("aiohttp.access").setLevel(logging.WARNING)
 
 
 class _InjectorWebhookServer(kopf.WebhookServer):
     """kopf's HTTPS server; ``POST /inject`` is answered by ``review.answer``, timed.
 
-    kopf's server gives TLS from the mounted files and reloads them when they
-    change; any other path goes to kopf's own engine (which has no handlers,
-    so 404). See ``review`` for why the engine is not on the injection path.
+    Any other path goes to kopf's own engine, which has no handlers (404).
     """
 
     def __init__(
@@ -124,37 +102,35 @@ class _InjectorWebhookServer(kopf.WebhookServer):
         self.metrics = metrics
         self.ready = ready
 
-    def _admit(self, request: Any) -> Any:
-        started = time.perf_counter()
-        outcome = "error"
+    def _admit(self, review: Any) -> Any:
+        started, outcome = time.perf_counter(), "error"
         try:
             response, decision = answer(
-                request, self.injector.sidecar, self.injector.excluded_namespaces
+                review, self.injector.sidecar, self.injector.excluded_namespaces
             )
-            outcome = (
-                decision.outcome
-                if decision is not None
-                else ("skipped" if response["response"]["allowed"] else "error")
-            )
-            if decision is not None and decision.outcome == "denied":
-                meta = (request.get("request") or {}).get("object", {}).get("metadata") or {}
-                self.log.info(
-                    "denied a pod",
-                    namespace=(request.get("request") or {}).get("namespace"),
-                    pod=meta.get("name") or meta.get("generateName"),
-                    reason=decision.message,
-                )
-            elif decision is not None and decision.settings is not None:
-                self.log.debug(
-                    "admitted a pod",
-                    outcome=decision.outcome,
-                    namespace=(request.get("request") or {}).get("namespace"),
-                    election=decision.settings.election,
-                    election_source=decision.settings.election_source,
-                )
+            if decision is None:
+                outcome = "skipped" if response["response"]["allowed"] else "error"
+            else:
+                outcome = decision.outcome
+                self._log(review["request"], decision)
             return response
         finally:
             self.metrics.observe(outcome, time.perf_counter() - started)
+
+    def _log(self, request: Mapping[str, Any], decision: Decision) -> None:
+        namespace = request.get("namespace")
+        if decision.outcome == "denied":
+            meta = request["object"].get("metadata") or {}
+            pod = meta.get("name") or meta.get("generateName")
+            self.log.info("denied a pod", namespace=namespace, pod=pod, reason=decision.message)
+        elif decision.settings is not None:
+            self.log.debug(
+                "admitted a pod",
+                outcome=decision.outcome,
+                namespace=namespace,
+                election=decision.settings.election,
+                election_source=decision.settings.election_source,
+            )
 
     async def __call__(self, fn: Any) -> AsyncIterator[Any]:
         async def route(request: Any, *, webhook: Any = None, **kwargs: Any) -> Any:
@@ -180,20 +156,11 @@ def build_registry(
         return credentials
 
     if settings.auto_rbac:
-        grants = rbac.Grants(KubeApi(config), log, metrics)
+        grants = Grants(KubeApi(config), log, metrics, settings.excluded_namespaces)
 
         @kopf.on.event("v1", "pods", annotations={INJECT: "true"}, registry=registry)
         async def grant(body: Any, type: str | None = None, **_: Any) -> None:
-            if type == "DELETED":
-                return
-            meta = body.get("metadata", {})
-            namespace = meta.get("namespace")
-            account = body.get("spec", {}).get("serviceAccountName") or "default"
-            if not namespace or namespace in settings.excluded_namespaces:
-                return
-            await grants.ensure(namespace, account, "leases")
-            if (meta.get("annotations") or {}).get(LABEL_LEADER) == "true":
-                await grants.ensure(namespace, account, "leader-label")
+            await grants.on_pod(body, type)
 
     return registry
 
@@ -229,16 +196,16 @@ async def _health_server(
     app.add_routes([aiohttp.web.get("/healthz", healthz), aiohttp.web.get("/metrics", render)])
     runner = aiohttp.web.AppRunner(app, handle_signals=False, access_log=None)
     await runner.setup()
-    site = aiohttp.web.TCPSite(runner, settings.host, settings.health_port)
-    await site.start()
+    await aiohttp.web.TCPSite(runner, settings.host, settings.health_port).start()
     return runner
 
 
 async def serve(settings: InjectorSettings, config: ApiConfig, log: Logger) -> int:
-    _configure_logging(log, settings.log_level)
+    # kopf logs every handler run at INFO: one line per pod creation is noise.
+    log.capture_libraries("debug" if settings.log_level == "debug" else "warning")
+    logging.getLogger("aiohttp.access").setLevel(logging.WARNING)
     metrics = InjectorMetrics()
     ready = asyncio.Event()
-    stop = asyncio.Event()
 
     kopf_settings = kopf.OperatorSettings()
     kopf_settings.admission.server = _InjectorWebhookServer(
@@ -259,17 +226,10 @@ async def serve(settings: InjectorSettings, config: ApiConfig, log: Logger) -> i
     registry = build_registry(settings, config, log, metrics)
 
     runner = await _health_server(settings, metrics, ready)
-    tasks = []
+    sweeps = []
     if settings.sweep_interval > 0:
-        tasks.append(
-            asyncio.create_task(
-                every(
-                    settings.sweep_interval,
-                    sweeper(config, settings.sweep_margin, log, metrics),
-                    stop,
-                )
-            )
-        )
+        job = sweep_every(settings.sweep_interval, config, settings.sweep_margin, log, metrics)
+        sweeps.append(asyncio.create_task(job, name="sweep"))
     log.info(
         "injector starting",
         webhook=f"https://{settings.host}:{settings.port}{WEBHOOK_PATH}",
@@ -288,12 +248,7 @@ async def serve(settings: InjectorSettings, config: ApiConfig, log: Logger) -> i
             identity=own_identity(),
         )
     finally:
-        stop.set()
-        for task in tasks:
-            task.cancel()
-        for task in tasks:
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await task
+        await cancel(sweeps, 5, log)
         await runner.cleanup()
         log.info("injector stopped")
     return 0
