@@ -125,24 +125,24 @@ def default_election(pod: Mapping[str, Any]) -> tuple[str, str] | None:
     """
     meta = _mapping(pod.get("metadata"))
     labels = _mapping(meta.get("labels"))
-    candidates: list[tuple[object, str]] = []
+    hash_ = labels.get("pod-template-hash")
+    suffix = f"-{hash_}" if isinstance(hash_, str) and hash_ else None
     owners = meta.get("ownerReferences")
     refs = [o for o in owners if isinstance(o, Mapping)] if isinstance(owners, list) else []
     refs.sort(key=lambda o: o.get("controller") is not True)  # the controller first
+    candidates: list[tuple[object, str]] = []
     for ref in refs[:1]:
-        kind, name, hash_ = ref.get("kind"), ref.get("name"), labels.get("pod-template-hash")
-        if not isinstance(name, str):
-            continue
-        if kind == "ReplicaSet" and isinstance(hash_, str) and hash_ and name.endswith(f"-{hash_}"):
-            candidates.append((name[: -len(hash_) - 1], "Deployment"))
+        kind, name = ref.get("kind"), ref.get("name")
+        if kind == "ReplicaSet" and suffix and isinstance(name, str) and name.endswith(suffix):
+            candidates.append((name.removesuffix(suffix), "Deployment"))
         else:
             candidates.append((name, str(kind)))
-    candidates.append((labels.get("app.kubernetes.io/name"), "label app.kubernetes.io/name"))
     generate = meta.get("generateName")
-    if isinstance(generate, str):
-        candidates.append((generate.rstrip("-"), "generateName"))
-    candidates.append((meta.get("name"), "pod name"))
-
+    candidates += [
+        (labels.get("app.kubernetes.io/name"), "label app.kubernetes.io/name"),
+        (generate.rstrip("-") if isinstance(generate, str) else None, "generateName"),
+        (meta.get("name"), "pod name"),
+    ]
     for value, source in candidates:
         if isinstance(value, str) and value:
             try:
@@ -150,20 +150,6 @@ def default_election(pod: Mapping[str, Any]) -> tuple[str, str] | None:
             except ValueError:
                 continue
     return None
-
-
-def _origin(given: set[str]) -> Callable[[str, float], str]:
-    """How contract §3's timing rules name each value: the annotation, or the default."""
-
-    def origin(setting: str, seconds: float) -> str:
-        key = PREFIX + setting
-        if setting in given:
-            return f"{key}={show(format_duration(seconds))}"
-        return (
-            f"{setting} {format_duration(seconds)} (the injector's default; set {key} to change it)"
-        )
-
-    return origin
 
 
 def read_settings(pod: Mapping[str, Any], defaults: Timing) -> PodSettings | list[str]:
@@ -189,6 +175,14 @@ def read_settings(pod: Mapping[str, Any], defaults: Timing) -> PodSettings | lis
                 f"app.kubernetes.io/name label, no generateName and no name; set {NAME}"
             )
 
+    def origin(setting: str, seconds: float) -> str:  # as contract §3's rules name a value
+        key = PREFIX + setting
+        if setting in given:
+            return f"{key}={show(format_duration(seconds))}"
+        return (
+            f"{setting} {format_duration(seconds)} (the injector's default; set {key} to change it)"
+        )
+
     before, times, given = len(problems), dict[str, float](), set[str]()
     for field in ("lease_duration", "renew_deadline", "retry_period"):
         setting = field.replace("_", "-")
@@ -198,7 +192,7 @@ def read_settings(pod: Mapping[str, Any], defaults: Timing) -> PodSettings | lis
             given.add(setting)
     timing = Timing(**times)
     if len(problems) == before:  # the rules between them only mean something once each parses
-        problems += timing.problems(_origin(given))
+        problems += timing.problems(origin)
 
     state_dir = _read(notes, STATE_DIR, _state_dir, DEFAULT_STATE_DIR, problems)[0]
     port = _read(notes, PORT, port_check, DEFAULT_PORT, problems)[0]

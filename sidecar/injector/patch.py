@@ -1,19 +1,14 @@
 """The pod mutation: what injecting the sidecar changes in a Pod (contract §6, §8).
 
-Pure: a pod (the ``object`` of an AdmissionReview, a dict) and the injector's
-sidecar settings in, a ``Decision`` out. ``decide`` never raises; anything it
-cannot accept becomes a denial whose message names what to change.
-
-The sidecar is a *native sidecar* (the first init container, ``restartPolicy:
-Always``): it starts before the app containers and stops after them, so the
-app stops before the Lease is released. Every setting is spelled out as a flag
-of ``grelmicro-sidecar run``, so what the pod runs is readable in ``kubectl get
-pod -o yaml``. In the app containers, a value the pod already sets wins.
+Pure: a pod (the ``object`` of an AdmissionReview) and the sidecar's settings
+in, a ``Decision`` out. ``decide`` never raises; what it cannot accept becomes a
+denial naming what to change. The sidecar is a native sidecar (the first init
+container, ``restartPolicy: Always``), so the app stops before the Lease is
+released; its settings are spelled out as flags, readable in the pod's YAML.
 
 Idempotent: a pod that already has a container named ``grelmicro-sidecar`` is
-never given a second one; only app containers that lack the mount or the env
-(added by a later webhook, on reinvocation) are completed. Deciding again on
-the result of a decision yields no change.
+never given a second one; only app containers lacking the mount or the env
+(added by a later webhook) are completed, and deciding again yields no change.
 """
 
 from __future__ import annotations
@@ -50,11 +45,8 @@ class SidecarSpec:
 
 @dataclass(frozen=True)
 class Decision:
-    """``injected``/``completed``: ``changes`` maps a JSON pointer to its new value.
-
-    ``unchanged``: the pod already has everything. ``skipped``: not asked for
-    (no ``inject: "true"``). ``denied``: ``message`` says what to fix.
-    """
+    """``changes`` maps a JSON pointer to its new value; ``message`` says what to fix when
+    ``denied``; ``skipped``: no ``inject: "true"``; ``unchanged``: the pod has everything."""
 
     outcome: Outcome
     changes: dict[str, Any] = field(default_factory=dict)
@@ -147,14 +139,11 @@ def _completed(container: Any, settings: PodSettings) -> dict[str, Any] | None:
     mounts, env = _dicts(container.get("volumeMounts")), _dicts(container.get("env"))
     names = {str(e.get("name")) for e in env}
     has_mount = any(m.get("name") == VOLUME_NAME for m in mounts)
-    missing_env = [
-        e
-        for e in (
-            {"name": "LEADER_ELECTION_STATE_FILE", "value": settings.state_file},
-            {"name": "LEADER_ELECTION_URL", "value": f"http://127.0.0.1:{settings.port}/leader"},
-        )
-        if e["name"] not in names
-    ]
+    wanted = {
+        "LEADER_ELECTION_STATE_FILE": settings.state_file,
+        "LEADER_ELECTION_URL": f"http://127.0.0.1:{settings.port}/leader",
+    }  # a value the pod already sets wins
+    missing_env = [{"name": k, "value": v} for k, v in wanted.items() if k not in names]
     if has_mount and not missing_env:
         return None
     out = dict(container)

@@ -1,18 +1,12 @@
 """``--auto-rbac``: a Role and RoleBinding on Leases (and Events) for an injected pod's ServiceAccount.
 
-Off by default: it needs the injector to hold the very permissions it grants
-(Kubernetes forbids granting what one does not have), cluster-wide, which a
-cluster admin may not want. When on, it runs from a watch on annotated pods,
-never inside the admission request: the webhook stays free of side effects
-(``sideEffects: None``, safe for dry runs). The sidecar retries on 403, so
-the moment before the binding exists only costs a retry.
-
+Off by default: the injector must then hold, cluster-wide, every permission it
+grants (Kubernetes forbids granting what one does not have). It runs from a
+watch on annotated pods, never inside the admission request (``sideEffects:
+None``, safe for dry runs); the sidecar retries on 403 until the binding exists.
 Objects are created, never updated or deleted: a Role someone edited is theirs.
-
 The leader label's Role (pods ``patch``) is granted only while the admission
-policy that keeps it to that one label on the sidecar's own pod, and its
-binding, exist (contract §8): without them the grant would let the
-ServiceAccount patch any pod of its namespace.
+policy that limits it, and its binding, exist (contract §8).
 """
 
 from __future__ import annotations
@@ -33,8 +27,10 @@ LABEL_POLICY = "grelmicro-sidecar-leader-label"
 MANAGED_BY = {"app.kubernetes.io/managed-by": "grelmicro-sidecar-injector"}
 VERBS = ["get", "list", "watch", "create", "update", "patch", "delete"]
 EVENT_VERBS = ["create", "patch"]  # Events on the Lease (kubectl describe lease)
-#: Each grant: its Role's name and rules. The label's second rule is the marker the
-#: policy looks for, a resource nothing else uses (manifests/leader-label.yaml).
+#: What the label Role's marker rule names: a resource nothing else uses, which the
+#: policy of manifests/leader-label.yaml looks for (granted the verb ``set``).
+LABEL_MARKER = {"apiGroups": ["leader-election.grelmicro.io"], "resources": ["leaderlabels"]}
+#: Each grant: its Role's name and rules.
 GRANTS: dict[str, tuple[str, list[dict[str, Any]]]] = {
     "leases": (
         ROLE_NAME,
@@ -47,11 +43,7 @@ GRANTS: dict[str, tuple[str, list[dict[str, Any]]]] = {
         LABEL_ROLE_NAME,
         [
             {"apiGroups": [""], "resources": ["pods"], "verbs": ["patch"]},
-            {
-                "apiGroups": ["leader-election.grelmicro.io"],
-                "resources": ["leaderlabels"],
-                "verbs": ["set"],
-            },
+            {**LABEL_MARKER, "verbs": ["set"]},
         ],
     ),
 }
@@ -91,29 +83,12 @@ def role_binding(
     }
 
 
-async def label_policy_exists(api: KubeApi, name: str = LABEL_POLICY) -> bool:
-    """Whether the ValidatingAdmissionPolicy ``name`` and its binding of that name exist."""
+async def label_policy_exists(api: KubeApi) -> bool:
+    """Whether the ValidatingAdmissionPolicy ``LABEL_POLICY`` and its binding exist."""
     for resource in ("validatingadmissionpolicies", "validatingadmissionpolicybindings"):
-        if not await exists(api, path(ADMISSION, resource, None, name), f"get {resource}"):
+        if not await exists(api, path(ADMISSION, resource, None, LABEL_POLICY), f"get {resource}"):
             return False
     return True
-
-
-async def grant(api: KubeApi, namespace: str, service_account: str, what: str) -> int | None:
-    """Create the Role and RoleBinding of ``what`` when absent: the number created.
-
-    None (nothing granted) for the leader label while its policy or binding is missing.
-    """
-    if what == "leader-label" and not await label_policy_exists(api):
-        return None
-    name = GRANTS[what][0]
-    created = 0
-    for resource, body in (
-        ("roles", role(namespace, what)),
-        ("rolebindings", role_binding(namespace, service_account, name)),
-    ):
-        created += await create(api, path(RBAC, resource, namespace), f"create {resource}", body)
-    return created
 
 
 class Grants:
@@ -150,38 +125,39 @@ class Grants:
         if (namespace, account, what) in self.done:
             return
         key = f"rbac:{namespace}:{account}:{what}"
+        where = {"namespace": namespace, "service_account": account}
+        name = GRANTS[what][0]
         try:
-            created = await grant(self.api, namespace, account, what)
+            if what == "leader-label" and not await label_policy_exists(self.api):
+                self.log.once(
+                    key,
+                    "warning",
+                    "auto-rbac: a pod asks for the leader label, but the admission policy "
+                    f"{LABEL_POLICY} that limits it is not installed; not granting it",
+                    **where,
+                    fix="install the chart with leaderLabel.policy=true or apply "
+                    "manifests/leader-label.yaml",
+                )
+                return
+            created = 0
+            for resource, body in (
+                ("roles", role(namespace, what)),
+                ("rolebindings", role_binding(namespace, account, name)),
+            ):
+                url = path(RBAC, resource, namespace)
+                created += await create(self.api, url, f"create {resource}", body)
         except ApiError as err:
             self.log.once(
                 key,
                 "warning",
                 "auto-rbac: cannot create the Role/RoleBinding",
-                namespace=namespace,
-                service_account=account,
+                **where,
                 error=str(err),
                 fix="the injector must itself hold every verb it grants "
                 "(or 'bind' and 'escalate' on roles) and create on roles/rolebindings",
             )
             return
-        if created is None:
-            self.log.once(
-                key,
-                "warning",
-                "auto-rbac: a pod asks for the leader label, but the admission policy "
-                f"{LABEL_POLICY} that limits it is not installed; not granting it",
-                namespace=namespace,
-                service_account=account,
-                fix="install the chart with leaderLabel.policy=true or apply "
-                "manifests/leader-label.yaml",
-            )
-            return
         self.done.add((namespace, account, what))
         if created:
             self.metrics.rbac_created += created
-            self.log.info(
-                f"auto-rbac: granted {what} to a ServiceAccount",
-                namespace=namespace,
-                service_account=account,
-                role=GRANTS[what][0],
-            )
+            self.log.info(f"auto-rbac: granted {what} to a ServiceAccount", **where, role=name)

@@ -22,12 +22,10 @@ from typing import Any
 
 from .patch import Decision, SidecarSpec, decide
 
-API_VERSION = "admission.k8s.io/v1"
-
 
 def _response(uid: str, allowed: bool, **extra: Any) -> dict[str, Any]:
     response = {"uid": uid, "allowed": allowed, **extra}
-    return {"apiVersion": API_VERSION, "kind": "AdmissionReview", "response": response}
+    return {"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "response": response}
 
 
 def _refused(uid: str, message: str, **reason: str) -> dict[str, Any]:

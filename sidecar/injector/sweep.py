@@ -1,22 +1,18 @@
 """The operator's periodic, cluster-wide sweep of abandoned Leases.
 
-The rules are ``driver.sweep``'s (contract §5), plus one: a Lease whose holder
-pod still exists in its namespace is kept (a released Lease, with no holder,
-has none), and an error while checking keeps it too. Every delete carries the
-judged ``resourceVersion``, so a second injector replica sweeping at the same
-moment is harmless (404/409). Calls go through the ``kube`` layer: a
-``LeaseStore`` of every namespace for the list and the deletes, its
-``KubeApi`` for the pods.
+``driver.sweep``'s rules (contract §5), plus one: a Lease whose holder pod
+still exists in its namespace is kept, and so is one whose pod cannot be
+checked. Every delete carries the judged ``resourceVersion``, so replicas
+sweeping at once are harmless (404/409). Calls go through the ``kube`` layer.
 """
 
 from __future__ import annotations
 
 import asyncio
-import datetime as dt
 import random
 from collections.abc import Awaitable, Callable
+from typing import Any
 
-from ..core.defaults import SWEEP_MARGIN
 from ..core.lease import LeaseRecord
 from ..driver.sweep import SELECTOR, Sightings, SweepResult, sweep_objects
 from ..kit.logs import Logger
@@ -34,16 +30,12 @@ PodExists = Callable[[str, str], Awaitable[bool]]  # (namespace, name)
 
 
 async def sweep_cluster(
-    leases: LeaseStore,
-    pod_exists: PodExists,
-    log: Logger,
-    *,
-    sightings: Sightings,
-    margin: float = SWEEP_MARGIN,
-    now: Callable[[], dt.datetime] = lambda: dt.datetime.now(dt.UTC),
-    on_delete: Callable[[str, LeaseRecord], None] | None = None,
+    leases: LeaseStore, pod_exists: PodExists, log: Logger, **options: Any
 ) -> SweepResult:
-    """contract §5's sweep over every namespace, keeping Leases whose holder pod still exists."""
+    """contract §5's sweep over every namespace, keeping Leases whose holder pod still exists.
+
+    ``options``: ``sweep_objects``'s (``sightings``, ``margin``, ``now``, ``on_delete``).
+    """
 
     async def holder_exists(namespace: str, record: LeaseRecord) -> bool:
         return bool(record.holder) and await pod_exists(namespace, record.holder or "")
@@ -52,16 +44,7 @@ async def sweep_cluster(
         await leases.delete(name, resource_version, namespace=namespace)
 
     items, _ = await leases.list(label_selector=SELECTOR)
-    return await sweep_objects(
-        items,
-        delete,
-        log,
-        sightings=sightings,
-        margin=margin,
-        now=now,
-        still_needed=holder_exists,
-        on_delete=on_delete,
-    )
+    return await sweep_objects(items, delete, log, still_needed=holder_exists, **options)
 
 
 async def sweep_every(

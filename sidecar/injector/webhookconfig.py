@@ -55,11 +55,9 @@ def webhook_configuration(
 ) -> dict[str, Any]:
     """The MutatingWebhookConfiguration as a dict.
 
-    ``ca_bundle``: base64 of the PEM CA that signed the serving certificate
-    (``ca_bundle_of``). Exactly one of ``url`` (e.g.
-    ``https://127.0.0.1:8443/inject``) or ``service``
-    (``{"namespace", "name", "port" (443), "path" ("/inject")}``).
-    ``excluded_namespaces``: never sent to the webhook (sorted, deduplicated).
+    ``ca_bundle``: base64 of the PEM CA of the serving certificate (``ca_bundle_of``).
+    Exactly one of ``url`` or ``service`` (``{"namespace", "name", "port" (443),
+    "path" ("/inject")}``). ``excluded_namespaces`` are never sent to the webhook.
     """
     if (url is None) == (service is None):
         raise ValueError("give exactly one of url or service")
@@ -77,33 +75,21 @@ def webhook_configuration(
     selector = {
         "matchExpressions": [{"key": NAMESPACE_LABEL, "operator": "NotIn", "values": excluded}]
     }
+    # fmt: off
     return {
         "apiVersion": "admissionregistration.k8s.io/v1",
         "kind": "MutatingWebhookConfiguration",
         "metadata": {"name": name, "labels": {"app.kubernetes.io/name": "grelmicro-sidecar"}},
-        "webhooks": [
-            {
-                "name": WEBHOOK_NAME,
-                "admissionReviewVersions": ["v1"],
-                "clientConfig": client,
-                "rules": [
-                    {
-                        "apiGroups": [""],
-                        "apiVersions": ["v1"],
-                        "resources": ["pods"],
-                        "operations": ["CREATE"],
-                        "scope": "Namespaced",
-                    }
-                ],
-                "matchConditions": [
-                    {"name": "inject-annotation-true", "expression": MATCH_EXPRESSION}
-                ],
-                "namespaceSelector": selector if excluded else {},  # NotIn [] is invalid
-                "failurePolicy": "Fail",
-                "sideEffects": "None",
-                "timeoutSeconds": TIMEOUT_SECONDS,
-                "reinvocationPolicy": "IfNeeded",
-                "matchPolicy": "Equivalent",
-            }
-        ],
+        "webhooks": [{
+            "name": WEBHOOK_NAME,
+            "admissionReviewVersions": ["v1"],
+            "clientConfig": client,
+            "rules": [{"apiGroups": [""], "apiVersions": ["v1"], "resources": ["pods"],
+                       "operations": ["CREATE"], "scope": "Namespaced"}],
+            "matchConditions": [{"name": "inject-annotation-true", "expression": MATCH_EXPRESSION}],
+            "namespaceSelector": selector if excluded else {},  # NotIn [] is invalid
+            "failurePolicy": "Fail", "sideEffects": "None", "timeoutSeconds": TIMEOUT_SECONDS,
+            "reinvocationPolicy": "IfNeeded", "matchPolicy": "Equivalent",
+        }],
     }
+    # fmt: on
