@@ -1,12 +1,10 @@
 """Reading a pod's ``leader-election.grelmicro.io/*`` annotations (contract §6).
 
 Guarantees: ``read_settings`` never raises, whatever the pod looks like. It
-returns either the complete, valid settings for the sidecar, or every problem
-at once, each naming the annotation, the value it saw and the accepted form,
-so the single message ``kubectl apply`` prints is enough to fix the manifest.
-
-Values go through the checks of the flags they become (``kit.checks``), so
-admission and the sidecar agree on what is valid and say so in the same words.
+returns the complete, valid settings, or every problem at once, each naming
+the annotation, the value and the accepted form, so the one message ``kubectl
+apply`` prints is enough to fix the manifest. Values go through the checks of
+the flags they become (``kit.checks``), so admission and the sidecar agree.
 Unknown keys under the prefix are refused: a typo such as ``lease-duraton``
 would otherwise leave the pod with a timing its author did not choose.
 """
@@ -73,15 +71,10 @@ def annotations_of(pod: Mapping[str, Any]) -> dict[str, str]:
     return {str(k): v if isinstance(v, str) else str(v) for k, v in raw.items()}
 
 
-def wants_injection(pod: Mapping[str, Any]) -> bool:
-    return annotations_of(pod).get(INJECT) == "true"
-
-
 def _read(
     notes: Mapping[str, str], key: str, check: Callable[[str], T], default: T, problems: list[str]
 ) -> tuple[T, bool]:
-    """(value, given) for one annotation, through the flags' own check; the default when
-    absent or refused (and then the problem, naming the annotation)."""
+    """(value, given): the annotation through the flag's check, else the default (and a problem)."""
     raw = notes.get(key)
     if raw is None:
         return default, False
@@ -116,13 +109,9 @@ def _state_dir(raw: str) -> str:
 
 
 def default_election(pod: Mapping[str, Any]) -> tuple[str, str] | None:
-    """(sanitised election, source) from the workload, or None when nothing usable.
-
-    Order: the controlling owner (a ReplicaSet stands for its Deployment: its
-    name minus the ``pod-template-hash`` suffix), then the
-    ``app.kubernetes.io/name`` label, then ``generateName`` trimmed, then the
-    pod's own name. A candidate that sanitises to nothing is skipped.
-    """
+    """(sanitised election, source) from the first usable of: the controlling owner (a
+    ReplicaSet stands for its Deployment: its name minus the ``pod-template-hash``), the
+    ``app.kubernetes.io/name`` label, ``generateName`` trimmed, the pod's name; or None."""
     meta = _mapping(pod.get("metadata"))
     labels = _mapping(meta.get("labels"))
     hash_ = labels.get("pod-template-hash")

@@ -19,7 +19,7 @@ from ..kit.logs import Logger
 from ..kit.options import INJECTOR_ENV, SettingsError, Source
 from ..kube.config import ConfigError, load
 from . import settings as flags
-from .webhookconfig import WEBHOOK_PATH, ca_bundle_of, webhook_configuration
+from .webhookconfig import ca_bundle_of, webhook_configuration
 
 PROG = f"{defaults.PROG} injector"
 
@@ -44,10 +44,8 @@ def _print_webhook_config(args: argparse.Namespace) -> int:
         raise SettingsError(
             "--print-webhook-config needs --webhook-url, or --service-name and --service-namespace"
         )
-    service = None
-    if not url:
-        port = src.get(flags.SERVICE_PORT)
-        service = {"namespace": namespace, "name": name, "port": port, "path": WEBHOOK_PATH}
+    port = None if url else src.get(flags.SERVICE_PORT)
+    service = None if url else {"namespace": namespace, "name": name, "port": port}
     config = webhook_configuration(
         ca_bundle_of(ca),
         url=url or None,
@@ -60,7 +58,7 @@ def _print_webhook_config(args: argparse.Namespace) -> int:
 
 def main(argv: list[str], environ: Mapping[str, str] | None = None) -> int:
     try:
-        args = flags.parse_args(argv)
+        args = flags.build_parser().parse_args(argv)
         if args.print_webhook_config:
             return _print_webhook_config(args)
         settings = flags.injector_settings(args, environ)

@@ -6,17 +6,14 @@ from the mounted files, re-read when they change), login (from the one
 watch of ``--auto-rbac``. ``POST /inject`` is answered by the pure
 ``review.answer`` (which says why kopf's admission engine is bypassed).
 
-Several replicas are safe, by design (contract §9):
-
-- **The deployer owns the MutatingWebhookConfiguration** (``webhookconfig``),
-  not kopf (``admission.managed`` stays off). kopf's managed mode is written
-  for one operator: each replica would rewrite it with its own client config
-  at start and strip its webhooks at exit, so a stopping replica would remove
-  the webhook while others still run, and replicas would overwrite each
-  other's ``caBundle``. The injector needs no RBAC on webhook configurations.
-- **No peering** (``standalone``): kopf's peering pauses all but one replica,
-  while every replica must answer admission requests; no KopfPeering CRD.
-- **Admission is stateless**, and the sweep runs in every replica (``sweep``).
+Several replicas are safe (contract §9): admission is stateless, the sweep
+runs in every replica (``sweep``), and there is no peering (``standalone``:
+kopf's would pause all but one replica; no KopfPeering CRD). The deployer owns
+the MutatingWebhookConfiguration (``webhookconfig``), not kopf, whose managed
+mode has each replica rewrite it with its own client config at start and strip
+its webhooks at exit: a stopping replica would remove the webhook while others
+still run, and replicas would overwrite each other's ``caBundle``. So the
+injector needs no RBAC on webhook configurations either.
 """
 
 from __future__ import annotations
@@ -121,16 +118,6 @@ class _WebhookServer(kopf.WebhookServer):
             yield client_config
 
 
-def _server_tls() -> ssl.SSLContext:
-    """TLS ≥ 1.2, and no TLS 1.3 session tickets: the API server's webhook client keeps no
-    session cache, so a ticket would be handshake work for nothing. kopf loads the
-    certificate files into this context (and again when they change)."""
-    context = ssl.create_default_context(purpose=ssl.Purpose.CLIENT_AUTH)
-    context.minimum_version = ssl.TLSVersion.TLSv1_2
-    context.num_tickets = 0
-    return context
-
-
 async def _health_server(
     settings: InjectorSettings, metrics: InjectorMetrics, ready: asyncio.Event
 ) -> web.AppRunner:
@@ -154,9 +141,11 @@ async def serve(settings: InjectorSettings, config: ApiConfig, log: Logger) -> i
     # kopf logs every handler run at INFO: one line per pod creation is noise.
     log.capture_libraries("debug" if settings.log_level == "debug" else "warning")
     logging.getLogger("aiohttp.access").setLevel(logging.WARNING)
-    metrics = InjectorMetrics()
-    ready = asyncio.Event()
-
+    metrics, ready = InjectorMetrics(), asyncio.Event()
+    # TLS ≥ 1.2, no TLS 1.3 session tickets: the API server's webhook client keeps no session
+    # cache, so a ticket is handshake work for nothing. kopf loads the files into it (on change).
+    tls = ssl.create_default_context(purpose=ssl.Purpose.CLIENT_AUTH)
+    tls.minimum_version, tls.num_tickets = ssl.TLSVersion.TLSv1_2, 0
     kopf_settings = kopf.OperatorSettings()
     kopf_settings.admission.server = _WebhookServer(
         admission(settings, log, metrics),
@@ -165,7 +154,7 @@ async def serve(settings: InjectorSettings, config: ApiConfig, log: Logger) -> i
         port=settings.port,
         certfile=str(settings.tls_cert_file),
         pkeyfile=str(settings.tls_key_file),
-        context=_server_tls(),
+        context=tls,
     )
     kopf_settings.admission.managed = None  # the deployer owns the configuration (docstring)
     kopf_settings.peering.standalone = True

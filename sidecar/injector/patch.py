@@ -19,7 +19,7 @@ from typing import Any, Literal
 
 from ..core.durations import format_duration
 from ..core.timing import Timing
-from .annotations import PORT, STATE_DIR, PodSettings, read_settings, show, wants_injection
+from .annotations import INJECT, PORT, STATE_DIR, PodSettings, annotations_of, read_settings, show
 
 CONTAINER_NAME = "grelmicro-sidecar"
 VOLUME_NAME = "leader-election"
@@ -27,8 +27,6 @@ PORT_NAME = "leader-http"
 #: The image's own ``USER 65532:65532`` (the Dockerfile), repeated in the pod so
 #: ``runAsNonRoot`` holds even for an image built elsewhere with a named user.
 RUN_AS = 65532
-
-Outcome = Literal["injected", "completed", "unchanged", "skipped", "denied"]
 
 
 @dataclass(frozen=True)
@@ -48,7 +46,7 @@ class Decision:
     """``changes`` maps a JSON pointer to its new value; ``message`` says what to fix when
     ``denied``; ``skipped``: no ``inject: "true"``; ``unchanged``: the pod has everything."""
 
-    outcome: Outcome
+    outcome: Literal["injected", "completed", "unchanged", "skipped", "denied"]
     changes: dict[str, Any] = field(default_factory=dict)
     message: str = ""
     settings: PodSettings | None = None
@@ -83,10 +81,9 @@ def _probe(path: str, period: int, failures: int, timeout: int, **more: int) -> 
 
 def sidecar_container(settings: PodSettings, spec: SidecarSpec) -> dict[str, Any]:
     timing = settings.timing
+    # fmt: off
     container: dict[str, Any] = {
-        "name": CONTAINER_NAME,
-        "image": spec.image,
-        "imagePullPolicy": spec.pull_policy,
+        "name": CONTAINER_NAME, "image": spec.image, "imagePullPolicy": spec.pull_policy,
         "restartPolicy": "Always",
         "args": [
             "run",
@@ -100,30 +97,22 @@ def sidecar_container(settings: PodSettings, spec: SidecarSpec) -> dict[str, Any
         ],
         "env": [
             {"name": name, "valueFrom": {"fieldRef": {"fieldPath": path}}}
-            for name, path in (
-                ("POD_NAME", "metadata.name"),
-                ("POD_NAMESPACE", "metadata.namespace"),
-            )
+            for name, path in (("POD_NAME", "metadata.name"), ("POD_NAMESPACE", "metadata.namespace"))
         ],
         "ports": [{"name": PORT_NAME, "containerPort": settings.port, "protocol": "TCP"}],
         "startupProbe": _probe("/healthz", period=1, failures=30, timeout=1),
         "livenessProbe": _probe("/healthz", period=10, failures=3, timeout=2),
-        "resources": {
-            "requests": {"cpu": spec.cpu_request, "memory": spec.memory_request},
-            "limits": {"memory": spec.memory_limit},
-        },
+        "resources": {"requests": {"cpu": spec.cpu_request, "memory": spec.memory_request},
+                      "limits": {"memory": spec.memory_limit}},
         "securityContext": {
-            "runAsNonRoot": True,
-            "runAsUser": RUN_AS,
-            "runAsGroup": RUN_AS,
-            "readOnlyRootFilesystem": True,
-            "allowPrivilegeEscalation": False,
-            "capabilities": {"drop": ["ALL"]},
-            "seccompProfile": {"type": "RuntimeDefault"},
+            "runAsNonRoot": True, "runAsUser": RUN_AS, "runAsGroup": RUN_AS,
+            "readOnlyRootFilesystem": True, "allowPrivilegeEscalation": False,
+            "capabilities": {"drop": ["ALL"]}, "seccompProfile": {"type": "RuntimeDefault"},
         },
         "volumeMounts": [{"name": VOLUME_NAME, "mountPath": settings.state_dir}],
         "terminationMessagePolicy": "FallbackToLogsOnError",
     }
+    # fmt: on
     if settings.gate_readiness:
         container["readinessProbe"] = _probe(
             "/leader", period=2, failures=1, timeout=1, successThreshold=1
@@ -155,10 +144,10 @@ def _completed(container: Any, settings: PodSettings) -> dict[str, Any] | None:
     return out
 
 
-def _conflicts(spec: Mapping[str, Any], settings: PodSettings, containers: list[Any]) -> list[str]:
+def _conflicts(settings: PodSettings, containers: list[Any], has_volume: bool) -> list[str]:
     """What in the pod would make the injected one fail to be accepted or to run."""
     problems = []
-    if any(v.get("name") == VOLUME_NAME for v in _dicts(spec.get("volumes"))):
+    if has_volume:
         problems.append(
             f"the pod already has a volume named {VOLUME_NAME!r} (the injector adds its own); "
             "rename that volume"
@@ -194,7 +183,7 @@ def decide(pod: Mapping[str, Any], spec: SidecarSpec) -> Decision:
 
 
 def _decide(pod: Mapping[str, Any], spec: SidecarSpec) -> Decision:
-    if not isinstance(pod, Mapping) or not wants_injection(pod):
+    if not isinstance(pod, Mapping) or annotations_of(pod).get(INJECT) != "true":
         return Decision("skipped")
     settings = read_settings(pod, spec.timing)
     if isinstance(settings, list):
@@ -213,18 +202,19 @@ def _decide(pod: Mapping[str, Any], spec: SidecarSpec) -> Decision:
         )
     inits = _list(pod_spec, "initContainers")
     present = any(_name(c) == CONTAINER_NAME for c in containers + inits)
+    volumes = _list(pod_spec, "volumes")
+    has_volume = any(_name(v) == VOLUME_NAME for v in volumes)
 
     changes: dict[str, Any] = {}
     if not present:
-        problems = _conflicts(pod_spec, settings, containers + inits)
+        problems = _conflicts(settings, containers + inits, has_volume)
         if problems:
             return Decision("denied", message="; ".join(problems), settings=settings)
         changes["/spec/initContainers"] = [sidecar_container(settings, spec), *inits]
     completed = [_completed(c, settings) or c for c in containers]
     if any(new is not old for new, old in zip(completed, containers, strict=True)):
         changes["/spec/containers"] = completed
-    volumes = _list(pod_spec, "volumes")
-    if not any(_name(v) == VOLUME_NAME for v in volumes):
+    if not has_volume:
         # state.json is well under 1 KiB; the limit keeps a runaway writer from eating node memory.
         volume = {"name": VOLUME_NAME, "emptyDir": {"medium": "Memory", "sizeLimit": "1Mi"}}
         changes["/spec/volumes"] = [*volumes, volume]

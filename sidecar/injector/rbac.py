@@ -27,26 +27,21 @@ LABEL_POLICY = "grelmicro-sidecar-leader-label"
 MANAGED_BY = {"app.kubernetes.io/managed-by": "grelmicro-sidecar-injector"}
 VERBS = ["get", "list", "watch", "create", "update", "patch", "delete"]
 EVENT_VERBS = ["create", "patch"]  # Events on the Lease (kubectl describe lease)
-#: What the label Role's marker rule names: a resource nothing else uses, which the
-#: policy of manifests/leader-label.yaml looks for (granted the verb ``set``).
-LABEL_MARKER = {"apiGroups": ["leader-election.grelmicro.io"], "resources": ["leaderlabels"]}
-#: Each grant: its Role's name and rules.
+#: Each grant: its Role's name and rules. The label Role's marker rule names a resource
+#: nothing else uses, which the policy of manifests/leader-label.yaml looks for.
+# fmt: off
 GRANTS: dict[str, tuple[str, list[dict[str, Any]]]] = {
-    "leases": (
-        ROLE_NAME,
-        [
-            {"apiGroups": ["coordination.k8s.io"], "resources": ["leases"], "verbs": VERBS},
-            {"apiGroups": [""], "resources": ["events"], "verbs": EVENT_VERBS},
-        ],
-    ),
-    "leader-label": (
-        LABEL_ROLE_NAME,
-        [
-            {"apiGroups": [""], "resources": ["pods"], "verbs": ["patch"]},
-            {**LABEL_MARKER, "verbs": ["set"]},
-        ],
-    ),
+    "leases": (ROLE_NAME, [
+        {"apiGroups": ["coordination.k8s.io"], "resources": ["leases"], "verbs": VERBS},
+        {"apiGroups": [""], "resources": ["events"], "verbs": EVENT_VERBS},
+    ]),
+    "leader-label": (LABEL_ROLE_NAME, [
+        {"apiGroups": [""], "resources": ["pods"], "verbs": ["patch"]},
+        {"apiGroups": ["leader-election.grelmicro.io"], "resources": ["leaderlabels"],
+         "verbs": ["set"]},
+    ]),
 }
+# fmt: on
 
 
 def _meta(name: str, namespace: str) -> dict[str, Any]:
@@ -92,20 +87,14 @@ async def label_policy_exists(api: KubeApi) -> bool:
 
 
 class Grants:
-    """The grants of the ``--auto-rbac`` pod watch: once per ServiceAccount, each logged.
-
-    What was granted is counted and logged once; a refusal or a missing policy
-    is one warning with the fix (per ServiceAccount), and is tried again on the
-    next pod event.
-    """
+    """The ``--auto-rbac`` pod watch's grants, once per ServiceAccount: each counted and
+    logged; a refusal or a missing policy is one warning with the fix, retried on the
+    next pod event."""
 
     def __init__(
         self, api: KubeApi, log: Logger, metrics: InjectorMetrics, excluded: Collection[str]
     ):
-        self.api = api
-        self.log = log
-        self.metrics = metrics
-        self.excluded = excluded
+        self.api, self.log, self.metrics, self.excluded = api, log, metrics, excluded
         self.done: set[tuple[str, str, str]] = set()
 
     async def on_pod(self, body: Mapping[str, Any], type: str | None) -> None:

@@ -6,10 +6,9 @@ AdmissionReview response carrying the request's ``uid``: the decision of
 status whose message is what ``kubectl`` prints. A request that is not a Pod
 CREATE (the configuration never sends one) is allowed unchanged.
 
-Why not kopf's ``@kopf.on.mutate`` engine: it computes a handler's patch by
-deep-copying the whole pod and diffing it against the patched copy, many
-times the work of ``decide``, which yields the JSON patch ops directly; under
-a burst of pod creations that work per request is queueing for the others
+Not kopf's ``@kopf.on.mutate`` engine: it deep-copies and diffs every pod to
+find the patch that ``decide`` yields directly, many times the work, and under
+a burst of pod creations each request's work is queueing for the others
 (``bench/injector_latency.py``). kopf still runs the server, login and watches.
 """
 

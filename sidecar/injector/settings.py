@@ -9,7 +9,7 @@ The table ``INJECTOR`` (``kit.options``) gives the parser, ``--help`` and the
 from __future__ import annotations
 
 import argparse
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from functools import partial
 from pathlib import Path
@@ -42,10 +42,6 @@ class InjectorSettings:
     kubeconfig: str | None
 
 
-def _quantity(flag: str, default: str, what: str) -> Setting[str]:
-    return Setting(flag, checks.quantity, default, what + " of the sidecar")
-
-
 def _print_mode(flag: str, help: str) -> Setting[str | None]:
     """A flag of --print-webhook-config (no env variable: a one-shot mode)."""
     return Setting(flag, str, None, "(with --print-webhook-config) " + help, "", env=False)
@@ -67,9 +63,12 @@ SIDECAR_IMAGE = Setting(
 PULL_POLICY = Setting(
     "sidecar-image-pull-policy", checks.one_of(PULL_POLICIES), _SPEC.pull_policy,
     ", ".join(PULL_POLICIES))
-CPU_REQUEST = _quantity("sidecar-cpu-request", _SPEC.cpu_request, "CPU request")
-MEMORY_REQUEST = _quantity("sidecar-memory-request", _SPEC.memory_request, "memory request")
-MEMORY_LIMIT = _quantity("sidecar-memory-limit", _SPEC.memory_limit, "memory limit")
+CPU_REQUEST = Setting(
+    "sidecar-cpu-request", checks.quantity, _SPEC.cpu_request, "CPU request of the sidecar")
+MEMORY_REQUEST = Setting(
+    "sidecar-memory-request", checks.quantity, _SPEC.memory_request, "memory request of the sidecar")
+MEMORY_LIMIT = Setting(
+    "sidecar-memory-limit", checks.quantity, _SPEC.memory_limit, "memory limit of the sidecar")
 EXCLUDED_NAMESPACES: Setting[tuple[str, ...] | None] = Setting(
     "excluded-namespaces", checks.namespaces, None, "comma-separated namespaces never injected",
     "kube-system and $POD_NAMESPACE")
@@ -109,10 +108,6 @@ def build_parser() -> argparse.ArgumentParser:
     )
     options.add_settings(parser, INJECTOR)
     return parser
-
-
-def parse_args(argv: Sequence[str]) -> argparse.Namespace:
-    return build_parser().parse_args(list(argv))
 
 
 def injector_settings(

@@ -22,20 +22,18 @@ from ..kube.errors import ApiError, Forbidden
 from ..kube.leases import LeaseStore
 from .metrics import InjectorMetrics
 
+PodExists = Callable[[str, str], Awaitable[bool]]  # (namespace, name)
 SWEEP_RBAC_FIX = (
     "grant the injector's ServiceAccount a ClusterRole with list and delete on "
     "leases.coordination.k8s.io and get on pods"
 )
-PodExists = Callable[[str, str], Awaitable[bool]]  # (namespace, name)
 
 
 async def sweep_cluster(
     leases: LeaseStore, pod_exists: PodExists, log: Logger, **options: Any
 ) -> SweepResult:
-    """contract §5's sweep over every namespace, keeping Leases whose holder pod still exists.
-
-    ``options``: ``sweep_objects``'s (``sightings``, ``margin``, ``now``, ``on_delete``).
-    """
+    """contract §5's sweep of every namespace, keeping Leases whose holder pod still exists;
+    ``options`` are ``sweep_objects``'s (``sightings``, ``margin``, ``now``, ``on_delete``)."""
 
     async def holder_exists(namespace: str, record: LeaseRecord) -> bool:
         return bool(record.holder) and await pod_exists(namespace, record.holder or "")

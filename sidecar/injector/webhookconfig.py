@@ -1,8 +1,7 @@
 """The MutatingWebhookConfiguration of the injector: its single definition.
 
-The Helm chart renders the same object (its test compares the two) and the
-cluster tests register the local injector with it; change it here only.
-Why this shape (the blast radius):
+The chart renders the same object (a test compares them) and the cluster tests
+register the injector with it; change it here only. Why this shape (the blast radius):
 
 - ``matchConditions`` (CEL on the ``inject`` annotation): the API server calls
   the webhook for annotated pods only, so an injector outage blocks no one else;
@@ -12,8 +11,7 @@ Why this shape (the blast radius):
   (``kube-system`` and the injector's own, so it can always be restarted);
 - ``reinvocationPolicy: IfNeeded``: a container added by a later webhook gets
   the mount and env (never a second sidecar);
-- ``sideEffects: None``: admission only computes a patch (``--auto-rbac`` acts
-  outside the request).
+- ``sideEffects: None``: admission only computes a patch.
 
 The deployer (chart or test) owns this object, not kopf: see ``operator``.
 """
@@ -30,7 +28,6 @@ CONFIG_NAME = "grelmicro-sidecar-injector"
 WEBHOOK_NAME = "inject.leader-election.grelmicro.io"
 WEBHOOK_PATH = "/inject"
 NAMESPACE_LABEL = "kubernetes.io/metadata.name"
-TIMEOUT_SECONDS = 10
 
 #: CEL, guarded so a pod without annotations evaluates to false, never to an error.
 MATCH_EXPRESSION = (
@@ -88,7 +85,7 @@ def webhook_configuration(
                        "operations": ["CREATE"], "scope": "Namespaced"}],
             "matchConditions": [{"name": "inject-annotation-true", "expression": MATCH_EXPRESSION}],
             "namespaceSelector": selector if excluded else {},  # NotIn [] is invalid
-            "failurePolicy": "Fail", "sideEffects": "None", "timeoutSeconds": TIMEOUT_SECONDS,
+            "failurePolicy": "Fail", "sideEffects": "None", "timeoutSeconds": 10,
             "reinvocationPolicy": "IfNeeded", "matchPolicy": "Equivalent",
         }],
     }
