@@ -164,14 +164,6 @@ def read_settings(pod: Mapping[str, Any], defaults: Timing) -> PodSettings | lis
                 f"app.kubernetes.io/name label, no generateName and no name; set {NAME}"
             )
 
-    def origin(setting: str, seconds: float) -> str:  # as contract §3's rules name a value
-        key = PREFIX + setting
-        if setting in given:
-            return f"{key}={show(format_duration(seconds))}"
-        return (
-            f"{setting} {format_duration(seconds)} (the injector's default; set {key} to change it)"
-        )
-
     before, times, given = len(problems), dict[str, float](), set[str]()
     for field in ("lease_duration", "renew_deadline", "retry_period"):
         setting = field.replace("_", "-")
@@ -180,6 +172,15 @@ def read_settings(pod: Mapping[str, Any], defaults: Timing) -> PodSettings | lis
         if was_given:
             given.add(setting)
     timing = Timing(**times)
+
+    def origin(setting: str, seconds: float) -> str:  # as contract §3's rules name a value
+        key = PREFIX + setting
+        if setting in given:
+            return f"{key}={show(format_duration(seconds))}"
+        return (
+            f"{setting} {format_duration(seconds)} (the injector's default; set {key} to change it)"
+        )
+
     if len(problems) == before:  # the rules between them only mean something once each parses
         problems += timing.problems(origin)
 
