@@ -1,16 +1,12 @@
 """Reading a pod's ``leader-election.grelmicro.io/*`` annotations (contract §6).
 
 Guarantees: ``read_settings`` never raises, whatever the pod looks like. It
-returns either the complete, valid settings for the sidecar, or every problem
-at once, each naming the annotation, the value it saw and the accepted form,
-so the single message ``kubectl apply`` prints is enough to fix the manifest.
-
-Durations and ports go through the checks of the flags they become
-(``kit.checks``), so admission and the sidecar agree on what is valid and say
-so in the same words.
-Unknown keys under the prefix are refused too: a typo such as
-``lease-duraton`` would otherwise be silently ignored and the pod would run
-with a timing its author did not choose.
+returns the complete, valid settings, or every problem at once, each naming
+the annotation, the value and the accepted form, so the one message ``kubectl
+apply`` prints is enough to fix the manifest. Values go through the checks of
+the flags they become (``kit.checks``), so admission and the sidecar agree.
+Unknown keys under the prefix are refused: a typo such as ``lease-duraton``
+would otherwise leave the pod with a timing its author did not choose.
 """
 
 from __future__ import annotations
@@ -30,30 +26,16 @@ from ..kit.checks import Invalid, duration, exact_boolean
 from ..kit.checks import port as port_check
 
 PREFIX = "leader-election.grelmicro.io/"
-INJECT = PREFIX + "inject"
-NAME = PREFIX + "name"
-LEASE_DURATION = PREFIX + "lease-duration"
-RENEW_DEADLINE = PREFIX + "renew-deadline"
-RETRY_PERIOD = PREFIX + "retry-period"
-STATE_DIR = PREFIX + "state-dir"
-PORT = PREFIX + "port"
-GATE_READINESS = PREFIX + "gate-readiness"
-LABEL_LEADER = PREFIX + "label-leader"
-
-KNOWN = (
-    INJECT,
-    NAME,
-    LEASE_DURATION,
-    RENEW_DEADLINE,
-    RETRY_PERIOD,
-    STATE_DIR,
-    PORT,
-    GATE_READINESS,
-    LABEL_LEADER,
-)
+KNOWN = tuple(
+    PREFIX + key
+    for key in (
+        "inject", "name", "lease-duration", "renew-deadline", "retry-period",
+        "state-dir", "port", "gate-readiness", "label-leader",
+    )
+)  # fmt: skip
+INJECT, NAME, _, _, _, STATE_DIR, PORT, GATE_READINESS, LABEL_LEADER = KNOWN
 
 _STATE_DIR = re.compile(r"^(/[A-Za-z0-9._-]+)+$")
-_POD_TEMPLATE_HASH = "pod-template-hash"
 T = TypeVar("T")
 
 
@@ -80,53 +62,27 @@ def show(value: object, limit: int = 80) -> str:
     return text if len(text) <= limit else text[: limit - 2] + '…"'
 
 
-def problem(key: str, value: object, accepted: str) -> str:
-    return f"annotation {key}: {show(value)} is not valid; expected {accepted}"
+def _mapping(value: object) -> Mapping[str, Any]:
+    return value if isinstance(value, Mapping) else {}
 
 
 def annotations_of(pod: Mapping[str, Any]) -> dict[str, str]:
-    meta = pod.get("metadata")
-    raw = meta.get("annotations") if isinstance(meta, Mapping) else None
-    if not isinstance(raw, Mapping):
-        return {}
+    raw = _mapping(_mapping(pod.get("metadata")).get("annotations"))
     return {str(k): v if isinstance(v, str) else str(v) for k, v in raw.items()}
 
 
-def wants_injection(pod: Mapping[str, Any]) -> bool:
-    return annotations_of(pod).get(INJECT) == "true"
-
-
 def _read(
-    notes: Mapping[str, str],
-    key: str,
-    check: Callable[[str], T],
-    default: T,
-    problems: list[str],
+    notes: Mapping[str, str], key: str, check: Callable[[str], T], default: T, problems: list[str]
 ) -> tuple[T, bool]:
-    """(value, given) for one annotation, through the flags' own check; the default when
-    absent or refused (and then the problem, naming the annotation)."""
+    """(value, given): the annotation through the flag's check, else the default (and a problem)."""
     raw = notes.get(key)
     if raw is None:
         return default, False
     try:
         return check(raw), True
     except Invalid as err:
-        problems.append(problem(key, raw, err.accepted))
+        problems.append(f"annotation {key}: {show(raw)} is not valid; expected {err.accepted}")
         return default, False
-
-
-def _timing_problems(timing: Timing, given: dict[str, bool]) -> list[str]:
-    """contract §3 rules, each naming where every value came from (annotation or default)."""
-
-    def origin(setting: str, seconds: float) -> str:
-        key = PREFIX + setting
-        if given[setting]:
-            return f"{key}={show(format_duration(seconds))}"
-        return (
-            f"{setting} {format_duration(seconds)} (the injector's default; set {key} to change it)"
-        )
-
-    return timing.problems(origin)
 
 
 def _election_name(raw: str) -> str:
@@ -153,64 +109,50 @@ def _state_dir(raw: str) -> str:
 
 
 def default_election(pod: Mapping[str, Any]) -> tuple[str, str] | None:
-    """(sanitised election, source) from the workload, or None when nothing usable.
-
-    Order: the controlling owner (a ReplicaSet stands for its Deployment: its
-    name minus the ``pod-template-hash`` suffix), then the
-    ``app.kubernetes.io/name`` label, then ``generateName`` trimmed, then the
-    pod's own name. A candidate that sanitises to nothing is skipped.
-    """
-    meta_raw = pod.get("metadata")
-    meta: Mapping[str, Any] = meta_raw if isinstance(meta_raw, Mapping) else {}
-    labels_raw = meta.get("labels")
-    labels: Mapping[str, Any] = labels_raw if isinstance(labels_raw, Mapping) else {}
-    candidates: list[tuple[object, str]] = []
-
+    """(sanitised election, source) from the first usable of: the controlling owner (a
+    ReplicaSet stands for its Deployment: its name minus the ``pod-template-hash``), the
+    ``app.kubernetes.io/name`` label, ``generateName`` trimmed, the pod's name; or None."""
+    meta = _mapping(pod.get("metadata"))
+    labels = _mapping(meta.get("labels"))
+    hash_ = labels.get("pod-template-hash")
+    suffix = f"-{hash_}" if isinstance(hash_, str) and hash_ else None
     owners = meta.get("ownerReferences")
-    if isinstance(owners, list):
-        refs = [o for o in owners if isinstance(o, Mapping)]
-        refs.sort(key=lambda o: o.get("controller") is not True)  # the controller first
-        for ref in refs[:1]:
-            kind, name = ref.get("kind"), ref.get("name")
-            if not isinstance(name, str):
-                continue
-            if kind == "ReplicaSet":
-                hash_ = labels.get(_POD_TEMPLATE_HASH)
-                if isinstance(hash_, str) and hash_ and name.endswith(f"-{hash_}"):
-                    candidates.append((name[: -len(hash_) - 1], "Deployment"))
-                    continue
+    refs = [o for o in owners if isinstance(o, Mapping)] if isinstance(owners, list) else []
+    refs.sort(key=lambda o: o.get("controller") is not True)  # the controller first
+    candidates: list[tuple[object, str]] = []
+    for ref in refs[:1]:
+        kind, name = ref.get("kind"), ref.get("name")
+        if kind == "ReplicaSet" and suffix and isinstance(name, str) and name.endswith(suffix):
+            candidates.append((name.removesuffix(suffix), "Deployment"))
+        else:
             candidates.append((name, str(kind)))
-    candidates.append((labels.get("app.kubernetes.io/name"), "label app.kubernetes.io/name"))
     generate = meta.get("generateName")
-    if isinstance(generate, str):
-        candidates.append((generate.rstrip("-"), "generateName"))
-    candidates.append((meta.get("name"), "pod name"))
-
+    candidates += [
+        (labels.get("app.kubernetes.io/name"), "label app.kubernetes.io/name"),
+        (generate.rstrip("-") if isinstance(generate, str) else None, "generateName"),
+        (meta.get("name"), "pod name"),
+    ]
     for value, source in candidates:
-        if not isinstance(value, str) or not value:
-            continue
-        try:
-            lease = lease_name(value)
-        except ValueError:
-            continue
-        return election_of(lease), source
+        if isinstance(value, str) and value:
+            try:
+                return election_of(lease_name(value)), source
+            except ValueError:
+                continue
     return None
 
 
 def read_settings(pod: Mapping[str, Any], defaults: Timing) -> PodSettings | list[str]:
     """The sidecar's settings from the pod, or the list of problems (never raises)."""
     notes = annotations_of(pod)
-    problems: list[str] = []
+    problems = [
+        f"annotation {key}: {show(notes[key])} is not a known annotation; expected one of "
+        + ", ".join(k[len(PREFIX) :] for k in KNOWN)
+        + f" (under {PREFIX})"
+        for key in sorted(notes)
+        if key.startswith(PREFIX) and key not in KNOWN
+    ]
 
-    for key in sorted(notes):
-        if key.startswith(PREFIX) and key not in KNOWN:
-            problems.append(
-                f"annotation {key}: {show(notes[key])} is not a known annotation; expected one of "
-                + ", ".join(k[len(PREFIX) :] for k in KNOWN)
-                + f" (under {PREFIX})"
-            )
-
-    election: tuple[str, str] | None = None
+    election: tuple[str, str] | None
     if NAME in notes:
         name = _read(notes, NAME, _election_name, "", problems)[0]
         election = (name, "annotation") if name else None
@@ -222,32 +164,30 @@ def read_settings(pod: Mapping[str, Any], defaults: Timing) -> PodSettings | lis
                 f"app.kubernetes.io/name label, no generateName and no name; set {NAME}"
             )
 
-    before = len(problems)
-    lease, lease_given = _read(notes, LEASE_DURATION, duration, defaults.lease_duration, problems)
-    renew, renew_given = _read(notes, RENEW_DEADLINE, duration, defaults.renew_deadline, problems)
-    retry, retry_given = _read(notes, RETRY_PERIOD, duration, defaults.retry_period, problems)
-    timing = Timing(lease_duration=lease, renew_deadline=renew, retry_period=retry)
+    before, times, given = len(problems), dict[str, float](), set[str]()
+    for field in ("lease_duration", "renew_deadline", "retry_period"):
+        setting = field.replace("_", "-")
+        default = getattr(defaults, field)
+        times[field], was_given = _read(notes, PREFIX + setting, duration, default, problems)
+        if was_given:
+            given.add(setting)
+    timing = Timing(**times)
+
+    def origin(setting: str, seconds: float) -> str:  # as contract §3's rules name a value
+        key = PREFIX + setting
+        if setting in given:
+            return f"{key}={show(format_duration(seconds))}"
+        return (
+            f"{setting} {format_duration(seconds)} (the injector's default; set {key} to change it)"
+        )
+
     if len(problems) == before:  # the rules between them only mean something once each parses
-        given = {
-            "lease-duration": lease_given,
-            "renew-deadline": renew_given,
-            "retry-period": retry_given,
-        }
-        problems += _timing_problems(timing, given)
+        problems += timing.problems(origin)
 
     state_dir = _read(notes, STATE_DIR, _state_dir, DEFAULT_STATE_DIR, problems)[0]
     port = _read(notes, PORT, port_check, DEFAULT_PORT, problems)[0]
     gate = _read(notes, GATE_READINESS, exact_boolean, False, problems)[0]
     label = _read(notes, LABEL_LEADER, exact_boolean, False, problems)[0]
-
     if problems or election is None:
         return problems
-    return PodSettings(
-        election=election[0],
-        election_source=election[1],
-        timing=timing,
-        state_dir=state_dir,
-        port=port,
-        gate_readiness=gate,
-        label_leader=label,
-    )
+    return PodSettings(election[0], election[1], timing, state_dir, port, gate, label)

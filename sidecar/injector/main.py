@@ -16,11 +16,10 @@ from pathlib import Path
 
 from ..core import defaults
 from ..kit.logs import Logger
-from ..kit.options import INJECTOR_ENV, Source
+from ..kit.options import INJECTOR_ENV, SettingsError, Source
 from ..kube.config import ConfigError, load
 from . import settings as flags
-from .settings import SettingsError, UsageError
-from .webhookconfig import WEBHOOK_PATH, ca_bundle_of, webhook_configuration
+from .webhookconfig import ca_bundle_of, webhook_configuration
 
 PROG = f"{defaults.PROG} injector"
 
@@ -41,26 +40,25 @@ def _print_webhook_config(args: argparse.Namespace) -> int:
     url, name = src.get(flags.WEBHOOK_URL), src.get(flags.SERVICE_NAME)
     namespace = src.get(flags.SERVICE_NAMESPACE)
     chosen = src.get(flags.EXCLUDED_NAMESPACES)
-    excluded = ["kube-system", namespace or ""] if chosen is None else list(chosen)
-    if url:
-        config = webhook_configuration(ca_bundle_of(ca), url=url, excluded_namespaces=excluded)
-    elif name and namespace:
-        port = src.get(flags.SERVICE_PORT)
-        service = {"namespace": namespace, "name": name, "port": port, "path": WEBHOOK_PATH}
-        config = webhook_configuration(
-            ca_bundle_of(ca), service=service, excluded_namespaces=excluded
-        )
-    else:
+    if not url and not (name and namespace):
         raise SettingsError(
             "--print-webhook-config needs --webhook-url, or --service-name and --service-namespace"
         )
+    port = None if url else src.get(flags.SERVICE_PORT)
+    service = None if url else {"namespace": namespace, "name": name, "port": port}
+    config = webhook_configuration(
+        ca_bundle_of(ca),
+        url=url or None,
+        service=service,
+        excluded_namespaces=["kube-system", namespace or ""] if chosen is None else chosen,
+    )
     print(json.dumps(config, indent=2))
     return 0
 
 
 def main(argv: list[str], environ: Mapping[str, str] | None = None) -> int:
     try:
-        args = flags.parse_args(argv)
+        args = flags.build_parser().parse_args(argv)
         if args.print_webhook_config:
             return _print_webhook_config(args)
         settings = flags.injector_settings(args, environ)
@@ -72,18 +70,10 @@ def main(argv: list[str], environ: Mapping[str, str] | None = None) -> int:
                 f"{config.source}: impersonation (as) is not supported by the injector "
                 "(kopf's login cannot send it); use a kubeconfig without it"
             )
-    except ConfigError as err:
-        print(f"{PROG}: {err}", file=sys.stderr)
-        return 2
     except SystemExit as exit_:  # --help
         return int(exit_.code or 0)
-    except (UsageError, SettingsError) as err:
-        print(
-            f"{PROG}: {err}"
-            if not str(err).startswith("injector:")
-            else f"grelmicro-sidecar {err}",
-            file=sys.stderr,
-        )
+    except (ConfigError, SettingsError) as err:  # a UsageError too, already prefixed
+        print(str(err) if str(err).startswith(PROG) else f"{PROG}: {err}", file=sys.stderr)
         return 2
 
     from .operator import serve  # kopf is imported here, and only here

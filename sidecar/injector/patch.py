@@ -1,26 +1,14 @@
 """The pod mutation: what injecting the sidecar changes in a Pod (contract §6, §8).
 
-Pure: a pod (the ``object`` of an AdmissionReview, a dict) and the injector's
-sidecar settings in, a ``Decision`` out. ``decide`` never raises; anything it
-cannot accept becomes a denial whose message names what to change.
-
-What an injected pod gets:
-
-- the sidecar as a *native sidecar*: the first init container, with
-  ``restartPolicy: Always``, so it starts before the app containers and stops
-  after them (the app stops before the Lease is released);
-- ``grelmicro-sidecar run`` with every setting spelled out as a flag (what the
-  pod runs is readable in ``kubectl get pod -o yaml``), pod name and namespace
-  from the downward API, probes on ``/healthz`` (and on ``/leader`` only when
-  readiness is gated), the restricted securityContext;
-- the ``leader-election`` emptyDir (memory-backed), read-write in the sidecar
-  and read-only in every app container, with ``LEADER_ELECTION_STATE_FILE`` and
-  ``LEADER_ELECTION_URL`` in their env (a value the pod already sets wins).
+Pure: a pod (the ``object`` of an AdmissionReview) and the sidecar's settings
+in, a ``Decision`` out. ``decide`` never raises; what it cannot accept becomes a
+denial naming what to change. The sidecar is a native sidecar (the first init
+container, ``restartPolicy: Always``), so the app stops before the Lease is
+released; its settings are spelled out as flags, readable in the pod's YAML.
 
 Idempotent: a pod that already has a container named ``grelmicro-sidecar`` is
-never given a second one; only app containers that lack the mount or the env
-(added by a later webhook, on reinvocation) are completed. Deciding again on
-the result of a decision yields no change.
+never given a second one; only app containers lacking the mount or the env
+(added by a later webhook) are completed, and deciding again yields no change.
 """
 
 from __future__ import annotations
@@ -31,25 +19,14 @@ from typing import Any, Literal
 
 from ..core.durations import format_duration
 from ..core.timing import Timing
-from .annotations import (
-    PORT,
-    STATE_DIR,
-    PodSettings,
-    read_settings,
-    show,
-    wants_injection,
-)
+from .annotations import INJECT, PORT, STATE_DIR, PodSettings, annotations_of, read_settings, show
 
 CONTAINER_NAME = "grelmicro-sidecar"
 VOLUME_NAME = "leader-election"
 PORT_NAME = "leader-http"
-STATE_FILE_ENV = "LEADER_ELECTION_STATE_FILE"
-URL_ENV = "LEADER_ELECTION_URL"
 #: The image's own ``USER 65532:65532`` (the Dockerfile), repeated in the pod so
 #: ``runAsNonRoot`` holds even for an image built elsewhere with a named user.
 RUN_AS = 65532
-
-Outcome = Literal["injected", "completed", "unchanged", "skipped", "denied"]
 
 
 @dataclass(frozen=True)
@@ -66,13 +43,10 @@ class SidecarSpec:
 
 @dataclass(frozen=True)
 class Decision:
-    """``injected``/``completed``: ``changes`` maps a JSON pointer to its new value.
+    """``changes`` maps a JSON pointer to its new value; ``message`` says what to fix when
+    ``denied``; ``skipped``: no ``inject: "true"``; ``unchanged``: the pod has everything."""
 
-    ``unchanged``: the pod already has everything. ``skipped``: not asked for
-    (no ``inject: "true"``). ``denied``: ``message`` says what to fix.
-    """
-
-    outcome: Outcome
+    outcome: Literal["injected", "completed", "unchanged", "skipped", "denied"]
     changes: dict[str, Any] = field(default_factory=dict)
     message: str = ""
     settings: PodSettings | None = None
@@ -87,25 +61,29 @@ def _list(spec: Mapping[str, Any], key: str) -> list[Any]:
     return list(value) if isinstance(value, list) else []
 
 
-def _name(container: Any) -> str:
-    return str(container.get("name", "")) if isinstance(container, Mapping) else ""
-
-
 def _dicts(items: Any) -> list[Mapping[str, Any]]:
     return [i for i in items if isinstance(i, Mapping)] if isinstance(items, list) else []
 
 
-def _norm(path: Any) -> str:
-    text = str(path)
-    return text.rstrip("/") or "/"
+def _name(container: Any) -> str:
+    return str(container.get("name", "")) if isinstance(container, Mapping) else ""
+
+
+def _probe(path: str, period: int, failures: int, timeout: int, **more: int) -> dict[str, Any]:
+    return {
+        "httpGet": {"path": path, "port": PORT_NAME},
+        "periodSeconds": period,
+        "failureThreshold": failures,
+        **more,
+        "timeoutSeconds": timeout,
+    }
 
 
 def sidecar_container(settings: PodSettings, spec: SidecarSpec) -> dict[str, Any]:
     timing = settings.timing
+    # fmt: off
     container: dict[str, Any] = {
-        "name": CONTAINER_NAME,
-        "image": spec.image,
-        "imagePullPolicy": spec.pull_policy,
+        "name": CONTAINER_NAME, "image": spec.image, "imagePullPolicy": spec.pull_policy,
         "restartPolicy": "Always",
         "args": [
             "run",
@@ -118,97 +96,65 @@ def sidecar_container(settings: PodSettings, spec: SidecarSpec) -> dict[str, Any
             *(["--label-leader"] if settings.label_leader else []),
         ],
         "env": [
-            {"name": "POD_NAME", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}},
-            {
-                "name": "POD_NAMESPACE",
-                "valueFrom": {"fieldRef": {"fieldPath": "metadata.namespace"}},
-            },
+            {"name": name, "valueFrom": {"fieldRef": {"fieldPath": path}}}
+            for name, path in (("POD_NAME", "metadata.name"), ("POD_NAMESPACE", "metadata.namespace"))
         ],
         "ports": [{"name": PORT_NAME, "containerPort": settings.port, "protocol": "TCP"}],
-        "startupProbe": {
-            "httpGet": {"path": "/healthz", "port": PORT_NAME},
-            "periodSeconds": 1,
-            "failureThreshold": 30,
-            "timeoutSeconds": 1,
-        },
-        "livenessProbe": {
-            "httpGet": {"path": "/healthz", "port": PORT_NAME},
-            "periodSeconds": 10,
-            "failureThreshold": 3,
-            "timeoutSeconds": 2,
-        },
-        "resources": {
-            "requests": {"cpu": spec.cpu_request, "memory": spec.memory_request},
-            "limits": {"memory": spec.memory_limit},
-        },
+        "startupProbe": _probe("/healthz", period=1, failures=30, timeout=1),
+        "livenessProbe": _probe("/healthz", period=10, failures=3, timeout=2),
+        "resources": {"requests": {"cpu": spec.cpu_request, "memory": spec.memory_request},
+                      "limits": {"memory": spec.memory_limit}},
         "securityContext": {
-            "runAsNonRoot": True,
-            "runAsUser": RUN_AS,
-            "runAsGroup": RUN_AS,
-            "readOnlyRootFilesystem": True,
-            "allowPrivilegeEscalation": False,
-            "capabilities": {"drop": ["ALL"]},
-            "seccompProfile": {"type": "RuntimeDefault"},
+            "runAsNonRoot": True, "runAsUser": RUN_AS, "runAsGroup": RUN_AS,
+            "readOnlyRootFilesystem": True, "allowPrivilegeEscalation": False,
+            "capabilities": {"drop": ["ALL"]}, "seccompProfile": {"type": "RuntimeDefault"},
         },
         "volumeMounts": [{"name": VOLUME_NAME, "mountPath": settings.state_dir}],
         "terminationMessagePolicy": "FallbackToLogsOnError",
     }
+    # fmt: on
     if settings.gate_readiness:
-        container["readinessProbe"] = {
-            "httpGet": {"path": "/leader", "port": PORT_NAME},
-            "periodSeconds": 2,
-            "failureThreshold": 1,
-            "successThreshold": 1,
-            "timeoutSeconds": 1,
-        }
+        container["readinessProbe"] = _probe(
+            "/leader", period=2, failures=1, timeout=1, successThreshold=1
+        )
     return container
 
 
-def volume() -> dict[str, Any]:
-    # state.json is well under 1 KiB; the limit keeps a runaway writer from eating node memory.
-    return {"name": VOLUME_NAME, "emptyDir": {"medium": "Memory", "sizeLimit": "1Mi"}}
-
-
-def _complete_app_container(
-    container: Mapping[str, Any], settings: PodSettings
-) -> dict[str, Any] | None:
-    """The container with the read-only mount and the env added, or None when it has both."""
-    mounts = _dicts(container.get("volumeMounts"))
-    env = _dicts(container.get("env"))
+def _completed(container: Any, settings: PodSettings) -> dict[str, Any] | None:
+    """An app container with the read-only mount and the env added; None when it has both
+    (or is not an app container)."""
+    if not isinstance(container, Mapping) or _name(container) == CONTAINER_NAME:
+        return None
+    mounts, env = _dicts(container.get("volumeMounts")), _dicts(container.get("env"))
     names = {str(e.get("name")) for e in env}
     has_mount = any(m.get("name") == VOLUME_NAME for m in mounts)
-    wanted_env = [
-        {"name": STATE_FILE_ENV, "value": settings.state_file},
-        {"name": URL_ENV, "value": f"http://127.0.0.1:{settings.port}/leader"},
-    ]
-    missing_env = [e for e in wanted_env if e["name"] not in names]
+    wanted = {
+        "LEADER_ELECTION_STATE_FILE": settings.state_file,
+        "LEADER_ELECTION_URL": f"http://127.0.0.1:{settings.port}/leader",
+    }  # a value the pod already sets wins
+    missing_env = [{"name": k, "value": v} for k, v in wanted.items() if k not in names]
     if has_mount and not missing_env:
         return None
     out = dict(container)
     if not has_mount:
-        out["volumeMounts"] = [
-            *mounts,
-            {"name": VOLUME_NAME, "mountPath": settings.state_dir, "readOnly": True},
-        ]
+        mount = {"name": VOLUME_NAME, "mountPath": settings.state_dir, "readOnly": True}
+        out["volumeMounts"] = [*mounts, mount]
     if missing_env:
         out["env"] = [*env, *missing_env]
     return out
 
 
-def _conflicts(
-    spec: Mapping[str, Any], settings: PodSettings, containers: list[Any], inits: list[Any]
-) -> list[str]:
+def _conflicts(settings: PodSettings, containers: list[Any], has_volume: bool) -> list[str]:
     """What in the pod would make the injected one fail to be accepted or to run."""
     problems = []
-    volumes = _dicts(spec.get("volumes"))
-    if any(v.get("name") == VOLUME_NAME for v in volumes):
+    if has_volume:
         problems.append(
             f"the pod already has a volume named {VOLUME_NAME!r} (the injector adds its own); "
             "rename that volume"
         )
-    for c in _dicts(containers) + _dicts(inits):
+    for c in _dicts(containers):
         for m in _dicts(c.get("volumeMounts")):
-            if _norm(m.get("mountPath", "")) == settings.state_dir:
+            if (str(m.get("mountPath", "")).rstrip("/") or "/") == settings.state_dir:
                 problems.append(
                     f"container {_name(c)!r} already mounts {m.get('name')!r} at "
                     f"{settings.state_dir}, where the sidecar's state directory goes; "
@@ -237,7 +183,7 @@ def decide(pod: Mapping[str, Any], spec: SidecarSpec) -> Decision:
 
 
 def _decide(pod: Mapping[str, Any], spec: SidecarSpec) -> Decision:
-    if not isinstance(pod, Mapping) or not wants_injection(pod):
+    if not isinstance(pod, Mapping) or annotations_of(pod).get(INJECT) != "true":
         return Decision("skipped")
     settings = read_settings(pod, spec.timing)
     if isinstance(settings, list):
@@ -256,30 +202,22 @@ def _decide(pod: Mapping[str, Any], spec: SidecarSpec) -> Decision:
         )
     inits = _list(pod_spec, "initContainers")
     present = any(_name(c) == CONTAINER_NAME for c in containers + inits)
+    volumes = _list(pod_spec, "volumes")
+    has_volume = any(_name(v) == VOLUME_NAME for v in volumes)
 
     changes: dict[str, Any] = {}
     if not present:
-        problems = _conflicts(pod_spec, settings, containers, inits)
+        problems = _conflicts(settings, containers + inits, has_volume)
         if problems:
             return Decision("denied", message="; ".join(problems), settings=settings)
         changes["/spec/initContainers"] = [sidecar_container(settings, spec), *inits]
-
-    completed = False
-    new_containers = []
-    for c in containers:
-        done = (
-            _complete_app_container(c, settings)
-            if isinstance(c, Mapping) and _name(c) != CONTAINER_NAME
-            else None
-        )
-        completed |= done is not None
-        new_containers.append(done if done is not None else c)
-    if completed:
-        changes["/spec/containers"] = new_containers
-
-    volumes = _list(pod_spec, "volumes")
-    if not any(_name(v) == VOLUME_NAME for v in volumes):
-        changes["/spec/volumes"] = [*volumes, volume()]
+    completed = [_completed(c, settings) or c for c in containers]
+    if any(new is not old for new, old in zip(completed, containers, strict=True)):
+        changes["/spec/containers"] = completed
+    if not has_volume:
+        # state.json is well under 1 KiB; the limit keeps a runaway writer from eating node memory.
+        volume = {"name": VOLUME_NAME, "emptyDir": {"medium": "Memory", "sizeLimit": "1Mi"}}
+        changes["/spec/volumes"] = [*volumes, volume]
 
     if not changes:
         return Decision("unchanged", settings=settings)

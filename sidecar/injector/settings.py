@@ -1,50 +1,29 @@
 """The settings of ``grelmicro-sidecar injector``: declared once, checked before anything starts.
 
-The table ``INJECTOR`` (``kit.options``) gives the parser and ``--help``; each
-flag can also come from ``GRELMICRO_INJECTOR_<FLAG>`` (upper case, ``-`` → ``_``),
-the command line wins, except for ``--print-webhook-config`` and its flags. The
-sidecar's defaults are ``SidecarSpec``'s. Every problem is one line naming the
-flag (or its env variable) and the accepted form; ``main`` turns it into exit 2.
+The table ``INJECTOR`` (``kit.options``) gives the parser, ``--help`` and the
+``GRELMICRO_INJECTOR_<FLAG>`` env variables (the flag wins; none for
+``--print-webhook-config`` and its flags). The sidecar's defaults are
+``SidecarSpec``'s. A problem is one line naming the flag and the accepted form.
 """
 
 from __future__ import annotations
 
 import argparse
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass, replace
+from functools import partial
 from pathlib import Path
 
 from ..core import defaults
-from ..kit import checks
-from ..kit.options import (
-    INJECTOR_ENV,
-    KUBECONFIG,
-    LOG_LEVEL,
-    MARGIN,
-    TIMING,
-    Parser,
-    Setting,
-    SettingsError,
-    Source,
-    Table,
-    UsageError,
-    add_settings,
-    env_note,
-    switch,
-)
-from ..kit.options import env_name as _env_name
+from ..kit import checks, options
+from ..kit.options import INJECTOR_ENV, Setting, SettingsError
 from .patch import SidecarSpec
-
-__all__ = ["InjectorSettings", "SettingsError", "UsageError", "injector_settings", "parse_args"]
 
 DEFAULT_TLS_DIR = "/etc/grelmicro-sidecar/tls"
 PULL_POLICIES = ("Always", "IfNotPresent", "Never")
 _SPEC = SidecarSpec(image="")  # the sidecar's defaults, from the one place that states them
 _IMAGE = "ghcr.io/example/grelmicro-sidecar:0.1.0"
-
-
-def env_name(flag: str) -> str:
-    return _env_name(INJECTOR_ENV, flag)
+env_name = partial(options.env_name, INJECTOR_ENV)
 
 
 @dataclass(frozen=True)
@@ -61,10 +40,6 @@ class InjectorSettings:
     auto_rbac: bool
     log_level: str
     kubeconfig: str | None
-
-
-def _quantity(flag: str, default: str, what: str) -> Setting[str]:
-    return Setting(flag, checks.quantity, default, what + " of the sidecar")
 
 
 def _print_mode(flag: str, help: str) -> Setting[str | None]:
@@ -88,20 +63,23 @@ SIDECAR_IMAGE = Setting(
 PULL_POLICY = Setting(
     "sidecar-image-pull-policy", checks.one_of(PULL_POLICIES), _SPEC.pull_policy,
     ", ".join(PULL_POLICIES))
-CPU_REQUEST = _quantity("sidecar-cpu-request", _SPEC.cpu_request, "CPU request")
-MEMORY_REQUEST = _quantity("sidecar-memory-request", _SPEC.memory_request, "memory request")
-MEMORY_LIMIT = _quantity("sidecar-memory-limit", _SPEC.memory_limit, "memory limit")
+CPU_REQUEST = Setting(
+    "sidecar-cpu-request", checks.quantity, _SPEC.cpu_request, "CPU request of the sidecar")
+MEMORY_REQUEST = Setting(
+    "sidecar-memory-request", checks.quantity, _SPEC.memory_request, "memory request of the sidecar")
+MEMORY_LIMIT = Setting(
+    "sidecar-memory-limit", checks.quantity, _SPEC.memory_limit, "memory limit of the sidecar")
 EXCLUDED_NAMESPACES: Setting[tuple[str, ...] | None] = Setting(
     "excluded-namespaces", checks.namespaces, None, "comma-separated namespaces never injected",
     "kube-system and $POD_NAMESPACE")
 SWEEP_INTERVAL = Setting(
     "sweep-interval", checks.duration_or_zero, 60.0,
     "period of the expired-Lease sweep; 0 disables it")
-SWEEP_MARGIN = replace(MARGIN, flag="sweep-margin")
+SWEEP_MARGIN = replace(options.MARGIN, flag="sweep-margin")
 AUTO_RBAC = Setting(
     "auto-rbac", checks.boolean, False,
     "true: ensure a Role and RoleBinding on leases for the ServiceAccount of each injected pod")
-PRINT_WEBHOOK_CONFIG = switch(
+PRINT_WEBHOOK_CONFIG = options.switch(
     "print-webhook-config", "print the MutatingWebhookConfiguration as JSON and exit; needs "
     "--ca-file and --webhook-url or --service-name/--service-namespace")
 CA_FILE = _print_mode("ca-file", "PEM CA of the serving certificate")
@@ -111,42 +89,37 @@ SERVICE_NAMESPACE = _print_mode("service-namespace", "the Service's namespace")
 SERVICE_PORT = Setting(
     "service-port", checks.port, 443, "(with --print-webhook-config) the Service's port",
     env=False)
-INJECTOR: Table = (
+INJECTOR: options.Table = (
     HOST, PORT, TLS_CERT_FILE, TLS_KEY_FILE, HEALTH_PORT, SIDECAR_IMAGE, PULL_POLICY,
     CPU_REQUEST, MEMORY_REQUEST, MEMORY_LIMIT,
-    *(replace(s, help=f"{s.help}; for pods without the annotation") for s in TIMING),
-    EXCLUDED_NAMESPACES, SWEEP_INTERVAL, SWEEP_MARGIN, AUTO_RBAC, LOG_LEVEL, KUBECONFIG,
+    *(replace(s, help=f"{s.help}; for pods without the annotation") for s in options.TIMING),
+    EXCLUDED_NAMESPACES, SWEEP_INTERVAL, SWEEP_MARGIN, AUTO_RBAC, options.LOG_LEVEL,
+    options.KUBECONFIG,
     PRINT_WEBHOOK_CONFIG, CA_FILE, WEBHOOK_URL, SERVICE_NAME, SERVICE_NAMESPACE, SERVICE_PORT,
 )
 # fmt: on
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = Parser(
+    parser = options.Parser(
         prog=f"{defaults.PROG} injector",
         description="Admission webhook that injects the leader-election sidecar into pods "
-        f'annotated leader-election.grelmicro.io/inject: "true". {env_note(INJECTOR_ENV)}',
+        'annotated leader-election.grelmicro.io/inject: "true". ' + options.env_note(INJECTOR_ENV),
     )
-    add_settings(p, INJECTOR)
-    return p
-
-
-def parse_args(argv: Sequence[str]) -> argparse.Namespace:
-    return build_parser().parse_args(list(argv))
+    options.add_settings(parser, INJECTOR)
+    return parser
 
 
 def injector_settings(
     args: argparse.Namespace, environ: Mapping[str, str] | None = None
 ) -> InjectorSettings:
-    src = Source(args, INJECTOR_ENV, environ)
-    image = src.get(SIDECAR_IMAGE)
-    policy = src.get(PULL_POLICY)
-    timing = src.timing()
+    src = options.Source(args, INJECTOR_ENV, environ)
+    image, policy, timing = src.get(SIDECAR_IMAGE), src.get(PULL_POLICY), src.timing()
     excluded = src.get(EXCLUDED_NAMESPACES)
     if excluded is None:
         own = src.environ.get("POD_NAMESPACE")
         excluded = ("kube-system", own) if own and own != "kube-system" else ("kube-system",)
-    level = src.get(LOG_LEVEL)
+    level = src.get(options.LOG_LEVEL)
     return InjectorSettings(
         host=src.get(HOST),
         port=src.get(PORT),
@@ -154,8 +127,8 @@ def injector_settings(
         tls_key_file=Path(src.get(TLS_KEY_FILE)),
         health_port=src.get(HEALTH_PORT),
         sidecar=SidecarSpec(
-            image=image,
-            pull_policy=policy,
+            image,
+            policy,
             cpu_request=src.get(CPU_REQUEST),
             memory_request=src.get(MEMORY_REQUEST),
             memory_limit=src.get(MEMORY_LIMIT),
@@ -166,16 +139,14 @@ def injector_settings(
         sweep_margin=src.get(SWEEP_MARGIN),
         auto_rbac=src.get(AUTO_RBAC),
         log_level=level,
-        kubeconfig=src.get(KUBECONFIG),
+        kubeconfig=src.get(options.KUBECONFIG),
     )
 
 
 def check_files(settings: InjectorSettings) -> None:
     """The TLS files exist and are readable (a missing Secret mount is a config error)."""
-    for flag, path in (
-        ("tls-cert-file", settings.tls_cert_file),
-        ("tls-key-file", settings.tls_key_file),
-    ):
+    for flag in ("tls-cert-file", "tls-key-file"):
+        path = getattr(settings, flag.replace("-", "_"))
         try:
             with path.open("rb") as fh:
                 fh.read(1)

@@ -1,26 +1,19 @@
 """The MutatingWebhookConfiguration of the injector: its single definition.
 
-The Helm chart renders the same object and its test compares the two, and the
-cluster tests register the local injector with it; change it here only.
+The chart renders the same object (a test compares them) and the cluster tests
+register the injector with it; change it here only. Why this shape (the blast radius):
 
-Why this shape (the blast radius):
+- ``matchConditions`` (CEL on the ``inject`` annotation): the API server calls
+  the webhook for annotated pods only, so an injector outage blocks no one else;
+- ``failurePolicy: Fail``: while the injector is down an annotated pod is
+  refused, not started without its sidecar (with no leader election at all);
+- ``namespaceSelector`` leaves the excluded namespaces out entirely
+  (``kube-system`` and the injector's own, so it can always be restarted);
+- ``reinvocationPolicy: IfNeeded``: a container added by a later webhook gets
+  the mount and env (never a second sidecar);
+- ``sideEffects: None``: admission only computes a patch.
 
-- ``matchConditions`` (CEL on ``leader-election.grelmicro.io/inject == "true"``)
-  makes the API server call the webhook for annotated pods only, so an injector
-  outage never blocks anyone else's pods;
-- ``failurePolicy: Fail``: an annotated pod is refused while the injector is
-  down rather than started without its sidecar (which would silently run the
-  workload with no leader election at all);
-- ``namespaceSelector`` leaves the excluded namespaces (``kube-system`` and the
-  injector's own, so the injector can always be restarted) out entirely;
-- ``reinvocationPolicy: IfNeeded``: when a later webhook adds a container, the
-  injector is called again and gives it the mount and env (it never adds a
-  second sidecar);
-- ``sideEffects: None``: admission only computes a patch; anything with an
-  effect on the cluster (the optional RBAC) happens outside the request.
-
-Ownership: the deployer (chart or test) owns this object, not kopf; see
-``operator`` for why that makes several replicas safe.
+The deployer (chart or test) owns this object, not kopf: see ``operator``.
 """
 
 from __future__ import annotations
@@ -35,7 +28,6 @@ CONFIG_NAME = "grelmicro-sidecar-injector"
 WEBHOOK_NAME = "inject.leader-election.grelmicro.io"
 WEBHOOK_PATH = "/inject"
 NAMESPACE_LABEL = "kubernetes.io/metadata.name"
-TIMEOUT_SECONDS = 10
 
 #: CEL, guarded so a pod without annotations evaluates to false, never to an error.
 MATCH_EXPRESSION = (
@@ -60,19 +52,16 @@ def webhook_configuration(
 ) -> dict[str, Any]:
     """The MutatingWebhookConfiguration as a dict.
 
-    ``ca_bundle``: base64 of the PEM CA that signed the serving certificate
-    (``ca_bundle_of``). Exactly one of ``url`` (e.g.
-    ``https://127.0.0.1:8443/inject``) or ``service``
-    (``{"namespace", "name", "port" (443), "path" ("/inject")}``).
-    ``excluded_namespaces``: never sent to the webhook (sorted, deduplicated).
+    ``ca_bundle``: base64 of the PEM CA of the serving certificate (``ca_bundle_of``).
+    Exactly one of ``url`` or ``service`` (``{"namespace", "name", "port" (443),
+    "path" ("/inject")}``). ``excluded_namespaces`` are never sent to the webhook.
     """
     if (url is None) == (service is None):
         raise ValueError("give exactly one of url or service")
     client: dict[str, Any] = {"caBundle": ca_bundle}
-    if url is not None:
+    if service is None:
         client["url"] = url
     else:
-        assert service is not None
         client["service"] = {
             "namespace": str(service["namespace"]),
             "name": str(service["name"]),
@@ -80,41 +69,24 @@ def webhook_configuration(
             "path": str(service.get("path", WEBHOOK_PATH)),
         }
     excluded = sorted({n for n in excluded_namespaces if n})
-    selector: dict[str, Any] = {}
-    if excluded:
-        selector = {
-            "matchExpressions": [{"key": NAMESPACE_LABEL, "operator": "NotIn", "values": excluded}]
-        }
+    selector = {
+        "matchExpressions": [{"key": NAMESPACE_LABEL, "operator": "NotIn", "values": excluded}]
+    }
+    # fmt: off
     return {
         "apiVersion": "admissionregistration.k8s.io/v1",
         "kind": "MutatingWebhookConfiguration",
-        "metadata": {
-            "name": name,
-            "labels": {"app.kubernetes.io/name": "grelmicro-sidecar"},
-        },
-        "webhooks": [
-            {
-                "name": WEBHOOK_NAME,
-                "admissionReviewVersions": ["v1"],
-                "clientConfig": client,
-                "rules": [
-                    {
-                        "apiGroups": [""],
-                        "apiVersions": ["v1"],
-                        "resources": ["pods"],
-                        "operations": ["CREATE"],
-                        "scope": "Namespaced",
-                    }
-                ],
-                "matchConditions": [
-                    {"name": "inject-annotation-true", "expression": MATCH_EXPRESSION}
-                ],
-                "namespaceSelector": selector,
-                "failurePolicy": "Fail",
-                "sideEffects": "None",
-                "timeoutSeconds": TIMEOUT_SECONDS,
-                "reinvocationPolicy": "IfNeeded",
-                "matchPolicy": "Equivalent",
-            }
-        ],
+        "metadata": {"name": name, "labels": {"app.kubernetes.io/name": "grelmicro-sidecar"}},
+        "webhooks": [{
+            "name": WEBHOOK_NAME,
+            "admissionReviewVersions": ["v1"],
+            "clientConfig": client,
+            "rules": [{"apiGroups": [""], "apiVersions": ["v1"], "resources": ["pods"],
+                       "operations": ["CREATE"], "scope": "Namespaced"}],
+            "matchConditions": [{"name": "inject-annotation-true", "expression": MATCH_EXPRESSION}],
+            "namespaceSelector": selector if excluded else {},  # NotIn [] is invalid
+            "failurePolicy": "Fail", "sideEffects": "None", "timeoutSeconds": 10,
+            "reinvocationPolicy": "IfNeeded", "matchPolicy": "Equivalent",
+        }],
     }
+    # fmt: on

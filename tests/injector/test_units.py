@@ -14,7 +14,7 @@ import pytest
 from sidecar.driver.sweep import Sightings
 from sidecar.injector import rbac
 from sidecar.injector.annotations import INJECT
-from sidecar.injector.settings import SettingsError, injector_settings, parse_args
+from sidecar.injector.settings import SettingsError, build_parser, injector_settings
 from sidecar.injector.sweep import sweep_cluster
 from sidecar.injector.webhookconfig import (
     MATCH_EXPRESSION,
@@ -29,7 +29,7 @@ NOW = dt.datetime(2030, 1, 1, tzinfo=dt.UTC)
 
 
 def settings_of(*argv: str, env: dict[str, str] | None = None) -> Any:
-    return injector_settings(parse_args(["--sidecar-image=i", *argv]), env or {})
+    return injector_settings(build_parser().parse_args(["--sidecar-image=i", *argv]), env or {})
 
 
 # ---- settings -------------------------------------------------------------------------
