@@ -33,8 +33,9 @@ typecheck: $(STAMP)
 test: lint typecheck binaries
 	$(PY) -m pytest -p no:cacheprovider tests
 
+# In-process tests only (tests/unit): no control plane, no node, no binary built.
 test-fast: $(STAMP)
-	$(PY) -m pytest -p no:cacheprovider -m 'not cluster' tests
+	$(PY) -m pytest -p no:cacheprovider tests/unit
 
 demo: binaries
 	$(PY) -m tests.demo

@@ -108,11 +108,26 @@ def pytest_terminal_summary(terminalreporter: Any) -> None:
         terminalreporter.write_line(_state["logs"])
 
 
+TIERS = {"e2e": "node", "node": "node"}  # every other folder but unit: a control plane
+
+
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Tests that use the control plane are marked ``cluster``, those on the node ``node``."""
+    """A test's tier is where it lives: ``tests/unit`` runs in-process (``make test-fast``);
+    ``tests/e2e`` and ``tests/node`` need a real node (marked ``node`` and ``cluster``); every
+    other folder needs the control plane or real processes (marked ``cluster``). A test under
+    ``tests/unit`` that asks for a cluster fixture is an error, not a slow test in disguise."""
+    root = Path(__file__).parent
     for item in items:
-        names = getattr(item, "fixturenames", ())
-        if "cluster" in names:
-            item.add_marker(pytest.mark.cluster)
-        if "node" in names:
+        parts = Path(str(item.fspath)).relative_to(root).parts
+        folder = parts[0] if len(parts) > 1 else ""
+        if folder == "unit":
+            callspec = getattr(item, "callspec", None)
+            parametrized = set(callspec.params) if callspec is not None else set()
+            used = set(getattr(item, "fixturenames", ())) - parametrized
+            wanted = {"cluster", "node", "api", "namespace"} & used
+            if wanted:
+                raise pytest.UsageError(f"{item.nodeid} is in tests/unit but uses {sorted(wanted)}")
+            continue
+        item.add_marker(pytest.mark.cluster)
+        if TIERS.get(folder) == "node" or "node" in getattr(item, "fixturenames", ()):
             item.add_marker(pytest.mark.node)

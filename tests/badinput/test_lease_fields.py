@@ -25,7 +25,7 @@ import pytest
 from kubernetes import client
 
 from sidecar.core.election import Election, Wait, Write
-from sidecar.core.lease import LeaseRecord, parse_time
+from sidecar.core.lease import LeaseRecord
 from sidecar.core.timing import Timing
 from tests.chaos.checker import FileVersion, claims_of, overlaps
 from tests.cluster import ControlPlane
@@ -120,25 +120,6 @@ def test_api_server_refuses_and_our_reader_tolerates(
         assert isinstance(election.next_action(now[0] + wait), Write)
     else:  # no usable holder: the Lease is free
         assert isinstance(action, Write)
-
-
-def test_time_parser_refuses_what_is_not_rfc3339() -> None:
-    for bad in [
-        "yesterday",
-        "",
-        "2024-13-45T99:00:00Z",
-        "2024-01-01T00:00:00",
-        "1700000000",
-        None,
-        5,
-        [],
-        {},
-    ]:
-        assert parse_time(bad) is None, bad
-    assert parse_time("2024-01-01T00:00:00.123456Z") == dt.datetime(
-        2024, 1, 1, 0, 0, 0, 123456, tzinfo=dt.UTC
-    )
-    assert parse_time("2024-01-01T02:00:00+02:00") == dt.datetime(2024, 1, 1, tzinfo=dt.UTC)
 
 
 # ---- what the API server accepts ------------------------------------------------

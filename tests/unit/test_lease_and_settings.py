@@ -20,6 +20,7 @@ from sidecar.core.lease import (
     claim,
     format_microtime,
     lease_name,
+    parse_time,
     vacate,
 )
 from sidecar.core.state import State
@@ -239,3 +240,22 @@ def test_state_dir_that_cannot_exist(tmp_path: Path) -> None:
     (tmp_path / "file").write_text("")
     with pytest.raises(StateDirError, match="cannot be created"):
         StateFile(tmp_path / "file" / "sub").check_writable()
+
+
+def test_time_parser_refuses_what_is_not_rfc3339() -> None:
+    for bad in [
+        "yesterday",
+        "",
+        "2024-13-45T99:00:00Z",
+        "2024-01-01T00:00:00",
+        "1700000000",
+        None,
+        5,
+        [],
+        {},
+    ]:
+        assert parse_time(bad) is None, bad
+    assert parse_time("2024-01-01T00:00:00.123456Z") == dt.datetime(
+        2024, 1, 1, 0, 0, 0, 123456, tzinfo=dt.UTC
+    )
+    assert parse_time("2024-01-01T02:00:00+02:00") == dt.datetime(2024, 1, 1, tzinfo=dt.UTC)

@@ -1,7 +1,7 @@
 """``grelmicro-sidecar injector``: a bad setting is exit 2 and one line; ``--print-webhook-config``.
 
 In-process (``invoke``), as ``cli`` runs the injector; the settings' values and
-messages one by one are in tests/injector/test_units.py.
+messages one by one are in tests/unit/injector/test_units.py.
 """
 
 from __future__ import annotations

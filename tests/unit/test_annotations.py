@@ -1,7 +1,7 @@
 """Annotations fuzzed against the injector's validation: what it accepts, the sidecar must accept.
 
 Already covered by the injector's own suites (not repeated here):
-tests/injector/test_fuzz.py (pure: never raises, a denial names the
+tests/unit/injector/test_fuzz.py (pure: never raises, a denial names the
 annotation, a valid idempotent patch) and tests/injector/test_fuzz_cluster.py
 (through the real API server: never a 500, a clear denial or an accepted pod).
 
@@ -120,7 +120,7 @@ def test_what_the_injector_accepts_the_sidecar_accepts(annotations: dict[str, st
     }
     decision = _decide(pod, SPEC)
     if decision.outcome == "denied":
-        return  # tests/injector/test_fuzz.py judges denials
+        return  # tests/unit/injector/test_fuzz.py judges denials
     assert decision.outcome == "injected", decision
     out = patched(pod, decision)
     (container,) = [c for c in out["spec"]["initContainers"] if c["name"] == CONTAINER_NAME]
