@@ -122,7 +122,12 @@ class Sidecar:
         )
         self.state_file = StateFile(settings.state_dir)
         self.changes = Changes(self.snapshot())
-        self.metrics = Metrics(settings.lease)
+        self.metrics = Metrics(
+            settings.lease,
+            lease_duration=settings.timing.lease_duration,
+            renew_deadline=settings.timing.renew_deadline,
+            lease_unchanged=lambda: self.clock.monotonic() - self.election.observed_at,
+        )
         self.server: StatusServer | None = None
         self._wake = asyncio.Event()
         self._leading = asyncio.Event()
