@@ -49,6 +49,7 @@ VALUE_SETS: dict[str, dict[str, Any]] = {
         "monitoring.serviceMonitor.enabled": True,
         "monitoring.podMonitor.enabled": True,
         "monitoring.dashboard.enabled": True,
+        "monitoring.prometheusRule.enabled": True,
         "networkPolicy.enabled": True,
     },
 }
@@ -89,6 +90,17 @@ BAD_VALUES = [
         "at '/tls/certManager/issuerRef/kind'",
     ),
     ({"workloadRBAC": [{"serviceAccounts": ["default"]}]}, "missing property 'namespace'"),
+    # Prometheus durations have no fractions; `for` names each alert.
+    ({"monitoring.prometheusRule.window": "1.5m"}, "at '/monitoring/prometheusRule/window'"),
+    (
+        {"monitoring.prometheusRule.for.clockSkew": "soon"},
+        "at '/monitoring/prometheusRule/for/clockSkew'",
+    ),
+    ({"monitoring.prometheusRule.restarts": 0}, "at '/monitoring/prometheusRule/restarts'"),
+    (
+        {"monitoring.prometheusRule.for.clockDrift": "1m"},
+        "additional properties 'clockDrift' not allowed",
+    ),
 ]
 
 
