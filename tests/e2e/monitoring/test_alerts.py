@@ -34,6 +34,7 @@ from tests.e2e.monitoring.conftest import (
     Seen,
     deploy,
     idle_deployment,
+    injector_settled,
     leaders,
     poll,
     wait_alert,
@@ -344,6 +345,7 @@ def test_pods_refused_while_no_injector_answers_the_webhook(
     finally:
         e2e.kubectl("scale", "-n", RELEASE_NAMESPACE, injector, "--replicas=2")
         e2e.kubectl("rollout", "status", "-n", RELEASE_NAMESPACE, injector, "--timeout=120s")
+        injector_settled(e2e)
     seen.mark("injector back")
     wait_resolved(prometheus, seen, "GrelmicroInjectorWebhookFailing", webhook)
     seen.report("no injector behind the webhook")
