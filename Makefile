@@ -43,7 +43,7 @@ demo: binaries
 bench: binaries
 	$(PY) -m bench
 
-# Regenerate manifests/install.yaml from the chart (a test fails when it drifts).
+# Regenerate manifests/install.yaml and prometheus-rules.yaml from the chart (tests fail when they drift).
 manifests: binaries
 	$(PY) -m tests.ship.render
 

@@ -18,3 +18,17 @@ def samples(text: str) -> dict[str, float]:
             labels = ",".join(f'{k}="{v}"' for k, v in sorted(sample.labels.items()))
             out[f"{sample.name}{{{labels}}}" if labels else sample.name] = float(sample.value)
     return out
+
+
+def served_names() -> set[str]:
+    """Every sample name the sidecar's and the injector's ``/metrics`` serve.
+
+    A counter with labels shows samples once it has one: one API error is counted.
+    """
+    from sidecar.driver.metrics import Metrics
+    from sidecar.injector.metrics import InjectorMetrics
+
+    sidecar = Metrics("leader-x")
+    sidecar.api_errors["500"] += 1
+    rendered = [*samples(sidecar.render()), *samples(InjectorMetrics().render())]
+    return {name.split("{", 1)[0] for name in rendered}

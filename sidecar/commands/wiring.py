@@ -59,7 +59,7 @@ def wire(
 ) -> Sidecar:
     clock = clock or Clock()
     identity, lease, timing = settings.identity, settings.lease, settings.timing
-    metrics = Metrics(lease, offset=lambda: store.clock_offset)
+    metrics = Metrics(lease, offset=lambda: store.clock_offset, timing=timing)
     handover = Handover(store, lease, namespace, identity, clock, log)
     published = Published(settings.state_dir, settings.port, metrics.render, log)
     lock = None

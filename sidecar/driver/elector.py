@@ -74,7 +74,8 @@ class Elector:
     def view(self) -> View:
         now, election = self.clock.monotonic(), self.election
         state = State.of(election, self.name, now, self.clock.wall())
-        return View(state, election.valid_until(now), election.record)
+        unchanged = now - election.seen.observed_at
+        return View(state, election.valid_until(now), election.record, unchanged)
 
     def healthy(self) -> bool:
         return bool(self._tasks) and not any(t.done() for t in self._tasks)

@@ -9,21 +9,46 @@ reaching into the election.
 from __future__ import annotations
 
 import math
+import os
+import time
 from collections import Counter
 from collections.abc import Callable
 
 from ..core.election import Event
+from ..core.timing import Timing
 from ..kube.skew import ClockOffset
 from ..publish.exposition import Exposition, Histogram
-from .observer import Call, Observer, View
+from .observer import Call, Control, Observer, View
 
 RENEW_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
 
 
+def process_start_time() -> float:
+    """When this process started, in seconds since the epoch (``/proc``, as client libraries read it)."""
+    try:
+        with open("/proc/self/stat") as stat:
+            ticks = int(stat.read().rsplit(")", 1)[1].split()[19])  # field 22: starttime
+        with open("/proc/stat") as system:
+            boot = next(float(line.split()[1]) for line in system if line.startswith("btime "))
+        return boot + ticks / os.sysconf("SC_CLK_TCK")
+    except (OSError, ValueError, IndexError, StopIteration):
+        return time.time()
+
+
 class Metrics(Observer):
-    def __init__(self, lease: str, offset: Callable[[], ClockOffset | None] = lambda: None):
+    def __init__(
+        self,
+        lease: str,
+        offset: Callable[[], ClockOffset | None] = lambda: None,
+        timing: Timing | None = None,
+    ):
         self.lease = lease
         self.offset = offset
+        #: The election's timing, so alerts compare skew and silence with what it tolerates.
+        self.timing = timing
+        #: Seconds since this candidate last saw the Lease change, read at scrape time.
+        self.lease_unchanged: Callable[[], float] = lambda: math.nan
+        self.started = process_start_time()
         self.leader = False
         self.acquisitions = 0
         self.lease_transitions = 0
@@ -32,6 +57,9 @@ class Metrics(Observer):
         self.swept = 0
         #: This node's clock minus the API server's, once measured.
         self.clock_skew: float | None = None
+
+    async def start(self, control: Control) -> None:
+        self.lease_unchanged = lambda: control.view().unchanged_for
 
     def on_state(self, view: View) -> None:
         self.leader = view.state.is_leader
@@ -94,10 +122,36 @@ class Metrics(Observer):
             [(name, self.swept)],
         )
         skew = math.nan if self.clock_skew is None else round(self.clock_skew, 3)
+        timing = self.timing
+        unchanged = self.lease_unchanged()
+        for metric, help_, value in (
+            (
+                "clock_skew_seconds",
+                "This node's wall clock minus the API server's (its Date header; about 1 s resolution).",
+                skew,
+            ),
+            (
+                "lease_duration_seconds",
+                "The election's lease duration.",
+                timing.lease_duration if timing else math.nan,
+            ),
+            (
+                "renew_deadline_seconds",
+                "The election's renew deadline.",
+                timing.renew_deadline if timing else math.nan,
+            ),
+            (
+                "lease_unchanged_seconds",
+                "Seconds since this candidate last saw the Lease change (a write, or found gone), "
+                "on its monotonic clock; NaN before.",
+                round(unchanged, 3) if math.isfinite(unchanged) else math.nan,
+            ),
+        ):
+            out.family("gauge", f"grelmicro_sidecar_{metric}", help_, [(name, value)])
         out.family(
             "gauge",
-            "grelmicro_sidecar_clock_skew_seconds",
-            "This node's wall clock minus the API server's (its Date header; about 1 s resolution).",
-            [(name, skew)],
+            "process_start_time_seconds",
+            "Start time of the process since unix epoch in seconds.",
+            [({}, round(self.started, 3))],
         )
         return out.text()

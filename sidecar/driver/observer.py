@@ -29,6 +29,7 @@ Callbacks are synchronous and must not block: anything slow runs in a task
 from __future__ import annotations
 
 import asyncio
+import math
 from collections.abc import Coroutine
 from dataclasses import dataclass
 from typing import Any, Literal, Protocol
@@ -49,6 +50,8 @@ class View:
     valid_until: float | None
     #: The Lease as last seen (None when absent or not yet read).
     record: LeaseRecord | None
+    #: Seconds since this candidate last saw the Lease change, on its monotonic clock (inf: never).
+    unchanged_for: float = math.inf
 
 
 @dataclass(frozen=True)

@@ -24,7 +24,7 @@ def main(argv: list[str] | None = None) -> int:
     sub = parser.add_subparsers(dest="command", required=True)
     sub.add_parser(
         "build",
-        help="build (or reuse) the control plane's binaries, and where a node can run, the node's and the images",
+        help="build (or reuse) the control plane's binaries and Prometheus, and where a node can run, the node's and the images",
     )
     for name in ("start", "stop"):
         p = sub.add_parser(name)
@@ -43,6 +43,11 @@ def main(argv: list[str] | None = None) -> int:
         t0 = time.monotonic()
         paths = binaries.ensure_all()
         print(f"control-plane binaries ready in {time.monotonic() - t0:.1f}s:")
+        for name, path in paths.items():
+            print(f"  {name}: {path}")
+        t0 = time.monotonic()
+        paths = binaries.ensure_all(binaries.MONITORING)
+        print(f"Prometheus and promtool ready in {time.monotonic() - t0:.1f}s:")
         for name, path in paths.items():
             print(f"  {name}: {path}")
         reason = host.unsupported_reason()

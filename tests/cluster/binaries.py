@@ -131,6 +131,18 @@ COMPONENTS = {
             ("go.etcd.io/etcd/api/v3/version.GitSHA={version}",),
         ),
         Component(
+            # Only Kubernetes service discovery is compiled in (Prometheus's own
+            # build tags): the cloud SDKs of the others would double the build.
+            "prometheus",
+            "github.com/prometheus/prometheus",
+            {
+                "prometheus": "github.com/prometheus/prometheus/cmd/prometheus",
+                "promtool": "github.com/prometheus/prometheus/cmd/promtool",
+            },
+            ("github.com/prometheus/common/version.Version={version}",),
+            tags=("remove_all_sd", "enable_kubernetes_sd"),
+        ),
+        Component(
             "helm",
             "helm.sh/helm/v3",
             {"helm": "helm.sh/helm/v3/cmd/helm"},
@@ -264,6 +276,8 @@ def _build(component: Component, staging: Path) -> None:
 
 CONTROL_PLANE = ("kubernetes", "etcd", "helm")
 NODE = ("kubernetes-node", "containerd", "runc", "cni", "coredns")
+#: Prometheus and promtool: the alerting rules, their unit tests and the dashboard's queries.
+MONITORING = ("prometheus",)
 
 
 def ensure_all(names: tuple[str, ...] = CONTROL_PLANE) -> dict[str, Path]:

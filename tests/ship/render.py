@@ -1,4 +1,4 @@
-"""Renders manifests/install.yaml (and copies the Grafana dashboard) from the chart: ``python -m tests.ship.render`` (``make manifests``).
+"""Renders manifests/install.yaml and manifests/prometheus-rules.yaml (and copies the Grafana dashboard) from the chart: ``python -m tests.ship.render`` (``make manifests``).
 
 install.yaml is the chart with its default values, in namespace
 ``grelmicro-system``, with one exception: TLS comes from cert-manager
@@ -6,6 +6,11 @@ install.yaml is the chart with its default values, in namespace
 generates a new CA and private key; a file in a repository would hand the same
 private key to everyone who applies it. The `helm test` hook is left out.
 ``tests/ship/test_chart.py`` fails when the file drifts from the chart.
+
+prometheus-rules.yaml is the spec of the chart's PrometheusRule
+(``monitoring.prometheusRule``) with its default values, comments included: a
+rule file for a Prometheus without the Operator (``rule_files``).
+``tests/ship/test_alert_rules.py`` fails when it drifts.
 """
 
 from __future__ import annotations
@@ -39,10 +44,29 @@ def install_yaml() -> str:
     return HEADER + rendered
 
 
+RULES_HEADER = """\
+# grelmicro-sidecar alerting rules: a Prometheus rule file (rule_files), the spec of
+# the chart's PrometheusRule (monitoring.prometheusRule.enabled=true) with its
+# default values. Do not edit: regenerate with `make manifests`. README, "Alerts".
+"""
+
+
+def prometheus_rules_yaml() -> str:
+    rendered = template(
+        {"monitoring.prometheusRule.enabled": True},
+        show_only="templates/prometheusrule.yaml",
+    ).stdout
+    spec = rendered.split("\nspec:\n", 1)[1]
+    return RULES_HEADER + "".join(line.removeprefix("  ") for line in spec.splitlines(True))
+
+
 def main() -> int:
     path = MANIFESTS / "install.yaml"
     path.write_text(install_yaml())
     print(f"wrote {path.relative_to(MANIFESTS.parent)}")
+    rules = MANIFESTS / "prometheus-rules.yaml"
+    rules.write_text(prometheus_rules_yaml())
+    print(f"wrote {rules.relative_to(MANIFESTS.parent)}")
     # The chart's Grafana dashboard, for users who import it by hand.
     dashboard = MANIFESTS / "grafana-dashboard.json"
     dashboard.write_text((CHART / "dashboards" / "grelmicro-sidecar.json").read_text())

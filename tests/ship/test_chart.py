@@ -49,6 +49,7 @@ VALUE_SETS: dict[str, dict[str, Any]] = {
         "monitoring.serviceMonitor.enabled": True,
         "monitoring.podMonitor.enabled": True,
         "monitoring.dashboard.enabled": True,
+        "monitoring.prometheusRule.enabled": True,
         "networkPolicy.enabled": True,
     },
 }
@@ -89,6 +90,17 @@ BAD_VALUES = [
         "at '/tls/certManager/issuerRef/kind'",
     ),
     ({"workloadRBAC": [{"serviceAccounts": ["default"]}]}, "missing property 'namespace'"),
+    # Prometheus durations have no fractions; `for` names each alert.
+    ({"monitoring.prometheusRule.window": "1.5m"}, "at '/monitoring/prometheusRule/window'"),
+    (
+        {"monitoring.prometheusRule.for.clockSkew": "soon"},
+        "at '/monitoring/prometheusRule/for/clockSkew'",
+    ),
+    ({"monitoring.prometheusRule.restarts": 0}, "at '/monitoring/prometheusRule/restarts'"),
+    (
+        {"monitoring.prometheusRule.for.clockDrift": "1m"},
+        "additional properties 'clockDrift' not allowed",
+    ),
 ]
 
 
@@ -647,16 +659,9 @@ def test_every_dashboard_query_uses_metrics_the_product_serves() -> None:
     """Each metric a panel queries is one that /metrics of the sidecar or the injector exposes."""
     import re
 
-    from sidecar.driver.metrics import Metrics
-    from sidecar.injector.metrics import InjectorMetrics
-    from tests.metrics import samples
+    from tests.metrics import served_names
 
-    sidecar = Metrics("leader-x")
-    sidecar.api_errors["500"] += 1  # a counter with labels shows samples once it has one
-    served = {
-        name.split("{", 1)[0]
-        for name in [*samples(sidecar.render()), *samples(InjectorMetrics().render())]
-    }
+    served = served_names()
     queries = [t["expr"] for p in _dashboard()["panels"] for t in p["targets"]]
     assert len(queries) >= 8
     functions = {"max", "sum", "by", "increase", "rate", "histogram_quantile", "abs", "le"}

@@ -93,6 +93,7 @@ def template(
     release: str = RELEASE,
     namespace: str = NAMESPACE,
     skip_tests: bool = False,
+    show_only: str | None = None,
     check: bool = True,
 ) -> subprocess.CompletedProcess[str]:
     args = [
@@ -104,6 +105,8 @@ def template(
     ]
     if skip_tests:
         args.append("--skip-tests")
+    if show_only:
+        args.append(f"--show-only={show_only}")
     return helm(*args, *set_args(values), check=check)
 
 

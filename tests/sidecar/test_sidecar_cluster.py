@@ -67,6 +67,14 @@ def test_one_candidate_leads_after_one_lease_duration_and_all_views_agree(
     parsed = samples(metrics)
     assert parsed['leader_election_master_status{name="leader-main"}'] == 1
     assert parsed['grelmicro_sidecar_leader_acquisitions_total{name="leader-main"}'] >= 1
+    # What the alerts compare (README, "Alerts"): the election's timing, how long since
+    # the Lease last changed (the leader renews every renew deadline / 2 = 5 s), and
+    # when this process started.
+    assert parsed['grelmicro_sidecar_lease_duration_seconds{name="leader-main"}'] == 15
+    assert parsed['grelmicro_sidecar_renew_deadline_seconds{name="leader-main"}'] == 10
+    assert 0 <= parsed['grelmicro_sidecar_lease_unchanged_seconds{name="leader-main"}'] < 6
+    spawned = time.time() - (time.monotonic() - a.started_at)
+    assert abs(parsed["process_start_time_seconds"] - spawned) < 2
 
     table = cluster.kubectl("get", "leases", "-n", namespace).stdout.splitlines()
     assert table[0].split()[:2] == ["NAME", "HOLDER"]
