@@ -67,15 +67,14 @@ class Elector:
         self.name = election
         self.observers, self.log, self.successor = list(observers), log, successor
         self._wake, self._leading, self._stop = asyncio.Event(), asyncio.Event(), asyncio.Event()
-        self._tasks: list[asyncio.Task[Any]] = []
+        self._tasks: list[asyncio.Task[Any]] = []  # the elector's three, then spawned ones
         self._last: dict[str, Any] | None = None
 
     # ---- Control (what observers may ask) -----------------------------------
     def view(self) -> View:
-        now, election = self.clock.monotonic(), self.election
-        state = State.of(election, self.name, now, self.clock.wall())
-        unchanged = now - election.seen.observed_at
-        return View(state, election.valid_until(now), election.record, unchanged)
+        now, e = self.clock.monotonic(), self.election
+        state = State.of(e, self.name, now, self.clock.wall())
+        return View(state, e.valid_until(now), e.record, now - e.seen.observed_at)
 
     def healthy(self) -> bool:
         return bool(self._tasks) and not any(t.done() for t in self._tasks)
