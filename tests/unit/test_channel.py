@@ -4,13 +4,15 @@ A local asyncio TLS 1.3 server with a certificate from the tests' CA: a
 request's round trip, an idle connection the server closed (``alive`` must
 say so before the next request is sent on it), session tickets that arrive
 after the handshake (not data: the connection stays usable), a certificate
-that does not verify. (What a connection costs is a footprint number: the
+that does not verify, and each way of failing as its one ``Unreachable``
+message. (What a connection costs is a footprint number: the
 bench's footprint scenario measures the sidecar's RSS, not a test.)
 """
 
 from __future__ import annotations
 
 import asyncio
+import socket
 import ssl
 from collections.abc import Awaitable, Callable
 
@@ -21,6 +23,7 @@ from sidecar.kube.http import HttpClient, Unreachable
 from tests.cluster.pki import CertificateAuthority
 
 Handler = Callable[[asyncio.StreamReader, asyncio.StreamWriter], Awaitable[None]]
+Contexts = tuple[ssl.SSLContext, ssl.SSLContext]
 
 
 @pytest.fixture(scope="module")
@@ -38,7 +41,7 @@ def contexts(tmp_path_factory: pytest.TempPathFactory) -> tuple[ssl.SSLContext, 
     return server, client
 
 
-async def _serve(server: ssl.SSLContext, handler: Handler) -> tuple[asyncio.Server, int]:
+async def _serve(server: ssl.SSLContext | None, handler: Handler) -> tuple[asyncio.Server, int]:
     srv = await asyncio.start_server(handler, "127.0.0.1", 0, ssl=server)
     return srv, srv.sockets[0].getsockname()[1]
 
@@ -165,6 +168,83 @@ def test_the_end_of_the_stream_reads_as_empty(
             assert await channel.recv() == b""  # and stays so
         finally:
             channel.close()
+            srv.close()
+
+    asyncio.run(go())
+
+
+# ---- each failure, one Unreachable message ---------------------------------------------
+
+
+def test_a_refused_connection(contexts: Contexts) -> None:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]  # bound, not listening: refused
+
+        async def go() -> None:
+            http = HttpClient("127.0.0.1", port, contexts[1])
+            with pytest.raises(
+                Unreachable, match=rf"^cannot connect to 127\.0\.0\.1:{port}: connection refused$"
+            ):
+                await http.request("GET", "/x", [], timeout=5)
+
+        asyncio.run(go())
+
+
+def test_a_server_that_hangs_up_during_the_handshake(contexts: Contexts) -> None:
+    async def hang_up(_: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        writer.close()
+
+    async def go() -> None:
+        srv, port = await _serve(None, hang_up)  # plain TCP: closes before any TLS
+        http = HttpClient("127.0.0.1", port, contexts[1])
+        try:
+            with pytest.raises(
+                Unreachable, match=rf"^cannot connect to 127\.0\.0\.1:{port}: connection reset$"
+            ):
+                await http.request("GET", "/x", [], timeout=5)
+        finally:
+            srv.close()
+
+    asyncio.run(go())
+
+
+def test_a_handshake_that_never_ends_and_an_answer_that_never_comes(contexts: Contexts) -> None:
+    async def silent(reader: asyncio.StreamReader, _: asyncio.StreamWriter) -> None:
+        await reader.read()  # reads and never answers (no TLS either)
+
+    async def go() -> None:
+        srv, port = await _serve(None, silent)
+        try:
+            shaking = HttpClient("127.0.0.1", port, contexts[1], connect_timeout=0.3)
+            with pytest.raises(
+                Unreachable, match=rf"^cannot connect to 127\.0\.0\.1:{port}: timed out$"
+            ):
+                await shaking.request("GET", "/x", [], timeout=5)
+            waiting = HttpClient("127.0.0.1", port, None)
+            with pytest.raises(Unreachable, match=r"^GET /x: no answer within 0\.3s$"):
+                await waiting.request("GET", "/x?y=1", [], timeout=0.3)
+        finally:
+            srv.close()
+
+    asyncio.run(go())
+
+
+def test_an_answer_cut_off_by_the_server(contexts: Contexts) -> None:
+    async def cut(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await reader.readuntil(b"\r\n\r\n")
+        writer.write(b"HTTP/1.1 200 OK\r\nContent-Length: 10\r\n\r\nok")
+        await writer.drain()
+        writer.close()
+
+    async def go() -> None:
+        srv, port = await _serve(contexts[0], cut)
+        http = HttpClient("127.0.0.1", port, contexts[1])
+        try:
+            with pytest.raises(Unreachable, match=r"^GET /x: peer closed connection"):
+                await http.request("GET", "/x", [], timeout=5)
+            assert http._idle == []
+        finally:
             srv.close()
 
     asyncio.run(go())
