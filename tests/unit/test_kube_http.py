@@ -14,6 +14,7 @@ not a test.)
 from __future__ import annotations
 
 import asyncio
+import re
 import socket
 import ssl
 from collections.abc import Awaitable, Callable
@@ -187,75 +188,63 @@ def test_the_end_of_the_stream_reads_as_empty(contexts: Contexts, close_notify: 
 # ---- each failure, one Unreachable message ---------------------------------------------
 
 
-def test_a_refused_connection(contexts: Contexts) -> None:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]  # bound, not listening: refused
-
-        async def go() -> None:
-            http = HttpClient("127.0.0.1", port, contexts[1])
-            with pytest.raises(
-                Unreachable, match=rf"^cannot connect to 127\.0\.0\.1:{port}: connection refused$"
-            ):
-                await http.request("GET", "/x", [], timeout=5)
-
-        asyncio.run(go())
+async def _hang_up(_: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    writer.close()  # before any TLS
 
 
-def test_a_server_that_hangs_up_during_the_handshake(contexts: Contexts) -> None:
-    async def hang_up(_: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        writer.close()
+async def _silent(reader: asyncio.StreamReader, _: asyncio.StreamWriter) -> None:
+    await reader.read()  # reads and never answers (no TLS either)
 
+
+async def _cut(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    await reader.readuntil(b"\r\n\r\n")
+    writer.write(b"HTTP/1.1 200 OK\r\nContent-Length: 10\r\n\r\nok")
+    await writer.drain()
+    writer.close()
+
+
+@pytest.mark.parametrize(
+    ("handler", "server_tls", "client_tls", "timeouts", "message"),
+    [
+        pytest.param(
+            None, False, True, (5, 5), "cannot connect to {at}: connection refused$", id="refused"
+        ),
+        pytest.param(
+            _hang_up, False, True, (5, 5), "cannot connect to {at}: connection reset$", id="reset"
+        ),
+        pytest.param(
+            _silent, False, True, (0.3, 5), "cannot connect to {at}: timed out$", id="handshake"
+        ),
+        pytest.param(
+            _silent, False, False, (5, 0.3), r"GET /x: no answer within 0\.3s$", id="silent"
+        ),
+        pytest.param(_cut, True, True, (5, 5), "GET /x: peer closed connection", id="cut-off"),
+    ],
+)
+def test_each_failure_is_one_unreachable_message(
+    contexts: Contexts,
+    handler: Handler | None,
+    server_tls: bool,
+    client_tls: bool,
+    timeouts: tuple[float, float],
+    message: str,
+) -> None:
     async def go() -> None:
-        srv, port = await _serve(None, hang_up)  # plain TCP: closes before any TLS
-        http = HttpClient("127.0.0.1", port, contexts[1])
-        try:
-            with pytest.raises(
-                Unreachable, match=rf"^cannot connect to 127\.0\.0\.1:{port}: connection reset$"
-            ):
-                await http.request("GET", "/x", [], timeout=5)
-        finally:
-            srv.close()
-
-    asyncio.run(go())
-
-
-def test_a_handshake_that_never_ends_and_an_answer_that_never_comes(contexts: Contexts) -> None:
-    async def silent(reader: asyncio.StreamReader, _: asyncio.StreamWriter) -> None:
-        await reader.read()  # reads and never answers (no TLS either)
-
-    async def go() -> None:
-        srv, port = await _serve(None, silent)
-        try:
-            shaking = HttpClient("127.0.0.1", port, contexts[1], connect_timeout=0.3)
-            with pytest.raises(
-                Unreachable, match=rf"^cannot connect to 127\.0\.0\.1:{port}: timed out$"
-            ):
-                await shaking.request("GET", "/x", [], timeout=5)
-            waiting = HttpClient("127.0.0.1", port, None)
-            with pytest.raises(Unreachable, match=r"^GET /x: no answer within 0\.3s$"):
-                await waiting.request("GET", "/x?y=1", [], timeout=0.3)
-        finally:
-            srv.close()
-
-    asyncio.run(go())
-
-
-def test_an_answer_cut_off_by_the_server(contexts: Contexts) -> None:
-    async def cut(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        await reader.readuntil(b"\r\n\r\n")
-        writer.write(b"HTTP/1.1 200 OK\r\nContent-Length: 10\r\n\r\nok")
-        await writer.drain()
-        writer.close()
-
-    async def go() -> None:
-        srv, port = await _serve(contexts[0], cut)
-        http = HttpClient("127.0.0.1", port, contexts[1])
-        try:
-            with pytest.raises(Unreachable, match=r"^GET /x: peer closed connection"):
-                await http.request("GET", "/x", [], timeout=5)
-            assert http._idle == []
-        finally:
-            srv.close()
+        with socket.socket() as bound:
+            bound.bind(("127.0.0.1", 0))  # not listening: a connect to it is refused
+            port = bound.getsockname()[1]
+            srv = None
+            if handler is not None:
+                srv, port = await _serve(contexts[0] if server_tls else None, handler)
+            connect, answer = timeouts
+            http = HttpClient("127.0.0.1", port, contexts[1] if client_tls else None, connect)
+            try:
+                pattern = "^" + message.format(at=re.escape(f"127.0.0.1:{port}"))
+                with pytest.raises(Unreachable, match=pattern):
+                    await http.request("GET", "/x?y=1", [], timeout=answer)
+                assert http._idle == []
+            finally:
+                if srv is not None:
+                    srv.close()
 
     asyncio.run(go())
