@@ -59,10 +59,14 @@ class Response:
 class Connection:
     """One HTTP/1.1 connection; not safe for concurrent requests."""
 
-    def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter):
+    def __init__(
+        self, sock: socket.socket, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
+    ):
+        self.sock = sock
         self.reader = reader
         self.writer = writer
         self.conn = h11.Connection(h11.CLIENT)
+        self._loop = asyncio.get_running_loop()  # the streams work in this loop only
         self._watch: asyncio.Task[None] | None = None  # while idle in the pool
 
     @classmethod
@@ -88,15 +92,20 @@ class Connection:
             ) from None
         except (OSError, ssl.SSLError, TimeoutError) as err:
             raise Unreachable(f"cannot connect to {host}:{port}: {_describe(err)}") from None
-        return cls(reader, writer)
+        return cls(sock, reader, writer)
 
     @property
     def reusable(self) -> bool:
         return self.conn.our_state is h11.IDLE and self.conn.their_state is h11.IDLE
 
     def alive(self) -> bool:
-        """Whether an idle connection can carry a request: the server has not closed it."""
-        return self.reusable and not (self.writer.is_closing() or self.reader.at_eof())
+        """Whether an idle connection can carry a request: the server has not closed it, and
+        it was opened in the running event loop (not in an earlier ``asyncio.run``)."""
+        return (
+            self._loop is asyncio.get_running_loop()
+            and self.reusable
+            and not (self.writer.is_closing() or self.reader.at_eof())
+        )
 
     def recycle(self) -> bool:
         """Ready the connection for another request; False when it must be closed instead."""
@@ -158,7 +167,7 @@ class Connection:
     async def unpark(self) -> None:
         """Stop the idle watch; its read is over when this returns, the reader free for a request."""
         watch, self._watch = self._watch, None
-        if watch is not None:
+        if watch is not None and watch.get_loop() is asyncio.get_running_loop():
             watch.cancel()
             try:
                 await asyncio.wait([watch])
@@ -167,11 +176,17 @@ class Connection:
                 raise
 
     def close(self) -> None:
-        """Close the socket at once: no TLS close_notify to wait for (HTTP frames every answer)."""
-        if self._watch is not None:
-            self._watch.cancel()
-            self._watch = None
-        self.writer.transport.abort()
+        """Close the socket at once: no TLS close_notify to wait for (HTTP frames every answer).
+
+        Also once the event loop it was opened in has ended (``status`` closes its
+        store after ``asyncio.run``).
+        """
+        watch, self._watch = self._watch, None
+        with contextlib.suppress(RuntimeError):  # that loop is closed: nothing to tell it
+            if watch is not None:
+                watch.cancel()
+            self.writer.transport.abort()
+        self.sock.close()
 
 
 class HttpClient:

@@ -14,9 +14,11 @@ not a test.)
 from __future__ import annotations
 
 import asyncio
+import queue
 import re
 import socket
 import ssl
+import threading
 from collections.abc import Awaitable, Callable
 
 import pytest
@@ -81,6 +83,36 @@ def test_requests_reuse_one_tls_connection(contexts: Contexts) -> None:
             srv.close()
 
     asyncio.run(go())
+
+
+def test_a_client_outlives_the_event_loop_of_its_connections(contexts: Contexts) -> None:
+    """``status`` closes its store after ``asyncio.run`` has ended, and one client may serve
+    two runs: the second opens a connection of its own (streams work in one loop only)."""
+    started: queue.SimpleQueue[tuple[asyncio.AbstractEventLoop, asyncio.Event, int]]
+    started = queue.SimpleQueue()
+
+    async def server() -> None:  # in a thread of its own, so that it outlives both runs
+        srv, port = await _serve(contexts[0], _answer)
+        stop = asyncio.Event()
+        started.put((asyncio.get_running_loop(), stop, port))
+        async with srv:
+            await stop.wait()
+
+    thread = threading.Thread(target=asyncio.run, args=(server(),))
+    thread.start()
+    loop, stop, port = started.get(timeout=10)
+    http = HttpClient("127.0.0.1", port, contexts[1])
+    try:
+        assert asyncio.run(http.request("GET", "/x", [], timeout=5)).body == b"ok"
+        first = http._idle[0].sock
+        assert asyncio.run(http.request("GET", "/x", [], timeout=5)).body == b"ok"
+        second = http._idle[0].sock
+        assert second is not first and first.fileno() == -1
+        http.close()  # outside any loop: both are closed
+        assert second.fileno() == -1 and http._idle == []
+    finally:
+        loop.call_soon_threadsafe(stop.set)
+        thread.join(10)
 
 
 @pytest.mark.parametrize("tls", [True, False], ids=["tls", "plain"])
