@@ -190,7 +190,13 @@ class Connection:
 
 
 class HttpClient:
-    """Requests to one server, reusing idle keep-alive connections."""
+    """Requests to one server, reusing an idle keep-alive connection.
+
+    At most one connection is kept idle: a client's requests come one after
+    another once running, and each connection kept holds asyncio's TLS
+    buffers, so the extra ones a burst of concurrent requests opened (at
+    start-up) are closed when their answer is in.
+    """
 
     def __init__(
         self, host: str, port: int, ssl_context: ssl.SSLContext | None, connect_timeout: float = 5.0
@@ -236,7 +242,7 @@ class HttpClient:
             if isinstance(err, OSError | ssl.SSLError | h11.ProtocolError):
                 raise Unreachable(f"{where}: {_describe(err)}") from None
             raise
-        if conn.recycle():
+        if conn.recycle() and not self._idle:
             self._idle.append(conn)
             conn.park(lambda: self._forget(conn))
         else:

@@ -115,6 +115,23 @@ def test_a_client_outlives_the_event_loop_of_its_connections(contexts: Contexts)
         thread.join(10)
 
 
+def test_a_burst_of_requests_leaves_one_idle_connection(contexts: Contexts) -> None:
+    async def go() -> None:
+        srv, port = await _serve(contexts[0], _answer)
+        http = HttpClient("127.0.0.1", port, contexts[1])
+        try:
+            burst = [http.request("GET", "/x", [], timeout=5) for _ in range(3)]
+            assert [a.body for a in await asyncio.gather(*burst)] == [b"ok"] * 3
+            assert len(http._idle) == 1
+            assert (await http.request("GET", "/x", [], timeout=5)).body == b"ok"
+            assert len(http._idle) == 1
+        finally:
+            http.close()
+            srv.close()
+
+    asyncio.run(go())
+
+
 @pytest.mark.parametrize("tls", [True, False], ids=["tls", "plain"])
 def test_an_idle_connection_the_server_closed_is_not_reused(contexts: Contexts, tls: bool) -> None:
     writers: list[asyncio.StreamWriter] = []
