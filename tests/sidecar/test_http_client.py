@@ -54,18 +54,38 @@ def test_statuses_map_to_the_store_exceptions(cluster: ControlPlane, namespace: 
     asyncio.run(go())
 
 
-#: In a fresh interpreter: a verified TLS handshake with the API server by the name given,
-#: then whether the ``idna`` codec got loaded on the way (contract §1, footprint).
-_HANDSHAKE = """
-import asyncio, json, sys
-from sidecar.kube.channel import Channel
+#: In a fresh interpreter: a request to the API server by the name given, verified over TLS,
+#: then the threads running right after it and whether the ``idna`` codec got loaded on the
+#: way (contract §1, footprint). Threads are counted inside the loop: ``asyncio.run`` joins
+#: its executor's (the resolver's) on the way out.
+_REQUEST = """
+import asyncio, json, sys, threading
 from sidecar.kube.config import tls_context
-async def shake():
-    channel = await Channel.open(sys.argv[1], int(sys.argv[2]), tls_context(cafile=sys.argv[3]))
-    channel.close()
-asyncio.run(shake())
-print(json.dumps({"idna": "encodings.idna" in sys.modules}))
+from sidecar.kube.http import HttpClient
+async def ask():
+    http = HttpClient(sys.argv[1], int(sys.argv[2]), tls_context(cafile=sys.argv[3]))
+    try:
+        status = (await http.request("GET", "/version", [], timeout=30)).status
+        return {"status": status, "threads": threading.active_count()}
+    finally:
+        http.close()
+seen = asyncio.run(ask())
+print(json.dumps({**seen, "idna": "encodings.idna" in sys.modules}))
 """
+
+
+def _request_in_a_fresh_interpreter(cluster: ControlPlane, host: str) -> dict[str, Any]:
+    port = from_kubeconfig(cluster.kubeconfig).port
+    done = subprocess.run(
+        [sys.executable, "-c", _REQUEST, host, str(port), str(cluster.ca_file)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 0, done.stderr
+    seen: dict[str, Any] = json.loads(done.stdout)
+    assert isinstance(seen["status"], int)  # answered: the TLS handshake verified the server
+    return seen
 
 
 @pytest.mark.parametrize("host", ["127.0.0.1", "localhost"])
@@ -74,12 +94,10 @@ def test_the_server_is_verified_by_address_or_name_without_loading_the_idna_code
 ) -> None:
     """An ASCII name goes to ssl and to the resolver as bytes: the certificate is still
     checked against it, and the codec with its unicodedata tables is never loaded."""
-    port = from_kubeconfig(cluster.kubeconfig).port
-    done = subprocess.run(
-        [sys.executable, "-c", _HANDSHAKE, host, str(port), str(cluster.ca_file)],
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
-    assert done.returncode == 0, done.stderr
-    assert json.loads(done.stdout) == {"idna": False}
+    assert _request_in_a_fresh_interpreter(cluster, host)["idna"] is False
+
+
+def test_a_request_to_an_address_starts_no_thread(cluster: ControlPlane) -> None:
+    """A name is resolved in a thread of asyncio's executor; an address (the API server's
+    in a pod) is connected as it is, and the process keeps its one thread."""
+    assert _request_in_a_fresh_interpreter(cluster, "127.0.0.1")["threads"] == 1
