@@ -6,15 +6,21 @@ own process) once this process leads, with ``LEADER_ELECTION_FENCING_TOKEN``
 and ``LEADER_ELECTION_STATE_FILE`` in its environment, and passes every new
 ``valid_until`` to the guard as a deadline on the shared monotonic clock.
 
-Guarantees:
+Guarantees ("the tree": the command and every process it started, found by
+parent chain; the guard and this process are both subreapers, so no orphan
+leaves it):
 
-- the command never outlives the leadership it was started under: it gets
-  SIGTERM a grace period before ``valid_until`` (or as soon as leadership is
-  seen lost) and SIGKILL at ``valid_until``. Both the guard and this process
+- no process of the tree outlives the leadership it was started under: each
+  gets SIGTERM a grace period before ``valid_until`` (or as soon as leadership
+  is seen lost) and SIGKILL at ``valid_until``. Both the guard and this process
   enforce the deadline, so freezing or killing either one does not extend it;
-- when the command exits, the Lease is released and ``lock`` exits with the
-  command's code (128 + n for a signal); when leadership was lost under it,
-  ``lock`` exits 75 (EX_TEMPFAIL: run it again to take part again);
+  a guard that is killed leaves the tree to this process, which kills it;
+- when the command exits, what it left behind is ended too (the guard's
+  SIGTERM, SIGKILL a grace later); the Lease is released only once nothing of
+  the tree is left (or ``valid_until`` has passed: no process of it can run
+  then), and ``lock`` exits with the command's code (128 + n for a signal);
+  when leadership was lost under it, ``lock`` exits 75 (EX_TEMPFAIL: run it
+  again to take part again);
 - SIGTERM, SIGINT, SIGHUP, SIGUSR1 and SIGUSR2 are forwarded to the command
   while it runs (it decides when to exit, and the Lease is held until it does);
   before it runs, SIGTERM or SIGINT ends ``lock`` at once, 128 + n.
@@ -41,6 +47,8 @@ LOST_EXIT = 75
 KILL_MARGIN = 0.1
 #: a guard that has not reported the command's end this long after its SIGKILL is killed
 GUARD_STUCK = 1.0
+#: how often this process sends SIGKILL again to the tree, once the kill time has passed
+KILL_AGAIN = 0.1
 #: Passed on to the command and nothing else (SIGTERM and SIGINT also stop ``lock`` when
 #: no command runs; the driver's ``on_signal`` hook gives them to ``_on_signal``).
 PASSED_ON = (signal.SIGHUP, signal.SIGUSR1, signal.SIGUSR2)
@@ -78,6 +86,7 @@ class Lock:
         loop = asyncio.get_running_loop()
         for sig in PASSED_ON:
             loop.add_signal_handler(sig, self._on_signal, sig)
+        self._adopt_orphans(loop)
         election = self.sidecar.election
         runner = asyncio.create_task(self.sidecar.run(), name="election driver")
         deadline = math.nan
@@ -111,10 +120,15 @@ class Lock:
                 break
         return await self._finish(runner)
 
+    def _adopt_orphans(self, loop: asyncio.AbstractEventLoop) -> None:
+        """Be the subreaper of the guard's tree: it re-parents here if the guard dies."""
+        if not guard.become_subreaper():
+            self.log.warning("cannot become a subreaper: a killed guard's tree would escape")
+
     def _guard_stuck(self, now: float) -> bool:
         if self.guard is None or self.guard.returncode is not None or self.ending is None:
             return False
-        return now > min(self.ending.deadline, self.ending.stop_at) + GUARD_STUCK
+        return now > self.ending.kill_at() + GUARD_STUCK
 
     async def _wait(self, runner: asyncio.Task[int], timeout: float) -> bool:
         """Until the state changes, the command ends or ``timeout``; True when the command ended."""
@@ -161,6 +175,11 @@ class Lock:
         finally:
             os.close(control_r)
             os.close(report_w)
+        # Its tree, for when the guard is frozen or killed: all this process's
+        # descendants (the guard's, and what re-parents here), the guard spared.
+        self.ending = guard.Ending(
+            os.getpid(), self.grace, deadline, spare=frozenset({self.guard.pid}), again=KILL_AGAIN
+        )
         loop = asyncio.get_running_loop()
         self._control, _ = await loop.connect_write_pipe(
             asyncio.Protocol, os.fdopen(control_w, "wb", buffering=0)
@@ -171,10 +190,8 @@ class Lock:
         )
         first = (await reader.readline()).decode().split()
         transport.close()
-        pgid = int(first[1]) if first[:1] == ["PID"] and len(first) == 2 else None
-        if pgid is not None:
-            self.ending = guard.Ending(pgid, self.grace, deadline)
-        self.log.info("leading: command started", fencing_token=state.fencing_token, pid=pgid)
+        pid = int(first[1]) if first[:1] == ["PID"] and len(first) == 2 else None
+        self.log.info("leading: command started", fencing_token=state.fencing_token, pid=pid)
 
     async def _finish(self, runner: asyncio.Task[int]) -> int:
         """Release (the command is gone) and choose the exit code."""
@@ -184,13 +201,15 @@ class Lock:
                 self._tell("STOP")
                 if self.ending is not None:
                     self.ending.stop(time.monotonic())
-                    self.ending.send(signal.SIGTERM)
+                    self.ending.terminate()
             code = await self.guard.wait()
             if self.ending is not None and time.monotonic() >= self.ending.deadline - self.grace:
                 self.lost = True  # ended by the deadline (a frozen lock sees it only now)
             if code < 0 and self.ending is not None:  # the guard itself was killed
-                self.ending.send(signal.SIGKILL)
+                self.ending.spare = frozenset()
+                self.ending.kill()
                 code = 1
+            await self._until_the_tree_is_gone()
             self.log.info("command exited", code=code)
             if self._control is not None:
                 self._control.close()
@@ -203,3 +222,26 @@ class Lock:
         if self.interrupted is not None:
             return 128 + self.interrupted
         return driver
+
+    async def _until_the_tree_is_gone(self) -> None:
+        """Until no process of the tree is left, SIGKILL again and reap what re-parents here;
+        given up at ``valid_until`` (the release cannot make anything run sooner then).
+
+        A guard that exited on its own left nothing (it waits for its whole tree);
+        one that was killed left its tree to this process.
+        """
+        ending = self.ending
+        if ending is None:
+            return
+        ending.spare = frozenset()
+        valid_until = ending.deadline + KILL_MARGIN
+        while True:
+            guard.reap_orphans(keep=None)
+            left = guard.alive(os.getpid())
+            if not left:
+                return
+            if time.monotonic() >= valid_until:
+                self.log.warning("processes of the command still run at valid_until", pids=left)
+                return
+            ending.kill()
+            await asyncio.sleep(KILL_AGAIN)

@@ -18,8 +18,17 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from tests.cluster import ControlPlane
 from tests.sidecar.proc import BIN, FAST, SidecarProcess, _parse, wait_for
+from tests.sidecar.trees import (
+    ESCAPING,
+    TERM_IGNORING_CHILD,
+    kill_survivors,
+    survivors,
+    tree,
+)
 
 Spawn = Callable[..., SidecarProcess]
 HEARTBEAT = str(Path(__file__).with_name("heartbeat.py"))
@@ -199,25 +208,7 @@ def test_a_frozen_guard_does_not_keep_the_command_running_after_leadership_is_lo
     os.kill(guard, signal.SIGSTOP)
     try:
         taken = time.time()
-        now = dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
-        cluster.kubectl(
-            "patch",
-            "lease",
-            "leader-main",
-            "-n",
-            namespace,
-            "--type=merge",
-            "-p",
-            json.dumps(
-                {
-                    "spec": {
-                        "holderIdentity": "intruder",
-                        "renewTime": now,
-                        "leaseDurationSeconds": 60,
-                    }
-                }
-            ),
-        )
+        _take_the_lease(cluster, namespace)
         assert a.wait(30) == 75, a.raw_log()
         lines = beats(out)
         assert any(kind == "term" for kind, _, _ in lines)
@@ -270,3 +261,160 @@ def test_without_state_dir_lock_uses_a_temporary_one_and_removes_it(
     assert state_file.parent.parent == scratch, state_file  # $TMPDIR/grelmicro-lock-*/state.json
     assert not state_file.parent.exists()  # removed at exit
     assert list(workdir.iterdir()) == []  # nothing written where it was started
+
+
+# ---- the command's whole process tree (issue 27) ------------------------------------------
+
+
+def guard_of(proc: SidecarProcess) -> int:
+    """The PID of ``lock``'s guard (its child running guard.py)."""
+    assert proc.proc is not None
+    found = subprocess.run(
+        ["pgrep", "-P", str(proc.proc.pid), "-f", "guard.py"], capture_output=True, text=True
+    ).stdout.split()
+    assert found, "lock has no guard"
+    return int(found[0])
+
+
+def starts(path: Path) -> int:
+    return [kind for kind, _, _ in beats(path)].count("start")
+
+
+def test_sigterm_to_the_leading_lock_ends_the_whole_tree_before_the_next_command_starts(
+    spawn: Spawn, tmp_path: Path
+) -> None:
+    """Issue 27's report: the command's shell exits on the forwarded SIGTERM, its child ignores
+    it. lock holds the Lease until that child is gone too (SIGKILL a grace later): the other
+    lock's command starts only after it, and nothing of the tree outlives lock."""
+    first, second = tmp_path / "a.beats", tmp_path / "b.beats"
+    a = spawn("pod-a", command=tree(TERM_IGNORING_CHILD, out=first))
+    wait_for(lambda: beats(first), 30, what="pod-a's command")
+    b = spawn("pod-b", command=command(second))
+    wait_for(lambda: "starting" in b.messages(), 30, what="pod-b to start")
+    try:
+        a.signal(signal.SIGTERM)
+        assert a.wait(30) == 128 + 15, a.raw_log()  # the shell's code: SIGTERM ended it
+        assert survivors(first) == [], "lock exited while its command's child ran"
+        wait_for(lambda: beats(second), 30, what="pod-b's command")
+        a_lines = beats(first)
+        assert any(kind == "term" for kind, _, _ in a_lines)  # the child got SIGTERM first
+        assert a_lines[-1][1] < beats(second)[0][1], "pod-b's command ran beside pod-a's child"
+    finally:
+        kill_survivors(first)
+    b.signal(signal.SIGTERM)
+    assert b.wait(30) == 0
+
+
+@pytest.mark.parametrize("fault", [signal.SIGSTOP, signal.SIGKILL], ids=["frozen", "killed"])
+def test_a_frozen_or_killed_lock_cannot_extend_any_process_of_its_command_beyond_valid_until(
+    spawn: Spawn, tmp_path: Path, fault: signal.Signals
+) -> None:
+    """SIGSTOP or SIGKILL of the leading lock (not of its guard): nobody renews, nobody
+    releases; the guard ends every process the command started (one in a session of its own,
+    an orphan, both ignoring SIGTERM) before valid_until; the successor's command runs only
+    after that."""
+    first, second = tmp_path / "a.beats", tmp_path / "b.beats"
+    a = spawn("pod-a", command=tree(ESCAPING, out=first))
+    wait_for(lambda: starts(first) == 2, 30, what="pod-a's tree")
+    b = spawn("pod-b", command=command(second))
+    time.sleep(1.0)
+    a.signal(fault)
+    time.sleep(0.1)
+    last = a.state()  # its last: written before the guard was told, so no earlier deadline
+    assert last is not None and last["is_leader"]
+    try:
+        wait_for(lambda: beats(second), 30, what="pod-b's command")
+        assert survivors(first) == [], "pod-a's tree runs on beside pod-b's command"
+        ended = beats(first)[-1][1]
+        assert ended < _parse(last["valid_until"]) and ended < beats(second)[0][1]
+    finally:
+        if a.alive:
+            a.signal(signal.SIGCONT)
+        kill_survivors(first)
+    # Back, a frozen lock finds its leadership gone: exit 75 (EX_TEMPFAIL).
+    assert a.wait(30) == (75 if fault == signal.SIGSTOP else -signal.SIGKILL), a.raw_log()
+    b.signal(signal.SIGTERM)
+    assert b.wait(30) == 0
+
+
+def test_a_killed_guard_leaves_the_tree_to_lock_which_ends_it_before_releasing(
+    spawn: Spawn, tmp_path: Path
+) -> None:
+    """SIGKILL of the guard: the command's tree re-parents to lock (a subreaper too), which
+    kills all of it and releases only once it is gone; lock exits 1."""
+    first, second = tmp_path / "a.beats", tmp_path / "b.beats"
+    a = spawn("pod-a", command=tree(ESCAPING, out=first))
+    wait_for(lambda: starts(first) == 2, 30, what="pod-a's tree")
+    b = spawn("pod-b", command=command(second))
+    wait_for(lambda: "starting" in b.messages(), 30, what="pod-b to start")
+    try:
+        os.kill(guard_of(a), signal.SIGKILL)
+        assert a.wait(30) == 1, a.raw_log()
+        assert survivors(first) == [], "lock released while its command's tree ran"
+        wait_for(lambda: beats(second), 30, what="pod-b's command")
+        assert beats(first)[-1][1] < beats(second)[0][1]
+    finally:
+        kill_survivors(first)
+    b.signal(signal.SIGTERM)
+    assert b.wait(30) == 0
+
+
+def test_a_frozen_guard_and_lost_leadership_end_the_whole_tree_before_lock_exits(
+    spawn: Spawn, cluster: ControlPlane, namespace: str, tmp_path: Path
+) -> None:
+    """The guard is SIGSTOPped, then another holder takes the Lease: lock itself ends every
+    process of the tree (SIGTERM, SIGKILL after the grace), kills the stuck guard, exits 75."""
+    out = tmp_path / "a.beats"
+    a = spawn("pod-a", command=tree(ESCAPING, out=out), extra=(*FAST, "--kill-grace=500ms"))
+    wait_for(lambda: starts(out) == 2, 30, what="the tree")
+    guard = guard_of(a)
+    os.kill(guard, signal.SIGSTOP)
+    try:
+        taken = time.time()
+        _take_the_lease(cluster, namespace)
+        assert a.wait(30) == 75, a.raw_log()
+        assert survivors(out) == [], "lock exited while its command's tree ran"
+        lines = beats(out)
+        assert [kind for kind, _, _ in lines].count("term") == 2  # each one got SIGTERM first
+        assert lines[-1][1] - taken < 3.0, "the tree ran on after leadership was lost"
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(guard, signal.SIGCONT)
+        kill_survivors(out)
+    assert "the guard did not report" in a.raw_log()
+
+
+def _take_the_lease(cluster: ControlPlane, namespace: str) -> None:
+    now = dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+    spec = {"holderIdentity": "intruder", "renewTime": now, "leaseDurationSeconds": 60}
+    cluster.kubectl(
+        "patch",
+        "lease",
+        "leader-main",
+        "-n",
+        namespace,
+        "--type=merge",
+        "-p",
+        json.dumps({"spec": spec}),
+    )
+
+
+def test_the_lease_is_released_only_once_what_the_command_left_behind_is_gone(
+    spawn: Spawn, cluster: ControlPlane, namespace: str, tmp_path: Path
+) -> None:
+    """SIGTERM to the guard changes nothing (it ignores it). The command then exits 3, leaving
+    a child in a session of its own and an orphan, both ignoring SIGTERM: lock exits 3, the
+    Lease released, only once both are gone."""
+    out = tmp_path / "a.beats"
+    script = "setsid {hb} {out} --on-term ignore & ({hb} {out} --on-term ignore &); "
+    script += "sleep 2; exit 3"
+    a = spawn("pod-a", command=tree(script, out=out))
+    wait_for(lambda: starts(out) == 2, 30, what="the tree")
+    try:
+        os.kill(guard_of(a), signal.SIGTERM)
+        assert a.wait(30) == 3, a.raw_log()
+        assert survivors(out) == [], "lock exited while what its command left behind ran"
+        assert [kind for kind, _, _ in beats(out)].count("term") == 2  # each one, once
+        assert not lease(cluster, namespace)["spec"].get("holderIdentity")
+    finally:
+        kill_survivors(out)
