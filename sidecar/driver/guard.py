@@ -32,7 +32,7 @@ Guarantees:
   ``wait`` reports), with the command's exit code (128 + n when a signal ended
   it); 127 or 126 when the command could not be started;
 - it writes ``PID <n>`` to the pipe REPORT once the command has started, so
-  that ``lock`` knows it did.
+  that ``lock`` knows it did (``lock`` kills a guard that stays silent).
 
 The helpers at the end (``become_subreaper``, ``descendants``,
 ``reap_orphans``) are ``lock``'s too, which uses them for the same tree should

@@ -21,6 +21,9 @@ leaves it):
   then), and ``lock`` exits with the command's code (128 + n for a signal);
   when leadership was lost under it, ``lock`` exits 75 (EX_TEMPFAIL: run it
   again to take part again);
+- a guard that has not reported the command's start ``REPORT_TIMEOUT`` after
+  it was started is killed with whatever it started, and ``lock`` exits 126,
+  as for a command that could not be started;
 - SIGTERM, SIGINT, SIGHUP, SIGUSR1 and SIGUSR2 are forwarded to the command
   while it runs (it decides when to exit, and the Lease is held until it does);
   before it runs, SIGTERM or SIGINT ends ``lock`` at once, 128 + n.
@@ -47,6 +50,10 @@ LOST_EXIT = 75
 KILL_MARGIN = 0.1
 #: a guard that has not reported the command's end this long after its SIGKILL is killed
 GUARD_STUCK = 1.0
+#: a guard that has not reported the command's start this long after it was started is killed
+REPORT_TIMEOUT = 2.0
+#: the command could not be started (the guard's code for a command it cannot execute)
+NOT_STARTED_EXIT = 126
 #: how often this process sends SIGKILL again to the tree, once the kill time has passed
 KILL_AGAIN = 0.1
 #: Passed on to the command and nothing else (SIGTERM and SIGINT also stop ``lock`` when
@@ -65,7 +72,10 @@ class Lock:
         self._control: asyncio.WriteTransport | None = None
         self.ending: guard.Ending | None = None
         self.lost = False
+        self.not_started = False
         self.interrupted: int | None = None
+        self._report: asyncio.Task[None] | None = None
+        self._report_due = math.inf
         sidecar.on_signal = self._on_signal
 
     def _on_signal(self, sig: int) -> None:
@@ -115,7 +125,10 @@ class Lock:
                 # reported it is frozen or stuck: it goes too.
                 self.log.warning("the guard did not report the command's end; killing it")
                 self.guard.kill()
+            if self._report_overdue(now):
+                self._end_silent_guard()
             pause = self.ending.enforce(now) if self.ending is not None else math.inf
+            pause = min(pause, max(0.0, self._report_due - now))
             if await self._wait(runner, min(pause, 1.0)):
                 break
         return await self._finish(runner)
@@ -124,6 +137,22 @@ class Lock:
         """Be the subreaper of the guard's tree: it re-parents here if the guard dies."""
         if not guard.become_subreaper():
             self.log.warning("cannot become a subreaper: a killed guard's tree would escape")
+
+    def _report_overdue(self, now: float) -> bool:
+        running = self.guard is not None and self.guard.returncode is None
+        return running and now >= self._report_due
+
+    def _end_silent_guard(self) -> None:
+        """The guard never said the command started: kill it and whatever it started."""
+        assert self.guard is not None and self.ending is not None
+        self.log.warning(
+            "the guard did not report the command's start; killing it and what it started",
+            timeout=REPORT_TIMEOUT,
+        )
+        self.not_started = True
+        self._report_due = math.inf
+        self.guard.kill()
+        self.ending.kill()
 
     def _guard_stuck(self, now: float) -> bool:
         if self.guard is None or self.guard.returncode is not None or self.ending is None:
@@ -184,14 +213,22 @@ class Lock:
         self._control, _ = await loop.connect_write_pipe(
             asyncio.Protocol, os.fdopen(control_w, "wb", buffering=0)
         )
+        self._report_due = time.monotonic() + REPORT_TIMEOUT
+        self._report = asyncio.create_task(self._read_report(report_r, state.fencing_token))
+
+    async def _read_report(self, report_r: int, fencing_token: int | None) -> None:
+        """The guard's ``PID <n>`` (the command started); until it comes, ``_report_due`` holds."""
         reader = asyncio.StreamReader()
-        transport, _ = await loop.connect_read_pipe(
+        transport, _ = await asyncio.get_running_loop().connect_read_pipe(
             lambda: asyncio.StreamReaderProtocol(reader), os.fdopen(report_r, "rb", buffering=0)
         )
-        first = (await reader.readline()).decode().split()
-        transport.close()
-        pid = int(first[1]) if first[:1] == ["PID"] and len(first) == 2 else None
-        self.log.info("leading: command started", fencing_token=state.fencing_token, pid=pid)
+        try:
+            first = (await reader.readline()).decode().split()
+        finally:
+            transport.close()
+        if first[:1] == ["PID"] and len(first) == 2:  # else EOF: the guard ended first
+            self._report_due = math.inf
+            self.log.info("leading: command started", fencing_token=fencing_token, pid=first[1])
 
     async def _finish(self, runner: asyncio.Task[int]) -> int:
         """Release (the command is gone) and choose the exit code."""
@@ -203,12 +240,16 @@ class Lock:
                     self.ending.stop(time.monotonic())
                     self.ending.terminate()
             code = await self.guard.wait()
+            if self._report is not None:
+                self._report.cancel()
             if self.ending is not None and time.monotonic() >= self.ending.deadline - self.grace:
                 self.lost = True  # ended by the deadline (a frozen lock sees it only now)
             if code < 0 and self.ending is not None:  # the guard itself was killed
                 self.ending.spare = frozenset()
                 self.ending.kill()
                 code = 1
+            if self.not_started:
+                code = NOT_STARTED_EXIT
             await self._until_the_tree_is_gone()
             self.log.info("command exited", code=code)
             if self._control is not None:

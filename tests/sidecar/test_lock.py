@@ -10,6 +10,7 @@ import contextlib
 import datetime as dt
 import json
 import os
+import select
 import signal
 import subprocess
 import sys
@@ -24,7 +25,9 @@ from tests.cluster import ControlPlane
 from tests.sidecar.proc import BIN, FAST, SidecarProcess, _parse, wait_for
 from tests.sidecar.trees import (
     ESCAPING,
+    GUARD,
     TERM_IGNORING_CHILD,
+    children,
     kill_survivors,
     survivors,
     tree,
@@ -418,3 +421,108 @@ def test_the_lease_is_released_only_once_what_the_command_left_behind_is_gone(
         assert not lease(cluster, namespace)["spec"].get("holderIdentity")
     finally:
         kill_survivors(out)
+
+
+def _cmdline(pid: int) -> list[str]:
+    with contextlib.suppress(OSError):
+        return Path(f"/proc/{pid}/cmdline").read_bytes().decode().split("\0")
+    return []
+
+
+def _new_guard(lock: SidecarProcess, timeout: float = 30.0) -> int:
+    """The PID of lock's guard as soon as it runs guard.py (polled without sleeping)."""
+    assert lock.proc is not None
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        for pid in children(lock.proc.pid):
+            if str(GUARD) in _cmdline(pid):
+                return pid
+    raise AssertionError("lock started no guard")
+
+
+def _before_the_report(
+    spawn: Spawn, command: list[str], freeze_lock: bool
+) -> tuple[SidecarProcess, int]:
+    """A leading lock and its guard, caught before the guard started the command (so before
+    its PID report): the guard SIGSTOPped (``freeze_lock`` False), or lock SIGSTOPped (True;
+    the caller lets it go). A catch too late (the command already started) is let go and
+    tried again."""
+    for attempt in range(5):
+        lock = spawn(f"pod-{attempt}", command=command)
+        pid = _new_guard(lock)
+        assert lock.proc is not None
+        frozen = lock.proc.pid if freeze_lock else pid
+        os.kill(frozen, signal.SIGSTOP)
+        if not children(pid):
+            return lock, pid
+        os.kill(frozen, signal.SIGCONT)  # too late: let it run, end it, and try again
+        lock.signal(signal.SIGTERM)
+        lock.wait(30)
+    raise AssertionError("never caught a guard before it started the command")
+
+
+def test_a_guard_that_never_reports_is_killed_and_lock_exits_126(
+    spawn: Spawn, cluster: ControlPlane, namespace: str, tmp_path: Path
+) -> None:
+    """The guard is frozen before it reports the command's PID: lock waits 2 s at most, kills
+    it and exits 126 (the command could not be started), releasing the Lease."""
+    out = tmp_path / "a.beats"
+    a, guard_pid = _before_the_report(spawn, command(out), freeze_lock=False)
+    frozen_at = time.monotonic()
+    try:
+        assert a.wait(15) == 126, a.raw_log()
+        assert time.monotonic() - frozen_at < 2.0 + 3.0
+        assert not Path(f"/proc/{guard_pid}").exists(), "the silent guard was left behind"
+        assert not out.exists()  # the command never ran
+        assert "the guard did not report the command's start" in a.raw_log()
+        assert not lease(cluster, namespace)["spec"].get("holderIdentity")
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(guard_pid, signal.SIGCONT)
+        kill_survivors(out)
+
+
+def test_a_report_that_never_arrives_ends_the_guard_and_the_whole_tree_it_started(
+    spawn: Spawn, cluster: ControlPlane, namespace: str, tmp_path: Path
+) -> None:
+    """The guard starts the command (a tree that escapes the process group and ignores
+    SIGTERM) but lock never reads its PID report (taken out of lock's pipe here while lock is
+    frozen). After 2 s lock kills the guard and every process of the tree, releases only once
+    they are gone, and exits 126."""
+    out = tmp_path / "a.beats"
+    a, guard_pid = _before_the_report(spawn, tree(ESCAPING, out=out), freeze_lock=True)
+    assert a.proc is not None
+    try:
+        report = _steal_the_report(a.proc.pid, guard_pid)
+        a.signal(signal.SIGCONT)
+        assert report.startswith(b"PID ")
+        wait_for(lambda: starts(out) == 2, 30, what="the tree")
+        assert a.wait(15) == 126, a.raw_log()
+        assert survivors(out) == [], "lock released while the tree ran"
+        assert not Path(f"/proc/{guard_pid}").exists(), "the silent guard was left behind"
+        assert "the guard did not report the command's start" in a.raw_log()
+        assert not lease(cluster, namespace)["spec"].get("holderIdentity")
+    finally:
+        a.signal(signal.SIGCONT)
+        kill_survivors(out)
+
+
+def _steal_the_report(lock_pid: int, guard_pid: int) -> bytes:
+    """Read the guard's report out of lock's end of the pipe (lock is frozen): lock never sees
+    it. The guard's argv: python -I -S guard.py GRACE DEADLINE CONTROL REPORT -- ..."""
+    report_fd = int(_cmdline(guard_pid)[7])
+    pipe = os.readlink(f"/proc/{guard_pid}/fd/{report_fd}")
+    for fd in os.listdir(f"/proc/{lock_pid}/fd"):
+        with contextlib.suppress(OSError):
+            flags = Path(f"/proc/{lock_pid}/fdinfo/{fd}").read_text().split("flags:")[1].split()[0]
+            if os.readlink(f"/proc/{lock_pid}/fd/{fd}") == pipe and int(flags, 8) & 3 == 0:
+                reader = os.open(f"/proc/{lock_pid}/fd/{fd}", os.O_RDONLY | os.O_NONBLOCK)
+                break
+    else:
+        raise AssertionError("lock has no read end of the report pipe")
+    try:
+        ready, _, _ = select.select([reader], [], [], 10)
+        assert ready, "the guard did not report"
+        return os.read(reader, 4096)
+    finally:
+        os.close(reader)
