@@ -24,6 +24,9 @@ leaves it):
 - a guard that has not reported the command's start ``REPORT_TIMEOUT`` after
   it was started is killed with whatever it started, and ``lock`` exits 126,
   as for a command that could not be started;
+- orphans that re-parent to this process (the tree of a killed guard; every
+  orphan of the container when ``lock`` is its PID 1) are reaped, the guard's
+  exit status left to asyncio's child watcher;
 - SIGTERM, SIGINT, SIGHUP, SIGUSR1 and SIGUSR2 are forwarded to the command
   while it runs (it decides when to exit, and the Lease is held until it does);
   before it runs, SIGTERM or SIGINT ends ``lock`` at once, 128 + n.
@@ -134,9 +137,16 @@ class Lock:
         return await self._finish(runner)
 
     def _adopt_orphans(self, loop: asyncio.AbstractEventLoop) -> None:
-        """Be the subreaper of the guard's tree: it re-parents here if the guard dies."""
+        """Be the subreaper of the guard's tree (it re-parents here if the guard dies), and
+        reap what re-parents here (as PID 1: every orphan of the container) on SIGCHLD."""
         if not guard.become_subreaper():
             self.log.warning("cannot become a subreaper: a killed guard's tree would escape")
+        loop.add_signal_handler(signal.SIGCHLD, self._reap_orphans)
+
+    def _reap_orphans(self) -> None:
+        """Reap the zombie children that are not the guard (asyncio waits for that one)."""
+        running = self.guard is not None and self.guard.returncode is None
+        guard.reap_orphans(keep=self.guard.pid if running and self.guard else None)
 
     def _report_overdue(self, now: float) -> bool:
         running = self.guard is not None and self.guard.returncode is None
@@ -255,6 +265,7 @@ class Lock:
             if self._control is not None:
                 self._control.close()
         self.sidecar.request_stop()
+        asyncio.get_running_loop().remove_signal_handler(signal.SIGCHLD)
         driver = await runner
         if self.lost:
             return LOST_EXIT

@@ -11,6 +11,7 @@ import datetime as dt
 import json
 import os
 import select
+import shutil
 import signal
 import subprocess
 import sys
@@ -29,6 +30,7 @@ from tests.sidecar.trees import (
     TERM_IGNORING_CHILD,
     children,
     kill_survivors,
+    state,
     survivors,
     tree,
 )
@@ -526,3 +528,38 @@ def _steal_the_report(lock_pid: int, guard_pid: int) -> bytes:
         return os.read(reader, 4096)
     finally:
         os.close(reader)
+
+
+@pytest.mark.skipif(
+    os.geteuid() != 0 or not (shutil.which("unshare") and shutil.which("nsenter")),
+    reason="a PID namespace of its own needs root, unshare and nsenter",
+)
+def test_lock_as_pid_1_reaps_the_orphans_that_re_parent_to_it(
+    cluster: ControlPlane, namespace: str, tmp_path: Path
+) -> None:
+    """A container whose entrypoint is lock: lock is PID 1 of its PID namespace, so every
+    orphan there becomes its child (here the background jobs of shells entered from outside,
+    as ``kubectl exec`` does). lock reaps them, and still gets the guard's exit status: it
+    exits with the command's code."""
+    out = tmp_path / "a.beats"
+    run = command(out, "--exit-after", "4", "--code", "7")
+    a = SidecarProcess(tmp_path, cluster.kubeconfig, namespace, "pod-a", command=run)
+    a.args[0:0] = ["unshare", "--pid", "--fork", "--mount-proc", "--kill-child"]
+    a.start()
+    assert a.proc is not None
+    try:
+        wait_for(lambda: beats(out), 30, what="the command")
+        (init,) = children(a.proc.pid)  # lock, PID 1 inside
+        for _ in range(3):
+            subprocess.run(
+                ["nsenter", f"--target={init}", "--pid", "--", "sh", "-c", "sleep 0.2 & exit 0"],
+                check=True,
+                timeout=10,
+            )
+        time.sleep(1.5)
+        zombies = [pid for pid in children(init) if state(pid) == "Z"]
+        assert zombies == [], "lock (PID 1) left its orphans as zombies"
+        assert a.wait(30) == 7, a.raw_log()
+    finally:
+        a.stop()
+        kill_survivors(out)
