@@ -77,8 +77,10 @@ class Lock:
         self.lost = False
         self.not_started = False
         self.interrupted: int | None = None
-        self._report: asyncio.Task[None] | None = None
+        self._report_fd: int | None = None
+        self._report_buf = b""
         self._report_due = math.inf
+        self._fencing_token: int | None = None
         sidecar.on_signal = self._on_signal
 
     def _on_signal(self, sig: int) -> None:
@@ -150,7 +152,12 @@ class Lock:
 
     def _report_overdue(self, now: float) -> bool:
         running = self.guard is not None and self.guard.returncode is None
-        return running and now >= self._report_due
+        if not running or now < self._report_due:
+            return False
+        # This process may have been frozen or busy (a state file's fsync) with the
+        # report already in the pipe: read it now, before judging the guard silent.
+        self._read_report()
+        return now >= self._report_due
 
     def _end_silent_guard(self) -> None:
         """The guard never said the command started: kill it and whatever it started."""
@@ -224,21 +231,39 @@ class Lock:
             asyncio.Protocol, os.fdopen(control_w, "wb", buffering=0)
         )
         self._report_due = time.monotonic() + REPORT_TIMEOUT
-        self._report = asyncio.create_task(self._read_report(report_r, state.fencing_token))
+        self._fencing_token = state.fencing_token
+        self._report_fd = report_r
+        os.set_blocking(report_r, False)
+        loop.add_reader(report_r, self._read_report)
 
-    async def _read_report(self, report_r: int, fencing_token: int | None) -> None:
-        """The guard's ``PID <n>`` (the command started); until it comes, ``_report_due`` holds."""
-        reader = asyncio.StreamReader()
-        transport, _ = await asyncio.get_running_loop().connect_read_pipe(
-            lambda: asyncio.StreamReaderProtocol(reader), os.fdopen(report_r, "rb", buffering=0)
-        )
+    def _read_report(self) -> None:
+        """Read what the guard reported so far (never blocks): on ``PID <n>`` the command
+        has started; at EOF without it (the guard ended first), ``_report_due`` holds."""
+        if self._report_fd is None:
+            return
         try:
-            first = (await reader.readline()).decode().split()
-        finally:
-            transport.close()
-        if first[:1] == ["PID"] and len(first) == 2:  # else EOF: the guard ended first
+            chunk = os.read(self._report_fd, 256)
+        except BlockingIOError:
+            return
+        except OSError:
+            chunk = b""
+        self._report_buf += chunk
+        line, newline, _ = self._report_buf.partition(b"\n")
+        if not newline and chunk:
+            return
+        self._close_report()
+        words = line.decode(errors="replace").split()
+        if newline and words[:1] == ["PID"] and len(words) == 2:
             self._report_due = math.inf
-            self.log.info("leading: command started", fencing_token=fencing_token, pid=first[1])
+            self.log.info(
+                "leading: command started", fencing_token=self._fencing_token, pid=words[1]
+            )
+
+    def _close_report(self) -> None:
+        if self._report_fd is not None:
+            asyncio.get_running_loop().remove_reader(self._report_fd)
+            os.close(self._report_fd)
+            self._report_fd = None
 
     async def _finish(self, runner: asyncio.Task[int]) -> int:
         """Release (the command is gone) and choose the exit code."""
@@ -250,8 +275,7 @@ class Lock:
                     self.ending.stop(time.monotonic())
                     self.ending.terminate()
             code = await self.guard.wait()
-            if self._report is not None:
-                self._report.cancel()
+            self._close_report()
             if self.ending is not None and time.monotonic() >= self.ending.deadline - self.grace:
                 self.lost = True  # ended by the deadline (a frozen lock sees it only now)
             if code < 0 and self.ending is not None:  # the guard itself was killed

@@ -443,14 +443,14 @@ def _new_guard(lock: SidecarProcess, timeout: float = 30.0) -> int:
 
 
 def _before_the_report(
-    spawn: Spawn, command: list[str], freeze_lock: bool
+    spawn: Spawn, command: list[str], freeze_lock: bool, **kw: Any
 ) -> tuple[SidecarProcess, int]:
     """A leading lock and its guard, caught before the guard started the command (so before
     its PID report): the guard SIGSTOPped (``freeze_lock`` False), or lock SIGSTOPped (True;
     the caller lets it go). A catch too late (the command already started) is let go and
     tried again."""
     for attempt in range(5):
-        lock = spawn(f"pod-{attempt}", command=command)
+        lock = spawn(f"pod-{attempt}", command=command, **kw)
         pid = _new_guard(lock)
         assert lock.proc is not None
         frozen = lock.proc.pid if freeze_lock else pid
@@ -507,6 +507,28 @@ def test_a_report_that_never_arrives_ends_the_guard_and_the_whole_tree_it_starte
     finally:
         a.signal(signal.SIGCONT)
         kill_survivors(out)
+
+
+def test_a_lock_frozen_past_the_report_timeout_keeps_a_guard_that_reported(
+    spawn: Spawn, tmp_path: Path
+) -> None:
+    """lock is frozen as its guard starts, for longer than the 2 s the report may take; the
+    guard reports meanwhile. Resumed, lock reads the report before judging the guard silent:
+    the command runs on. (A lease long enough that the freeze does not cost the leadership.)"""
+    out = tmp_path / "a.beats"
+    slow = ("--lease-duration=10s", "--renew-deadline=8s", "--retry-period=1s")
+    a, guard_pid = _before_the_report(spawn, command(out), freeze_lock=True, extra=slow)
+    try:
+        wait_for(lambda: beats(out), 30, what="the command (its guard reported)")
+        time.sleep(2.5)
+    finally:
+        a.signal(signal.SIGCONT)
+    time.sleep(1.0)
+    assert a.alive and Path(f"/proc/{guard_pid}").exists(), a.raw_log()
+    assert "did not report the command's start" not in a.raw_log()
+    assert time.time() - beats(out)[-1][1] < 0.5  # still beating
+    a.signal(signal.SIGTERM)
+    assert a.wait(30) == 0, a.raw_log()
 
 
 def _steal_the_report(lock_pid: int, guard_pid: int) -> bytes:
