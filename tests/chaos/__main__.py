@@ -5,6 +5,10 @@ random faults (every kind, the slow cluster restarts included) for the given
 time, then prints the checker's report and exits 1 if anything was violated.
 The report is also written to ``--report`` (default ``chaos-report.txt`` in
 the work directory, which is kept with ``--keep``).
+
+``--lock`` runs ``lock``'s chaos (``lock_run``) instead, for the given time:
+three lock processes whose commands are process trees, faults on the one whose
+command runs; exit 1 on an overlap, a leftover process or a traceback.
 """
 
 from __future__ import annotations
@@ -54,7 +58,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--keep", action="store_true", help="keep the work directory (logs, state files)"
     )
+    parser.add_argument(
+        "--lock", action="store_true", help="lock's chaos (commands as process trees) instead"
+    )
     args = parser.parse_args(argv)
+    if args.lock:
+        return lock_chaos(args.minutes, args.seed, args.report, args.keep)
 
     workdir = Path(tempfile.mkdtemp(prefix="grelmicro-chaos-"))
     plane = ControlPlane(workdir / "cluster")
@@ -110,6 +119,35 @@ def main(argv: list[str] | None = None) -> int:
     report.write_text(text + "\n")
     print(f"report: {report}")
     if not args.keep and args.report is not None:
+        shutil.rmtree(workdir, ignore_errors=True)
+    return 1 if failed else 0
+
+
+def lock_chaos(minutes: float, seed: int | None, report: Path | None, keep: bool) -> int:
+    import random
+
+    from .lock_run import LockChaos
+
+    workdir = Path(tempfile.mkdtemp(prefix="grelmicro-lock-chaos-"))
+    plane = ControlPlane(workdir / "cluster")
+    print(f"work directory {workdir}; starting the control plane...", flush=True)
+    plane.start()
+    try:
+        plane.kubectl("create", "namespace", "chaos")
+        seed = random.randrange(1 << 30) if seed is None else seed
+        print(f"seed {seed}; lock chaos for {minutes:g} minutes", flush=True)
+        outcome = LockChaos(plane, "chaos", workdir, seed).run(minutes * 60)
+    finally:
+        plane.stop()
+    failed = bool(outcome.overlaps or outcome.leftovers or outcome.tracebacks)
+    text = f"seed {seed}\n{outcome.summary()}"
+    for a, b in outcome.overlaps:
+        text += f"\noverlap: {a} / {b}"
+    text += "".join(f"\n{t}" for t in outcome.tracebacks)
+    text += f"\nresult: {'FAIL' if failed else 'ok'}"
+    print(text)
+    (report or workdir / "lock-chaos-report.txt").write_text(text + "\n")
+    if not keep and report is not None:
         shutil.rmtree(workdir, ignore_errors=True)
     return 1 if failed else 0
 

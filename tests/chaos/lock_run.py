@@ -1,16 +1,19 @@
 """Chaos for ``lock``: commands under faults, and proof that no two ever ran at once.
 
 Three ``grelmicro-sidecar lock`` processes, each reaching the API server
-through its own fault proxy, each running ``tests/sidecar/heartbeat.py`` (one
-of them ignores SIGTERM, so only SIGKILL ends it). A supervisor restarts any
-lock process that exits, as the kubelet would. Faults hit the process whose
+through its own fault proxy, each running a process tree (``TREES``): a shell
+whose child runs ``tests/sidecar/heartbeat.py`` and ignores SIGTERM, so only
+SIGKILL ends it; the child stays in the shell's process group, or has a
+session of its own, or is an orphan in a session of its own. A supervisor
+restarts any lock process that exits, as the kubelet would. Faults hit the process whose
 command runs: SIGSTOP of the lock process (longer than the lease), SIGSTOP of
 its guard, SIGKILL and SIGTERM of the lock process, and an API partition
 (blackhole) of the lock process, longer than the lease.
 
 The proof is the heartbeats: every command appends its wall time every 20 ms,
 so when each run of each command started and ended is known to 20 ms. Two
-runs of different lock processes that overlap in time are a violation.
+runs of different lock processes that overlap in time are a violation, and so
+is any process of a tree still running once every lock process has exited.
 """
 
 from __future__ import annotations
@@ -19,7 +22,6 @@ import json
 import random
 import signal
 import subprocess
-import sys
 import threading
 import time
 from dataclasses import dataclass, field
@@ -27,14 +29,21 @@ from pathlib import Path
 
 from tests.cluster import ControlPlane
 from tests.sidecar.proc import SidecarProcess
+from tests.sidecar.trees import kill_survivors, survivors, tree
 
 from .proxy import FaultProxy, proxy_loop
 
-HEARTBEAT = str(Path(__file__).resolve().parents[1] / "sidecar" / "heartbeat.py")
 BEAT = 0.02
 TIMINGS = ("--lease-duration=3s", "--renew-deadline=2s", "--retry-period=500ms")
 LEASE = 3.0
 KINDS = ("sigstop-lock", "sigstop-guard", "sigkill", "sigterm", "partition")
+#: each lock's command: the heartbeat in a child that ignores SIGTERM, in the shell's
+#: process group; in a session of its own; an orphan (its parent exits) in a session of its own
+TREES = (
+    '(trap "" TERM; exec {hb} {out} --on-term ignore) & wait',
+    "setsid {hb} {out} --on-term ignore & wait",
+    "(setsid {hb} {out} --on-term ignore &); exec sleep 86400",
+)
 
 
 @dataclass
@@ -52,10 +61,13 @@ class LockReport:
     faults: dict[str, int]
     exits: dict[int, int]
     tracebacks: list[str] = field(default_factory=list)
+    #: processes of the commands' trees still running once every lock process exited
+    leftovers: list[int] = field(default_factory=list)
 
     def summary(self) -> str:
         return (
-            f"{len(self.runs)} command runs, {len(self.overlaps)} overlaps, faults "
+            f"{len(self.runs)} command runs, {len(self.overlaps)} overlaps, "
+            f"{len(self.leftovers)} leftover processes, faults "
             + ", ".join(f"{k} {v}" for k, v in sorted(self.faults.items()))
             + "; lock exit codes "
             + ", ".join(f"{k}: {v}" for k, v in sorted(self.exits.items()))
@@ -115,8 +127,7 @@ class LockChaos:
             kubeconfig = workdir / f"{who}.kubeconfig"
             kubeconfig.write_text(json.dumps(doc))
             self.beats[who] = workdir / f"{who}.beats"
-            on_term = ["--on-term", "ignore"] if i == 1 else []
-            cmd = [sys.executable, HEARTBEAT, str(self.beats[who]), *on_term]
+            cmd = tree(TREES[i], out=self.beats[who])
             self.procs[who] = SidecarProcess(
                 workdir,
                 kubeconfig,
@@ -219,10 +230,13 @@ class LockChaos:
             for proxy in self.proxies.values():
                 proxy.close()
             self.loop.close()
+        leftovers = [pid for path in self.beats.values() for pid in survivors(path)]
+        for path in self.beats.values():
+            kill_survivors(path)
         runs = [r for who, path in self.beats.items() for r in runs_of(who, path)]
         tracebacks = [
             f"{who}:\n{_traceback_of(log)}"
             for who, p in self.procs.items()
             if "Traceback" in (log := p.raw_log())
         ]
-        return LockReport(runs, overlaps(runs), self.faults, self.exits, tracebacks)
+        return LockReport(runs, overlaps(runs), self.faults, self.exits, tracebacks, leftovers)

@@ -1,8 +1,9 @@
 """``lock`` under chaos (``lock_run``): no two commands ever run at once, and the runs go on.
 
 A minute of faults on the process whose command runs: SIGSTOP of the lock
-process or of its guard, SIGKILL, SIGTERM, an API partition. The heartbeats
-prove when each command ran.
+process or of its guard, SIGKILL, SIGTERM, an API partition. Each command is a
+process tree whose heartbeat child ignores SIGTERM and may leave the process
+group or be orphaned. The heartbeats prove when each command ran.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ def test_no_two_commands_ever_run_at_once_under_faults(
     assert len(report.runs) >= 5, (seed, report.summary())
     assert sum(report.faults.values()) >= 10, (seed, report.summary())
     assert not report.tracebacks, (seed, report.tracebacks)
+    assert not report.leftovers, (seed, report.summary())
 
 
 def test_the_overlap_check_sees_an_overlap_and_ignores_back_to_back_runs() -> None:

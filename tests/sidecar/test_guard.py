@@ -8,29 +8,43 @@ die at any moment, before it read the guard's report too.
 from __future__ import annotations
 
 import os
+import shutil
+import signal
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
+import pytest
+
 from sidecar.driver import guard
+from tests.sidecar.proc import wait_for
+from tests.sidecar.trees import ESCAPING, heartbeat, kill_survivors, survivors, tree
 
 GUARD = Path(guard.__file__)
 
 
-def _start(tmp_path: Path, deadline_in: float) -> tuple[subprocess.Popen[bytes], int, int, Path]:
-    """A guard running ``sleep 60`` that records its PID; (guard, control w, report r, pid file).
+def _start(
+    tmp_path: Path,
+    deadline_in: float,
+    command: list[str] | None = None,
+    grace: float = 0.2,
+    run_as: list[str] = [sys.executable],  # noqa: B006 (never changed)
+) -> tuple[subprocess.Popen[bytes], int, int, Path]:
+    """A guard running ``command`` (default: ``sleep 60`` that records its PID); (guard,
+    control w, report r, pid file). ``run_as``: how the guard's Python is started.
 
     Its stderr (which the command shares) goes to ``tmp_path/stderr``.
     """
     control_r, control_w = os.pipe()
     report_r, report_w = os.pipe()
     pid_file = tmp_path / "pid"
-    command = ["sh", "-c", f"echo $$ > {pid_file}; exec sleep 60"]
+    command = command or ["sh", "-c", f"echo $$ > {pid_file}; exec sleep 60"]
     proc = subprocess.Popen(
         [
-            sys.executable, "-I", "-S", str(GUARD),
-            "0.2", str(time.monotonic() + deadline_in), str(control_r), str(report_w),
+            *run_as, "-I", "-S", str(GUARD),
+            str(grace), str(time.monotonic() + deadline_in), str(control_r), str(report_w),
             "--", *command,
         ],
         pass_fds=(control_r, report_w),
@@ -73,3 +87,141 @@ def test_a_lock_that_died_before_reading_the_report_still_gets_its_command_ended
     finally:
         if not _gone(pid):
             os.kill(pid, 9)
+
+
+def _lines(path: Path) -> list[tuple[str, float]]:
+    """(kind, time) of each complete line a heartbeat wrote."""
+    out = []
+    for line in path.read_text().splitlines() if path.exists() else []:
+        parts = line.split()
+        if len(parts) >= 3:
+            out.append((parts[0], float(parts[1])))
+    return out
+
+
+def _started(*paths: Path) -> None:
+    wait_for(lambda: all(_lines(p) for p in paths), 10, what="every heartbeat to start")
+
+
+def test_what_the_command_leaves_behind_is_ended_before_the_guard_reports_its_end(
+    tmp_path: Path,
+) -> None:
+    """The command exits 3 and leaves two children that ignore SIGTERM: one in a session of
+    its own, one orphan. The guard (their subreaper) gives each one SIGTERM, SIGKILL a grace
+    later, and exits with the command's 3 only once none is left."""
+    own, orphan = tmp_path / "own-session.beats", tmp_path / "orphan.beats"
+    script = "setsid {hb} {own} --on-term ignore & ({hb} {orphan} --on-term ignore &); "
+    script += "sleep 1; exit 3"
+    proc, _control_w, _report_r, _ = _start(tmp_path, 60.0, tree(script, own=own, orphan=orphan))
+    try:
+        _started(own, orphan)
+        code = proc.wait(10)
+        ended = time.time()
+        assert survivors(tmp_path) == [], "the guard exited while what the command started ran"
+        assert code == 3
+        for path in (own, orphan):
+            kinds = [kind for kind, _ in _lines(path)]
+            assert kinds.count("term") == 1, (path.name, kinds[-5:])  # SIGTERM first, once
+            assert _lines(path)[-1][1] < ended
+    finally:
+        kill_survivors(tmp_path)
+
+
+def test_at_the_deadline_every_process_the_command_started_is_gone_a_frozen_one_too(
+    tmp_path: Path,
+) -> None:
+    """The command's shell ignores SIGTERM and waits; it started a child in a session of its
+    own (frozen here by SIGSTOP) and an orphan, both ignoring SIGTERM. A grace before the
+    deadline each gets SIGTERM (and SIGCONT: the frozen one handles it), at the deadline
+    SIGKILL; the guard exits then, 128 + 9, with nothing left."""
+    own, orphan = tmp_path / "own-session.beats", tmp_path / "orphan.beats"
+    script = 'trap "" TERM; setsid {hb} {own} --on-term ignore & '
+    script += "({hb} {orphan} --on-term ignore &); wait"
+    deadline = time.time() + 3.0
+    proc, _control_w, _report_r, _ = _start(tmp_path, 3.0, tree(script, own=own, orphan=orphan))
+    try:
+        _started(own, orphan)
+        os.kill(heartbeat(own), signal.SIGSTOP)
+        code = proc.wait(10)
+        ended = time.time()
+        assert survivors(tmp_path) == [], "the deadline passed with the command's tree running"
+        assert code == 128 + 9
+        assert ended - deadline < 1.0
+        for path in (own, orphan):
+            lines = _lines(path)
+            assert [kind for kind, _ in lines].count("term") == 1, (path.name, lines[-5:])
+            assert lines[-1][1] < deadline + 0.1, (path.name, lines[-1][1] - deadline)
+    finally:
+        kill_survivors(tmp_path)
+
+
+def test_stop_ends_every_process_the_command_started_within_the_grace(tmp_path: Path) -> None:
+    """STOP (leadership lost): the shell, a child in a session of its own and an orphan (both
+    ignoring SIGTERM) each get one SIGTERM at once and SIGKILL a grace later."""
+    out = tmp_path / "tree.beats"
+    proc, control_w, _report_r, _ = _start(tmp_path, 60.0, tree(ESCAPING, out=out), grace=0.3)
+    try:
+        wait_for(
+            lambda: [k for k, _ in _lines(out)].count("start") == 2, 10, what="both heartbeats"
+        )
+        stopped = time.monotonic()
+        os.write(control_w, b"STOP\n")
+        code = proc.wait(10)
+        took = time.monotonic() - stopped
+        assert survivors(tmp_path) == [], "STOP left some of the command's tree running"
+        assert code == 128 + 15  # the shell: SIGTERM ended it
+        assert took < 0.3 + 1.0
+        assert [kind for kind, _ in _lines(out)].count("term") == 2  # each one, once
+    finally:
+        kill_survivors(tmp_path)
+
+
+#: the product image's user, with every capability dropped and no way to gain one
+UNPRIVILEGED = [
+    "setpriv", "--reuid=65532", "--regid=65532", "--clear-groups",
+    "--inh-caps=-all", "--bounding-set=-all", "--no-new-privs",
+]  # fmt: skip
+
+
+def _unprivileged_python() -> str | None:
+    """A Python that user 65532 can run (this one may live under /root), or None."""
+    if os.geteuid() != 0 or not shutil.which("setpriv"):
+        return None
+    for python in (sys.executable, "/usr/bin/python3"):
+        check = [*UNPRIVILEGED, "sh", "-c", 'exec "$0" -I -S -c pass', python]
+        done = subprocess.run(check, check=False, capture_output=True)
+        if done.returncode == 0:
+            return python
+    return None
+
+
+def test_the_guard_owns_the_whole_tree_as_an_unprivileged_user_without_capabilities(
+    tmp_path: Path,
+) -> None:
+    """As in a restricted pod (UID 65532, no capability, no_new_privs): the guard still becomes
+    the tree's subreaper, and STOP ends a child in a session of its own and an orphan."""
+    python = _unprivileged_python()
+    if python is None:
+        pytest.skip("needs root (to become UID 65532), setpriv and a Python that user can run")
+    shared = Path(tempfile.mkdtemp(prefix="grelmicro-guard-"))  # tmp_path's parents are 0700
+    shared.chmod(0o777)
+    out = shared / "tree.beats"
+    proc, control_w, _report_r, _ = _start(
+        tmp_path, 60.0, tree(ESCAPING, python=python, out=out), run_as=[*UNPRIVILEGED, python]
+    )
+    try:
+        wait_for(
+            lambda: [k for k, _ in _lines(out)].count("start") == 2, 10, what="both heartbeats"
+        )
+        assert {_uid(pid) for pid in survivors(out)} == {65532}
+        os.write(control_w, b"STOP\n")
+        assert proc.wait(10) == 128 + 15
+        assert survivors(out) == [], "STOP left some of the command's tree running"
+    finally:
+        kill_survivors(out)
+        shutil.rmtree(shared, ignore_errors=True)
+
+
+def _uid(pid: int) -> int:
+    status = Path(f"/proc/{pid}/status").read_text()
+    return int(status.split("Uid:")[1].split()[0])
