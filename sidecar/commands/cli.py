@@ -1,8 +1,8 @@
 """``grelmicro-sidecar run|lock|injector|status|cleanup``.
 
 Exit codes (contract §7): 0 ok, 2 bad configuration or usage (one line on stderr,
-no traceback), 1 runtime failure. ``injector`` imports kopf lazily, so ``run``
-never pays for it.
+no traceback), 1 runtime failure. Each command is imported only when it runs:
+``injector`` (kopf) above all, which ``run`` never pays for.
 """
 
 from __future__ import annotations
@@ -24,9 +24,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser = Parser(prog=PROG, description="Kubernetes leader election over Leases, as a sidecar.")
     parser.add_argument("--version", action="version", version=f"{PROG} {__version__}")
     sub = parser.add_subparsers(dest="command", required=True, parser_class=Parser)
-    env = env_note(SIDECAR_ENV)
     for name, (help_, about, table) in COMMANDS.items():
-        p = sub.add_parser(name, help=help_, description=f"{about} {env}".strip())
+        p = sub.add_parser(name, help=help_, description=f"{about} {env_note(SIDECAR_ENV)}".strip())
         add_settings(p, table)
         if name == "lock":
             p.add_argument("cmd", nargs=argparse.REMAINDER, metavar="-- CMD [ARG ...]")
@@ -49,42 +48,29 @@ def command(argv: list[str], environ: Mapping[str, str]) -> int:
         from ..injector.main import main as injector_main  # kopf is only imported here
 
         return injector_main(argv[1:], environ)
-    parser = build_parser()
     try:
-        args = parser.parse_args(argv)
+        args = build_parser().parse_args(argv)
         src = Source(args, SIDECAR_ENV, environ)
-        if args.command == "run":
-            from .run import run
+        if args.command in ("run", "lock"):
+            from .run import lock, run
 
-            return run(src)
-        if args.command == "lock":
-            from .run import lock
+            return run(src) if args.command == "run" else lock(src)
+        from .leases import cleanup, status
 
-            return lock(src)
-        if args.command == "status":
-            from .status import status
-
-            return status(src)
-        if args.command == "cleanup":
-            from .cleanup import cleanup
-
-            return cleanup(src)
-    except SettingsError as err:  # a UsageError too
-        print(f"{PROG}: {err}" if not str(err).startswith(PROG) else str(err), file=sys.stderr)
+        return status(src) if args.command == "status" else cleanup(src)
+    except SettingsError as err:  # a UsageError too, which names the program already
+        print(str(err) if str(err).startswith(PROG) else f"{PROG}: {err}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         return 130
-    parser.print_usage(sys.stderr)
-    return 2
 
 
 def kubectl_plugin() -> int:
     """``kubectl grelmicro status|cleanup ...``: kubectl finds ``kubectl-grelmicro`` on PATH."""
-    argv = sys.argv[1:]
-    if argv[:1] not in (["status"], ["cleanup"], ["-h"], ["--help"]):
+    if sys.argv[1:2] not in (["status"], ["cleanup"], ["-h"], ["--help"]):
         print("usage: kubectl grelmicro status|cleanup [flags] (see --help)", file=sys.stderr)
         return 2
-    return main(argv)
+    return main(sys.argv[1:])
 
 
 if __name__ == "__main__":  # pragma: no cover

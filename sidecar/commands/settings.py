@@ -1,15 +1,12 @@
 """The settings of ``run``, ``lock``, ``status`` and ``cleanup``: declared once, checked first.
 
-Each command's table lists its ``Setting``\\ s (``kit.options``); ``cli`` builds the
-parsers from them and every flag can also come from ``GRELMICRO_SIDECAR_<FLAG>``
-(the flag wins). ``run_settings`` and ``lock_settings`` turn a ``Source`` into
-what the driver runs with; every problem is one line naming the flag or env
-variable and the rule, and ``cli`` exits 2 with it.
+Each command's table of ``Setting``\\ s (``kit.options``) gives its parser (``cli``);
+``run_settings`` and ``lock_settings`` turn a ``Source`` into what the driver runs with.
+Every problem is one line naming the flag or env variable and the rule (contract §7).
 """
 
 from __future__ import annotations
 
-import argparse
 import os
 import socket
 from dataclasses import dataclass, replace
@@ -18,19 +15,8 @@ from pathlib import Path
 from ..core import defaults
 from ..core.lease import lease_name
 from ..core.timing import Timing
-from ..kit import checks
-from ..kit.options import (
-    CONNECTION,
-    KUBECONFIG,
-    LOG_LEVEL,
-    MARGIN,
-    TIMING,
-    Setting,
-    SettingsError,
-    Source,
-    Table,
-    switch,
-)
+from ..kit import checks, options
+from ..kit.options import Setting, SettingsError, Source, Table, switch
 
 
 def _election(raw: str) -> str:
@@ -80,29 +66,26 @@ ALL_NAMESPACES = switch("all-namespaces", "the managed Leases of every namespace
 WATCH = switch("watch", "then print each change, like kubectl get -w", "-w")
 LOCK_PORT = replace(PORT, default=0)
 
-RUN: Table = (ELECTION, IDENTITY, *TIMING, STATE_DIR, PORT, *CONNECTION, LABEL_LEADER)
+RUN: Table = (ELECTION, IDENTITY, *options.TIMING, STATE_DIR, PORT, *options.CONNECTION, LABEL_LEADER)
 LOCK: Table = (
-    ELECTION, replace(IDENTITY, shown=f"{IDENTITY.shown}, then -<pid>"), *TIMING,
-    replace(STATE_DIR, shown="a temporary directory, removed at exit"), LOCK_PORT, *CONNECTION,
-    KILL_GRACE,
+    ELECTION, replace(IDENTITY, shown=f"{IDENTITY.shown}, then -<pid>"), *options.TIMING,
+    replace(STATE_DIR, shown="a temporary directory, removed at exit"), LOCK_PORT,
+    *options.CONNECTION, KILL_GRACE,
 )
-STATUS: Table = (*CONNECTION, *KUBECTL, OUTPUT, ALL_NAMESPACES, WATCH)
-CLEANUP: Table = (*KUBECTL, *CONNECTION, MARGIN)
-# fmt: on
+STATUS: Table = (*options.CONNECTION, *KUBECTL, OUTPUT, ALL_NAMESPACES, WATCH)
+CLEANUP: Table = (*KUBECTL, *options.CONNECTION, options.MARGIN)
 #: name: (help, description, table)
 COMMANDS: dict[str, tuple[str, str, Table]] = {
     "run": ("take part in an election and publish the result", "", RUN),
-    "lock": (
-        "run a command only while this process leads",
+    "lock": ("run a command only while this process leads",
         "Take part in an election; while this process leads, run CMD with "
         "LEADER_ELECTION_FENCING_TOKEN and LEADER_ELECTION_STATE_FILE in its environment. "
         "It gets SIGTERM --kill-grace before its leadership could lapse and SIGKILL at it. "
-        "Exit: the command's code; 75 when leadership was lost under it; 2 bad usage.",
-        LOCK,
-    ),
+        "Exit: the command's code; 75 when leadership was lost under it; 2 bad usage.", LOCK),
     "status": ("show the managed Leases of a namespace", "", STATUS),
     "cleanup": ("delete expired managed Leases of a namespace, once", "", CLEANUP),
 }
+# fmt: on
 
 
 @dataclass(frozen=True)
@@ -130,13 +113,13 @@ def run_settings(src: Source, lock: bool = False) -> RunSettings:
     return RunSettings(
         election=election,
         lease=lease_name(election),
-        namespace=src.namespace(),
+        namespace=src.get(options.NAMESPACE),
         identity=identity,
         timing=src.timing(),
         state_dir=Path(src.get(STATE_DIR)),
         port=src.get(LOCK_PORT if lock else PORT),
-        kubeconfig=src.get(KUBECONFIG),
-        log_level=src.get(LOG_LEVEL),
+        kubeconfig=src.get(options.KUBECONFIG),
+        log_level=src.get(options.LOG_LEVEL),
         label_pod=None if lock else _label_pod(src, pod),
     )
 
@@ -166,10 +149,7 @@ def lock_settings(src: Source) -> LockSettings:
     """``lock``: ``run``'s flags with a process-unique identity, no HTTP port unless asked,
     a temporary state dir unless one is given, and the command."""
     run = run_settings(src, lock=True)
-    args: argparse.Namespace = src.args
-    command = list(args.cmd)
-    if command[:1] == ["--"]:
-        command = command[1:]
+    command = src.args.cmd[1:] if src.args.cmd[:1] == ["--"] else list(src.args.cmd)
     if not command:
         raise SettingsError(
             "lock needs a command after --, e.g. grelmicro-sidecar lock --election=nightly -- ./job.sh"
@@ -177,17 +157,14 @@ def lock_settings(src: Source) -> LockSettings:
     import shutil  # only lock needs it (with bz2 and lzma, which run does not load)
 
     program = command[0]
-    found = shutil.which(program) if "/" not in program else program
-    if found is None or not os.access(found, os.X_OK) or os.path.isdir(found):
+    if shutil.which(program) is None:  # a path is only checked, a name looked for on PATH
         raise SettingsError(
             f"lock: {program!r} is not an executable file"
             + (" on PATH" if "/" not in program else "")
             + "; give the command after --, e.g. -- ./job.sh"
         )
     half = run.timing.renew_deadline / 2
-    grace = src.get(KILL_GRACE)
-    if grace is None:
-        grace = min(defaults.KILL_GRACE, half / 2)
+    grace = src.get(KILL_GRACE) or min(defaults.KILL_GRACE, half / 2)  # never 0: refused
     if not 0 < grace < half:
         raise SettingsError(
             f"{src.where('kill-grace')} must be more than 0 and less than half of the renew "
