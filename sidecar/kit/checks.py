@@ -12,18 +12,14 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Sequence
+from functools import partial
 
 from ..core import defaults
 from ..core.durations import ACCEPTED_FORM, format_duration, parse_duration
 
 DNS_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?")
-NAMESPACE_FORM = (
-    "a namespace name: lowercase letters, digits and '-', starting and ending with a letter "
-    "or digit, at most 63 chars"
-)
 _QUANTITY = re.compile(r"\d+(\.\d+)?(m|k|M|G|T|P|E|Ki|Mi|Gi|Ti|Pi|Ei)?")
-_TRUE = ("true", "1", "yes", "on")
-_FALSE = ("false", "0", "no", "off")
+_TRUE, _FALSE = ("true", "1", "yes", "on"), ("false", "0", "no", "off")
 
 
 class Invalid(ValueError):
@@ -54,34 +50,25 @@ def duration(raw: str, *, zero_disables: bool = False, at_least: float = 0.0) ->
     return value
 
 
-def duration_or_zero(raw: str) -> float:
-    return duration(raw, zero_disables=True)
-
-
-def sweep_margin(raw: str) -> float:
-    """How long past expiry a Lease must be to be swept: it covers the sweeper's own pauses."""
-    return duration(raw, at_least=defaults.MIN_SWEEP_MARGIN)
-
-
 def port(raw: str, *, zero_disables: bool = False) -> int:
-    low = 0 if zero_disables else 1
-    if not (raw.isascii() and raw.isdigit() and low <= int(raw) <= 65535):
-        disable = ", or 0 to disable HTTP" if zero_disables else ""
-        raise Invalid("a port number from 1 to 65535" + disable)
+    if not (raw.isascii() and raw.isdigit() and (0 if zero_disables else 1) <= int(raw) <= 65535):
+        raise Invalid(
+            "a port number from 1 to 65535" + (", or 0 to disable HTTP" if zero_disables else "")
+        )
     return int(raw)
 
 
-def port_or_zero(raw: str) -> int:
-    return port(raw, zero_disables=True)
+duration_or_zero = partial(duration, zero_disables=True)
+port_or_zero = partial(port, zero_disables=True)
+#: How long past expiry a Lease must be to be swept: it covers the sweeper's own pauses.
+sweep_margin = partial(duration, at_least=defaults.MIN_SWEEP_MARGIN)
 
 
 def boolean(raw: str) -> bool:
     """A flag's or env variable's yes or no, in any of the usual spellings."""
-    if raw.lower() in _TRUE:
-        return True
-    if raw.lower() in _FALSE:
-        return False
-    raise Invalid("true or false")
+    if raw.lower() not in _TRUE + _FALSE:
+        raise Invalid("true or false")
+    return raw.lower() in _TRUE
 
 
 def exact_boolean(raw: str) -> bool:
@@ -114,7 +101,10 @@ def quantity(raw: str) -> str:
 def namespace(raw: str) -> str:
     """A DNS-1123 label, what the API server accepts as a namespace's name."""
     if not DNS_LABEL.fullmatch(raw):
-        raise Invalid(NAMESPACE_FORM)
+        raise Invalid(
+            "a namespace name: lowercase letters, digits and '-', starting and ending with a "
+            "letter or digit, at most 63 chars"
+        )
     return raw
 
 

@@ -15,59 +15,37 @@ import datetime as dt
 import json
 import logging
 import sys
+from functools import partialmethod
 from typing import Any, TextIO
 
-LEVELS = {
-    "debug": logging.DEBUG,
-    "info": logging.INFO,
-    "warning": logging.WARNING,
-    "error": logging.ERROR,
-}
+LEVELS = {"debug": logging.DEBUG, "info": logging.INFO, "warning": logging.WARNING}
+LEVELS["error"] = logging.ERROR
 _NAMES = {number: name for name, number in LEVELS.items()}
 _OWN = "grelmicro-sidecar"
 
 
-class JsonFormatter(logging.Formatter):
-    """``{"ts", "level", "msg", **context, **fields}``; a library's records also name their logger."""
+class _LineHandler(logging.Handler):
+    """``{"ts", "level", "msg", **context, **fields}``, one line a record on ``stream``
+    (``sys.stderr`` as it is at each write); a library's records also name their logger."""
 
-    def __init__(self, context: dict[str, Any] | None = None):
+    def __init__(self, stream: TextIO | None, context: dict[str, Any]):
         super().__init__()
-        self.context = context or {}
+        self.stream, self.context = stream, context
 
-    def format(self, record: logging.LogRecord) -> str:
+    def emit(self, record: logging.LogRecord) -> None:
         try:
             message = record.getMessage()
         except Exception:  # a library's bad format string must not lose the record
             message = str(record.msg)
-        level = _NAMES.get(record.levelno) or (
-            "error" if record.levelno > logging.ERROR else "info"
-        )
-        out: dict[str, Any] = {
-            "ts": dt.datetime.fromtimestamp(record.created, dt.UTC)
-            .isoformat(timespec="milliseconds")
-            .replace("+00:00", "Z"),
-            "level": level,
-            "msg": message,
-            **self.context,
-        }
+        ts = dt.datetime.fromtimestamp(record.created, dt.UTC).isoformat(timespec="milliseconds")
+        level = "error" if record.levelno >= logging.ERROR else _NAMES.get(record.levelno, "info")
+        out = {"ts": ts.replace("+00:00", "Z"), "level": level, "msg": message, **self.context}
         if record.name != _OWN:
             out["logger"] = record.name
         out.update(getattr(record, "fields", {}))
-        return json.dumps(out, default=str, ensure_ascii=False)
-
-
-class _LineHandler(logging.Handler):
-    """One line per record on ``stream`` (``sys.stderr`` as it is at each write)."""
-
-    def __init__(self, stream: TextIO | None, context: dict[str, Any] | None = None):
-        super().__init__()
-        self.stream = stream
-        self.setFormatter(JsonFormatter(context))
-
-    def emit(self, record: logging.LogRecord) -> None:
         try:
             stream = self.stream or sys.stderr
-            stream.write(self.format(record) + "\n")
+            stream.write(json.dumps(out, default=str, ensure_ascii=False) + "\n")
             stream.flush()
         except (OSError, ValueError):
             pass
@@ -82,28 +60,20 @@ class Logger:
     """
 
     def __init__(self, level: str = "info", stream: TextIO | None = None, **context: Any):
-        self.level = level
         self.stream = stream
-        self.context = context
+        self._handler = _LineHandler(stream, context)
         self._logger = logging.Logger(_OWN, LEVELS[level])
         self._logger.propagate = False
-        self._logger.addHandler(_LineHandler(stream, context))
+        self._logger.addHandler(self._handler)
         self._once: set[str] = set()
 
     def log(self, level: str, msg: str, **fields: Any) -> None:
         self._logger.log(LEVELS[level], msg, extra={"fields": fields})
 
-    def debug(self, msg: str, **fields: Any) -> None:
-        self.log("debug", msg, **fields)
-
-    def info(self, msg: str, **fields: Any) -> None:
-        self.log("info", msg, **fields)
-
-    def warning(self, msg: str, **fields: Any) -> None:
-        self.log("warning", msg, **fields)
-
-    def error(self, msg: str, **fields: Any) -> None:
-        self.log("error", msg, **fields)
+    debug = partialmethod(log, "debug")
+    info = partialmethod(log, "info")
+    warning = partialmethod(log, "warning")
+    error = partialmethod(log, "error")
 
     def once(self, key: str, level: str, msg: str, **fields: Any) -> None:
         """Log ``msg`` the first time ``key`` is seen; later calls are silent."""
@@ -123,5 +93,5 @@ class Logger:
         """Send every library's ``logging`` records (kopf, aiohttp) out as this logger's lines,
         at ``level`` and above."""
         root = logging.getLogger()
-        root.handlers[:] = [_LineHandler(self.stream, self.context)]
+        root.handlers[:] = [self._handler]
         root.setLevel(LEVELS[level])

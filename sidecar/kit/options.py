@@ -1,15 +1,13 @@
 """The settings toolkit of every command: each setting declared once, its flag, env and help.
 
 A ``Setting`` is one row of a command's table: its flag, its env variable
-(derived: ``GRELMICRO_SIDECAR_<FLAG>`` or ``GRELMICRO_INJECTOR_<FLAG>``, upper
-case, ``-`` → ``_``), its default, its check (``checks``) and its help. From a
-table, ``add_settings`` builds the argparse flags, each help ending with the
-default, and ``Source.get`` reads a value: the flag, else the env variable,
-else the default; the flag wins. A value that is wrong raises ``SettingsError``
-with one line: where it came from (the flag or the env variable), the value,
-and what is accepted. ``cli`` prints it and exits 2, with no traceback.
+(``GRELMICRO_SIDECAR_<FLAG>`` or ``GRELMICRO_INJECTOR_<FLAG>``, upper case, ``-`` → ``_``),
+its default, its check (``checks``) and its help. ``add_settings`` builds a table's
+argparse flags, each help ending with the default; ``Source.get`` reads a value: the flag,
+else the env variable, else the default. A wrong value raises ``SettingsError``, one line
+naming where it came from, the value and what is accepted (contract §7).
 
-Guarantee: ``run`` never loads ``shutil`` through here (``Formatter``).
+Guarantee: ``run`` never loads ``shutil`` through here (``Parser``'s help formatter).
 """
 
 from __future__ import annotations
@@ -22,15 +20,12 @@ from dataclasses import dataclass, field
 from typing import Any, Generic, NoReturn, TypeVar
 
 from ..core import defaults
-from ..core.defaults import LOG_LEVELS
 from ..core.durations import format_duration
 from ..core.timing import Timing
 from . import checks
-from .checks import Invalid
 
 SIDECAR_ENV = "GRELMICRO_SIDECAR_"
 INJECTOR_ENV = "GRELMICRO_INJECTOR_"
-
 T = TypeVar("T")
 
 
@@ -63,23 +58,20 @@ class Setting(Generic[T]):
     def help_text(self) -> str:
         if self.required is not None:
             return f"{self.help} (required)"
-        shown = _spelled(self.default) if self.shown is None else self.shown
+        value = self.default  # shown as a user would write it: 15s, false, 4040, nothing for None
+        if self.shown is not None:
+            shown = self.shown
+        elif isinstance(value, float):
+            shown = format_duration(value)
+        elif isinstance(value, bool):
+            shown = str(value).lower()
+        else:
+            shown = "" if value is None else str(value)
         return f"{self.help} (default: {shown})" if shown else self.help
 
 
 #: A command's settings, in the order ``--help`` lists them.
 Table = tuple[Setting[Any], ...]
-
-
-def _spelled(value: object) -> str:
-    """A default as a user would write it: ``15s``, ``false``, ``4040``."""
-    if value is None:
-        return ""
-    if isinstance(value, bool):
-        return str(value).lower()
-    if isinstance(value, float):
-        return format_duration(value)
-    return str(value)
 
 
 def switch(flag: str, help: str, short: str | None = None) -> Setting[bool]:
@@ -96,7 +88,7 @@ NAMESPACE: Setting[str | None] = Setting(
 KUBECONFIG: Setting[str | None] = Setting(
     "kubeconfig", str, None, "kubeconfig file", "$KUBECONFIG, then ~/.kube/config, then the pod's service account")
 LOG_LEVEL = Setting(
-    "log-level", checks.log_level, "info", "least severe level logged: " + ", ".join(LOG_LEVELS))
+    "log-level", checks.log_level, "info", "least severe level logged: " + ", ".join(defaults.LOG_LEVELS))
 LEASE_DURATION = Setting(
     "lease-duration", checks.duration, defaults.LEASE_DURATION,
     "how long followers wait, after the last renewal, before taking over: longer is a slower "
@@ -116,32 +108,24 @@ TIMING: Table = (LEASE_DURATION, RENEW_DEADLINE, RETRY_PERIOD)
 CONNECTION: Table = (NAMESPACE, KUBECONFIG, LOG_LEVEL)
 
 
-class Formatter(argparse.HelpFormatter):
-    """argparse's help formatter, told the terminal's width so that it does not import
-    ``shutil`` (with zlib, bz2 and lzma): argparse builds one for every ``add_argument``,
-    and ``run`` would carry them in every pod for a help text nobody prints there."""
-
-    def __init__(self, prog: str, **kwargs: Any) -> None:
-        kwargs["width"] = kwargs.get("width") or _columns() - 2  # as the default formatter does
-        super().__init__(prog, **kwargs)
-
-
-def _columns() -> int:
-    """$COLUMNS, else the terminal's width, else 80, as ``shutil.get_terminal_size`` finds it."""
-    with contextlib.suppress(ValueError, OSError):
-        return int(os.environ.get("COLUMNS") or 0) or os.get_terminal_size().columns or 80
-    return 80
-
-
 class Parser(argparse.ArgumentParser):
     """argparse that reports a usage error as one line, not usage + error."""
 
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        kwargs.setdefault("formatter_class", Formatter)
-        super().__init__(*args, **kwargs)
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(formatter_class=_formatter, **kwargs)
 
     def error(self, message: str) -> NoReturn:
         raise UsageError(f"{self.prog}: {message} (see --help)")
+
+
+def _formatter(prog: str) -> argparse.HelpFormatter:
+    """argparse's formatter, told the width as ``shutil.get_terminal_size`` would find it
+    ($COLUMNS, the terminal's, 80): argparse builds one for every ``add_argument``, and its
+    own search imports ``shutil`` (with zlib, bz2 and lzma) into every ``run`` of every pod."""
+    columns = 80
+    with contextlib.suppress(ValueError, OSError):
+        columns = int(os.environ.get("COLUMNS") or 0) or os.get_terminal_size().columns or 80
+    return argparse.HelpFormatter(prog, width=columns - 2)  # - 2: as argparse's own
 
 
 def add_settings(parser: argparse.ArgumentParser, table: Iterable[Setting[Any]]) -> None:
@@ -165,70 +149,46 @@ def env_note(prefix: str) -> str:
 class Source:
     """The parsed flags of one command, backed by its env variables."""
 
-    def __init__(
-        self, args: Any, env_prefix: str, environ: Mapping[str, str] | None = None
-    ) -> None:
-        self.args = args
-        self.prefix = env_prefix
+    def __init__(self, args: Any, prefix: str, environ: Mapping[str, str] | None = None) -> None:
+        self.args, self.prefix = args, prefix
         self.environ = os.environ if environ is None else environ
-
-    def env_name(self, flag: str) -> str:
-        return env_name(self.prefix, flag)
-
-    def _flag(self, flag: str) -> Any:
-        return getattr(self.args, flag.replace("-", "_"), None)
 
     def raw(self, flag: str, env: bool = True) -> str | None:
         """The flag's value, else the env variable's (an empty one is returned as ``""``)."""
-        value = self._flag(flag)
+        value = getattr(self.args, flag.replace("-", "_"), None)
         if value is not None:
             return str(value)
-        return self.environ.get(self.env_name(flag)) if env else None
-
-    def given(self, flag: str) -> bool:
-        return self.raw(flag) is not None
+        return self.environ.get(env_name(self.prefix, flag)) if env else None
 
     def where(self, flag: str) -> str:
-        return f"--{flag}" if self._flag(flag) is not None else self.env_name(flag)
-
-    def fail(self, flag: str, value: str, accepted: str) -> NoReturn:
-        raise SettingsError(f"{self.where(flag)}={value!r} is not valid; expected {accepted}")
+        return f"--{flag}" if self.raw(flag, env=False) is not None else env_name(self.prefix, flag)
 
     def get(self, setting: Setting[T]) -> T:
         """The setting's value, checked; its default when unset."""
-        raw = self.raw(setting.flag, setting.env)
+        flag, raw = setting.flag, self.raw(setting.flag, setting.env)
         if raw is None or (raw == "" and setting.check not in checks.BLANK_REFUSED):
-            if setting.required is not None:
-                flag = setting.flag
-                raise SettingsError(
-                    f"--{flag} is required (or {self.env_name(flag)}): {setting.help}, "
-                    f"e.g. --{flag}={setting.required}"
-                )
-            return setting.default
+            if setting.required is None:
+                return setting.default
+            raise SettingsError(
+                f"--{flag} is required (or {env_name(self.prefix, flag)}): {setting.help}, "
+                f"e.g. --{flag}={setting.required}"
+            )
         try:
             return setting.check(raw)
-        except Invalid as err:
-            if err.reason:
-                raise SettingsError(f"{self.where(setting.flag)}{err.reason}") from None
-            self.fail(setting.flag, raw, err.accepted)
-
-    def namespace(self) -> str | None:
-        return self.get(NAMESPACE)
+        except checks.Invalid as err:
+            reason = err.reason or f"={raw!r} is not valid; expected {err.accepted}"
+            raise SettingsError(self.where(flag) + reason) from None
 
     def timing(self) -> Timing:
-        """The three durations, checked against every rule of contract §3."""
-        timing = Timing(
-            lease_duration=self.get(LEASE_DURATION),
-            renew_deadline=self.get(RENEW_DEADLINE),
-            retry_period=self.get(RETRY_PERIOD),
-        )
-        problems = timing.problems(self.describe)
-        if problems:
+        """The three durations, checked against every rule of contract §3; each value named
+        as the user gave it, or as the default it is."""
+
+        def describe(flag: str, seconds: float) -> str:
+            if self.raw(flag) is None:
+                return f"{flag} {format_duration(seconds)} (the default)"
+            return f"{self.where(flag)}={format_duration(seconds)}"
+
+        timing = Timing(*(self.get(s) for s in TIMING))
+        if problems := timing.problems(describe):
             raise SettingsError(problems[0])
         return timing
-
-    def describe(self, setting: str, seconds: float) -> str:
-        """A timing value as the user gave it, or as the default it is."""
-        if self.given(setting):
-            return f"{self.where(setting)}={format_duration(seconds)}"
-        return f"{setting} {format_duration(seconds)} (the default)"
