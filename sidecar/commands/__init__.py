@@ -1,7 +1,6 @@
 """The command line: ``run``, ``lock``, ``status``, ``cleanup`` and the door to ``injector``.
 
-The only package that builds and wires objects (``wiring``); each command is a
-module of its own, settings in, exit code out (contract §7).
+The only package that builds and wires objects (``wiring``); settings in, exit code out.
 """
 
 from __future__ import annotations

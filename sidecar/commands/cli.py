@@ -1,8 +1,7 @@
-"""``grelmicro-sidecar run|lock|injector|status|cleanup``.
+"""``grelmicro-sidecar run|lock|injector|status|cleanup``: argv in, exit code out (contract §7).
 
-Exit codes (contract §7): 0 ok, 2 bad configuration or usage (one line on stderr,
-no traceback), 1 runtime failure. Each command is imported only when it runs:
-``injector`` (kopf) above all, which ``run`` never pays for.
+Each command is imported only when it runs: ``injector`` (kopf) above all, which ``run``
+never pays for.
 """
 
 from __future__ import annotations

@@ -1,9 +1,7 @@
 """``status`` and ``cleanup``: the managed Leases as a person sees and tidies them (contract §7).
 
-Both reach the API server as kubectl would: ``run``'s loader with ``--context``,
-``--as`` and ``--as-group``, and a credential plugin allowed (through the official
-client, when installed). ``status`` prints them the way ``kubectl get`` does (``-o``,
-``-A``, ``--watch``); ``cleanup`` runs the sweep of contract §5 once, trusting no clock.
+Both load the kubeconfig as kubectl does (``--context``, ``--as``, ``--as-group``, credential
+plugins). ``status`` prints like ``kubectl get``; ``cleanup`` sweeps once, trusting no clock.
 """
 
 from __future__ import annotations
@@ -27,19 +25,12 @@ from ..kube.namespace import resolve_namespace
 from . import fail
 from .settings import ALL_NAMESPACES, OUTPUT, WATCH
 
-WATCH_SECONDS = 2.0
 #: ``cleanup`` watches expired-looking Leases at most this long before judging
 #: (a Lease with a longer duration is left to the injector's sweep or a later run).
 CLEANUP_MAX_WAIT = 300.0
 #: header: row key
-COLUMNS = {
-    "ELECTION": "election",
-    "LEASE": "lease",
-    "HOLDER": "holder",
-    "TRANSITIONS": "lease_transitions",
-    "RENEWED": "renewed_ago",
-    "EXPIRES IN": "expires_in",
-}
+COLUMNS = {"ELECTION": "election", "LEASE": "lease", "HOLDER": "holder",
+           "TRANSITIONS": "lease_transitions", "RENEWED": "renewed_ago", "EXPIRES IN": "expires_in"}  # fmt: skip
 WIDE = {"ACQUIRED": "acquired_ago", "DURATION": "lease_duration"}
 Row = dict[str, Any]
 Go = Callable[[LeaseStore, str], Coroutine[Any, Any, int]]
@@ -52,18 +43,35 @@ def status(src: Source) -> int:
     columns |= COLUMNS | (WIDE if output == "wide" else {})
 
     async def show(store: LeaseStore, namespace: str) -> int:
-        if watch:
-            return await _watch(store, output, columns)
-        rows = await _rows(store)
-        if output == "json":
-            print(json.dumps(rows, indent=2))
-        elif output == "yaml":
-            print(yaml.safe_dump(rows, sort_keys=False), end="")
-        elif not rows:
-            print(f"No managed leases in {'any namespace' if every else f'namespace {namespace}'}.")
-        else:
-            print("\n".join(_table(rows, columns)[0]))
-        return 0
+        """Once; with ``--watch``, the table then a line for each change of holder or
+        transitions, as ``kubectl get -w`` (polled; Ctrl-C ends it, exit 0)."""
+        seen: set[tuple[Any, ...]] = set()
+        widths = [0] * len(columns)
+        while True:
+            rows = await _rows(store)
+            if not watch:
+                if output == "json":
+                    print(json.dumps(rows, indent=2))
+                elif output == "yaml":
+                    print(yaml.safe_dump(rows, sort_keys=False), end="")
+                elif not rows:
+                    where = "any namespace" if every else f"namespace {namespace}"
+                    print(f"No managed leases in {where}.")
+                else:
+                    print("\n".join(_table(rows, columns, widths)))
+                return 0
+            marks = [
+                (r["namespace"], r["lease"], r["holder"], r["lease_transitions"]) for r in rows
+            ]
+            changed = [r for r, mark in zip(rows, marks, strict=True) if mark not in seen]
+            seen = set(marks)
+            if changed and output in ("json", "yaml"):
+                for row in changed:
+                    print(json.dumps(row) if output == "json" else yaml.safe_dump([row]), end="\n")
+            elif changed:
+                print("\n".join(_table(changed, columns, widths)))
+            sys.stdout.flush()
+            await asyncio.sleep(2.0)  # contract §7
 
     return _on_leases(src, show, "cannot list leases in", every, interrupted=0)
 
@@ -80,12 +88,8 @@ def cleanup(src: Source) -> int:
         result = await sweep(store, log, sightings=sightings, margin=margin)
         if result.kept_unconfirmed:
             wait = min(result.confirm_in, CLEANUP_MAX_WAIT)
-            print(
-                f"watching {result.kept_unconfirmed} expired-looking lease(s) for {wait:.0f}s "
-                "to confirm nobody renews them",
-                file=sys.stderr,
-                flush=True,
-            )
+            note = f"watching {result.kept_unconfirmed} expired-looking lease(s) for {wait:.0f}s"
+            print(note, "to confirm nobody renews them", file=sys.stderr, flush=True)
             await asyncio.sleep(wait)
             result = await sweep(store, log, sightings=sightings, margin=margin)
         print(
@@ -96,12 +100,9 @@ def cleanup(src: Source) -> int:
         if not result.errors:
             return 0
         # The sweep went on past each failure (logged above); the job is not done.
-        return fail(
-            f"could not delete {result.errors} expired lease(s) in {namespace} (the warnings "
-            "above say why); if forbidden, allow delete on leases.coordination.k8s.io for this "
-            "account",
-            1,
-        )
+        why = "if forbidden, allow delete on leases.coordination.k8s.io for this account"
+        lost = f"could not delete {result.errors} expired lease(s) in {namespace}"
+        return fail(f"{lost} (the warnings above say why); {why}", 1)
 
     return _on_leases(src, go, "cleanup failed in")
 
@@ -109,9 +110,8 @@ def cleanup(src: Source) -> int:
 def _on_leases(
     src: Source, go: Go, failed: str, every: bool = False, interrupted: int = 130
 ) -> int:
-    """The exit code of ``go(store, namespace)``: 2 for a configuration that cannot work, 1
-    when the API server refuses (``failed``, then where, starts that line). ``every``: the
-    store lists every namespace (``status -A``)."""
+    """The exit code of ``go(store, namespace)``; 2 for a configuration that cannot work, 1
+    for an API error (``failed`` starts its line). ``every``: all namespaces (``status -A``)."""
     try:
         config = load(
             src.raw("kubeconfig") or None,
@@ -142,7 +142,8 @@ async def _rows(store: LeaseStore) -> list[Row]:
 
     items, _ = await store.list(label_selector=SELECTOR)
     now = dt.datetime.now(dt.UTC)
-    return sorted((_row(LeaseRecord.from_object(obj), obj, now) for obj in items), key=_key)
+    rows = (_row(LeaseRecord.from_object(obj), obj, now) for obj in items)
+    return sorted(rows, key=lambda r: (r["namespace"], r["lease"]))
 
 
 def _row(record: LeaseRecord, obj: dict[str, Any], now: dt.datetime) -> Row:
@@ -168,45 +169,13 @@ def _row(record: LeaseRecord, obj: dict[str, Any], now: dt.datetime) -> Row:
     }
 
 
-def _table(
-    rows: list[Row], columns: dict[str, str], widths: list[int] | None = None
-) -> tuple[list[str], list[int]]:
-    """The lines, and the column widths used; with ``widths`` (a watch's later lines), no
-    header, and columns at least as wide as before, so they stay under the first table's."""
-    cells = [] if widths else [list(columns)]
+def _table(rows: list[Row], columns: dict[str, str], widths: list[int]) -> list[str]:
+    """The lines, the header first while ``widths`` are 0; ``widths`` grow to the widest cell
+    seen, so that a watch's later lines stay under the first table's columns."""
+    cells = [] if any(widths) else [list(columns)]
     cells += [["<none>" if r[k] is None else str(r[k]) for k in columns.values()] for r in rows]
-    widths = [
-        max([len(row[i]) for row in cells] + [widths[i] if widths else 0])
-        for i in range(len(columns))
-    ]
-    lines = [
-        "   ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip() for row in cells
-    ]
-    return lines, widths
-
-
-async def _watch(store: LeaseStore, output: str, columns: dict[str, str]) -> int:
-    """The table once, then a line for each change of holder or transitions (polled; Ctrl-C
-    ends it, exit 0)."""
-    seen: dict[tuple[str, str], tuple[Any, Any]] = {}
-    widths: list[int] | None = None
-    while True:
-        rows = await _rows(store)
-        changed = [r for r in rows if seen.get(_key(r)) != (r["holder"], r["lease_transitions"])]
-        seen = {_key(r): (r["holder"], r["lease_transitions"]) for r in rows}
-        if changed:
-            if output in ("json", "yaml"):
-                for row in changed:
-                    print(json.dumps(row) if output == "json" else yaml.safe_dump([row]), end="\n")
-            else:
-                lines, widths = _table(changed, columns, widths)
-                print("\n".join(lines))
-            sys.stdout.flush()
-        await asyncio.sleep(WATCH_SECONDS)
-
-
-def _key(row: Row) -> tuple[str, str]:
-    return row["namespace"], row["lease"]
+    widths[:] = [max([w, *(len(row[i]) for row in cells)]) for i, w in enumerate(widths)]
+    return ["   ".join(map(str.ljust, row, widths)).rstrip() for row in cells]
 
 
 def _human(seconds: float) -> str:

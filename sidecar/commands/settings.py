@@ -1,8 +1,7 @@
 """The settings of ``run``, ``lock``, ``status`` and ``cleanup``: declared once, checked first.
 
-Each command's table of ``Setting``\\ s (``kit.options``) gives its parser (``cli``);
-``run_settings`` and ``lock_settings`` turn a ``Source`` into what the driver runs with.
-Every problem is one line naming the flag or env variable and the rule (contract §7).
+Each command's table (``kit.options``) gives its parser; ``run_settings`` and
+``lock_settings`` turn a ``Source`` into what the driver runs with (contract §7).
 """
 
 from __future__ import annotations
@@ -110,7 +109,7 @@ def run_settings(src: Source, lock: bool = False) -> RunSettings:
     # Two lock processes on one host or in one pod must not share an identity.
     default = pod or socket.gethostname()
     identity = src.get(IDENTITY) or (f"{default}-{os.getpid()}" if lock else default)
-    return RunSettings(
+    settings = RunSettings(
         election=election,
         lease=lease_name(election),
         namespace=src.get(options.NAMESPACE),
@@ -120,20 +119,15 @@ def run_settings(src: Source, lock: bool = False) -> RunSettings:
         port=src.get(LOCK_PORT if lock else PORT),
         kubeconfig=src.get(options.KUBECONFIG),
         log_level=src.get(options.LOG_LEVEL),
-        label_pod=None if lock else _label_pod(src, pod),
     )
-
-
-def _label_pod(src: Source, pod: str | None) -> str | None:
-    """The pod to label while leading, with ``--label-leader``: this pod, from $POD_NAME."""
-    if not src.get(LABEL_LEADER):
-        return None
-    if not pod:
+    if lock or not src.get(LABEL_LEADER):
+        return settings
+    if not pod:  # the pod to label is this one
         raise SettingsError(
             f"{src.where('label-leader')} needs $POD_NAME, this pod's name: add env POD_NAME "
             "with valueFrom fieldRef metadata.name (the injector does)"
         )
-    return pod
+    return replace(settings, label_pod=pod)
 
 
 @dataclass(frozen=True)
@@ -158,10 +152,9 @@ def lock_settings(src: Source) -> LockSettings:
 
     program = command[0]
     if shutil.which(program) is None:  # a path is only checked, a name looked for on PATH
+        where = "" if "/" in program else " on PATH"
         raise SettingsError(
-            f"lock: {program!r} is not an executable file"
-            + (" on PATH" if "/" not in program else "")
-            + "; give the command after --, e.g. -- ./job.sh"
+            f"lock: {program!r} is not an executable file{where}; give the command after --, e.g. -- ./job.sh"
         )
     half = run.timing.renew_deadline / 2
     grace = src.get(KILL_GRACE) or min(defaults.KILL_GRACE, half / 2)  # never 0: refused

@@ -1,11 +1,7 @@
 """The checks a setting's value goes through, stated once for flags, env variables and annotations.
 
-Each check takes the text a user wrote and returns the value it means, or
-raises ``Invalid`` saying what would be accepted (the words after "expected").
-The caller names where the text came from: ``options`` writes
-``--flag='x' is not valid; expected …`` (or the env variable's name),
-``injector.annotations`` writes ``annotation <key>: "x" is not valid; expected …``.
-Pure: no I/O; the same text always gives the same answer.
+Each turns the text a user wrote into its value, or raises ``Invalid`` saying what would be
+accepted (the words after "expected"); the caller names where the text came from. Pure.
 """
 
 from __future__ import annotations
@@ -28,8 +24,7 @@ class Invalid(ValueError):
 
     def __init__(self, accepted: str = "", *, reason: str = "") -> None:
         super().__init__(reason or accepted)
-        self.accepted = accepted
-        self.reason = reason
+        self.accepted, self.reason = accepted, reason
 
 
 def duration(raw: str, *, zero_disables: bool = False, at_least: float = 0.0) -> float:
@@ -51,10 +46,9 @@ def duration(raw: str, *, zero_disables: bool = False, at_least: float = 0.0) ->
 
 
 def port(raw: str, *, zero_disables: bool = False) -> int:
+    disable = ", or 0 to disable HTTP" if zero_disables else ""
     if not (raw.isascii() and raw.isdigit() and (0 if zero_disables else 1) <= int(raw) <= 65535):
-        raise Invalid(
-            "a port number from 1 to 65535" + (", or 0 to disable HTTP" if zero_disables else "")
-        )
+        raise Invalid("a port number from 1 to 65535" + disable)
     return int(raw)
 
 
@@ -78,13 +72,19 @@ def exact_boolean(raw: str) -> bool:
     return raw == "true"
 
 
-def one_of(choices: Sequence[str]) -> Callable[[str], str]:
+def _rule(accepted: str, ok: Callable[[str], object]) -> Callable[[str], str]:
+    """A check that keeps the text as it is when ``ok(text)``, else refuses it."""
+
     def check(raw: str) -> str:
-        if raw not in choices:
-            raise Invalid("one of " + ", ".join(choices))
+        if not ok(raw):
+            raise Invalid(accepted)
         return raw
 
     return check
+
+
+def one_of(choices: Sequence[str]) -> Callable[[str], str]:
+    return _rule("one of " + ", ".join(choices), choices.__contains__)
 
 
 def log_level(raw: str) -> str:
@@ -92,20 +92,19 @@ def log_level(raw: str) -> str:
     return one_of(defaults.LOG_LEVELS)(raw.lower())
 
 
-def quantity(raw: str) -> str:
-    if not _QUANTITY.fullmatch(raw):
-        raise Invalid("a Kubernetes quantity such as 10m, 0.5, 32Mi or 1Gi")
-    return raw
+def no_spaces(example: str) -> Callable[[str], str]:
+    """A word without blanks (an address, an image reference), surrounding blanks removed."""
+    word = _rule(example, lambda w: w and not any(ch.isspace() for ch in w))
+    return lambda raw: word(raw.strip())
 
 
-def namespace(raw: str) -> str:
-    """A DNS-1123 label, what the API server accepts as a namespace's name."""
-    if not DNS_LABEL.fullmatch(raw):
-        raise Invalid(
-            "a namespace name: lowercase letters, digits and '-', starting and ending with a "
-            "letter or digit, at most 63 chars"
-        )
-    return raw
+quantity = _rule("a Kubernetes quantity such as 10m, 0.5, 32Mi or 1Gi", _QUANTITY.fullmatch)
+#: A DNS-1123 label, what the API server accepts as a namespace's name.
+namespace = _rule(
+    "a namespace name: lowercase letters, digits and '-', starting and ending with a letter or "
+    "digit, at most 63 chars",
+    DNS_LABEL.fullmatch,
+)
 
 
 def namespaces(raw: str) -> tuple[str, ...]:
@@ -114,18 +113,6 @@ def namespaces(raw: str) -> tuple[str, ...]:
     if not all(DNS_LABEL.fullmatch(n) for n in names):
         raise Invalid("a comma-separated list of namespace names, e.g. kube-system,ops")
     return tuple(dict.fromkeys(names))
-
-
-def no_spaces(example: str) -> Callable[[str], str]:
-    """A word without blanks (an address, an image reference), surrounding blanks removed."""
-
-    def check(raw: str) -> str:
-        word = raw.strip()
-        if not word or any(ch.isspace() for ch in word):
-            raise Invalid(example)
-        return word
-
-    return check
 
 
 #: The checks of numbers, durations, yes-or-no and lists: an empty value is refused by them,

@@ -1,12 +1,9 @@
 """Logs: one JSON object per line on stderr, through the standard ``logging`` module.
 
-Every record has ``ts``, ``level`` and ``msg``, then the logger's context and
-the call's fields. asyncio already imports ``logging``, so building on it costs
-the sidecar nothing, and libraries that log through it (kopf and aiohttp in the
-injector) come out in the same format once ``capture_libraries`` installs the
-same handler on the root logger. ``Logger.once`` logs a message only the first
-time per key (e.g. a 403 that repeats every retry). Writing never raises: a
-closed stderr must never take the sidecar down.
+``ts``, ``level``, ``msg``, then the logger's context and the call's fields. asyncio
+imports ``logging`` already, so it costs the sidecar nothing, and libraries that log
+through it (kopf, aiohttp) come out in the same lines (``capture_libraries``).
+Writing never raises: a closed stderr must never take the sidecar down.
 """
 
 from __future__ import annotations
@@ -18,53 +15,24 @@ import sys
 from functools import partialmethod
 from typing import Any, TextIO
 
-LEVELS = {"debug": logging.DEBUG, "info": logging.INFO, "warning": logging.WARNING}
-LEVELS["error"] = logging.ERROR
+from ..core.defaults import LOG_LEVELS
+
+LEVELS: dict[str, int] = {name: getattr(logging, name.upper()) for name in LOG_LEVELS}
 _NAMES = {number: name for name, number in LEVELS.items()}
 _OWN = "grelmicro-sidecar"
 
 
-class _LineHandler(logging.Handler):
-    """``{"ts", "level", "msg", **context, **fields}``, one line a record on ``stream``
-    (``sys.stderr`` as it is at each write); a library's records also name their logger."""
-
-    def __init__(self, stream: TextIO | None, context: dict[str, Any]):
-        super().__init__()
-        self.stream, self.context = stream, context
-
-    def emit(self, record: logging.LogRecord) -> None:
-        try:
-            message = record.getMessage()
-        except Exception:  # a library's bad format string must not lose the record
-            message = str(record.msg)
-        ts = dt.datetime.fromtimestamp(record.created, dt.UTC).isoformat(timespec="milliseconds")
-        level = "error" if record.levelno >= logging.ERROR else _NAMES.get(record.levelno, "info")
-        out = {"ts": ts.replace("+00:00", "Z"), "level": level, "msg": message, **self.context}
-        if record.name != _OWN:
-            out["logger"] = record.name
-        out.update(getattr(record, "fields", {}))
-        try:
-            stream = self.stream or sys.stderr
-            stream.write(json.dumps(out, default=str, ensure_ascii=False) + "\n")
-            stream.flush()
-        except (OSError, ValueError):
-            pass
-
-
-class Logger:
-    """A JSON logger with fixed context fields and once-per-key messages.
-
-    Each instance has its own level, stream and context (an unregistered
-    ``logging.Logger``), so a test or a command can hold one without touching
-    global logging state.
-    """
+class Logger(logging.Handler):
+    """A JSON logger with fixed context fields and once-per-key messages (a 403 that repeats
+    every retry). It is the handler of its own unregistered ``logging.Logger``: each has its
+    level, stream (``sys.stderr`` as it is at each write) and context, no global state."""
 
     def __init__(self, level: str = "info", stream: TextIO | None = None, **context: Any):
-        self.stream = stream
-        self._handler = _LineHandler(stream, context)
+        super().__init__()
+        self.stream, self.context = stream, context
         self._logger = logging.Logger(_OWN, LEVELS[level])
         self._logger.propagate = False
-        self._logger.addHandler(self._handler)
+        self._logger.addHandler(self)
         self._once: set[str] = set()
 
     def log(self, level: str, msg: str, **fields: Any) -> None:
@@ -86,12 +54,29 @@ class Logger:
         self._once.discard(key)
 
     def forget_prefix(self, *prefixes: str) -> None:
-        """``forget`` every key that starts with one of ``prefixes``."""
         self._once = {k for k in self._once if not k.startswith(prefixes)}
 
     def capture_libraries(self, level: str) -> None:
-        """Send every library's ``logging`` records (kopf, aiohttp) out as this logger's lines,
-        at ``level`` and above."""
+        """Every library's records (kopf, aiohttp) at ``level`` and above, as this one's lines."""
         root = logging.getLogger()
-        root.handlers[:] = [self._handler]
+        root.handlers[:] = [self]
         root.setLevel(LEVELS[level])
+
+    def emit(self, record: logging.LogRecord) -> None:
+        """One line: a library's records also name their logger."""
+        try:
+            message = record.getMessage()
+        except Exception:  # a library's bad format string must not lose the record
+            message = str(record.msg)
+        ts = dt.datetime.fromtimestamp(record.created, dt.UTC).isoformat(timespec="milliseconds")
+        level = "error" if record.levelno >= logging.ERROR else _NAMES.get(record.levelno, "info")
+        out = {"ts": ts.replace("+00:00", "Z"), "level": level, "msg": message, **self.context}
+        if record.name != _OWN:
+            out["logger"] = record.name
+        out.update(getattr(record, "fields", {}))
+        try:
+            stream = self.stream or sys.stderr
+            stream.write(json.dumps(out, default=str, ensure_ascii=False) + "\n")
+            stream.flush()
+        except (OSError, ValueError):
+            pass

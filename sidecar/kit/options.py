@@ -1,13 +1,9 @@
 """The settings toolkit of every command: each setting declared once, its flag, env and help.
 
-A ``Setting`` is one row of a command's table: its flag, its env variable
-(``GRELMICRO_SIDECAR_<FLAG>`` or ``GRELMICRO_INJECTOR_<FLAG>``, upper case, ``-`` → ``_``),
-its default, its check (``checks``) and its help. ``add_settings`` builds a table's
-argparse flags, each help ending with the default; ``Source.get`` reads a value: the flag,
-else the env variable, else the default. A wrong value raises ``SettingsError``, one line
-naming where it came from, the value and what is accepted (contract §7).
-
-Guarantee: ``run`` never loads ``shutil`` through here (``Parser``'s help formatter).
+A ``Setting`` is one row of a command's table; ``add_settings`` makes its flag, ``Source.get``
+reads it: the flag, else ``GRELMICRO_SIDECAR_<FLAG>`` / ``GRELMICRO_INJECTOR_<FLAG>``, else
+the default. A wrong value is a ``SettingsError``: one line naming the flag or env variable,
+the value and what is accepted (contract §7). ``run`` never loads ``shutil`` through here.
 """
 
 from __future__ import annotations
@@ -39,11 +35,10 @@ class UsageError(SettingsError):
 
 @dataclass(frozen=True)
 class Setting(Generic[T]):
-    """One setting of a command. ``default``: when neither the flag nor the env variable is
-    set (an empty value counts as unset, except for the checks in ``checks.BLANK_REFUSED``).
-    ``shown``: the default as ``--help`` writes it, when the value alone would not say it
-    ("" for nothing). ``required``: an example; the default is then never used. ``env``:
-    False for a one-shot mode's flags. ``argparse``: more ``add_argument`` keywords."""
+    """One setting. ``default``: when neither flag nor env is set (an empty value counts as
+    unset but for ``checks.BLANK_REFUSED``). ``shown``: the default as ``--help`` says it, if
+    the value would not. ``required``: an example; no default. ``env``: False for one-shot
+    flags. ``argparse``: more ``add_argument`` keywords."""
 
     flag: str
     check: Callable[[str], T]
@@ -54,20 +49,6 @@ class Setting(Generic[T]):
     required: str | None = None
     env: bool = True
     argparse: Mapping[str, Any] = field(default_factory=dict)
-
-    def help_text(self) -> str:
-        if self.required is not None:
-            return f"{self.help} (required)"
-        value = self.default  # shown as a user would write it: 15s, false, 4040, nothing for None
-        if self.shown is not None:
-            shown = self.shown
-        elif isinstance(value, float):
-            shown = format_duration(value)
-        elif isinstance(value, bool):
-            shown = str(value).lower()
-        else:
-            shown = "" if value is None else str(value)
-        return f"{self.help} (default: {shown})" if shown else self.help
 
 
 #: A command's settings, in the order ``--help`` lists them.
@@ -80,8 +61,8 @@ def switch(flag: str, help: str, short: str | None = None) -> Setting[bool]:
     return Setting(flag, checks.boolean, False, help, "", short, env=False, argparse=extra)
 
 
-# ---- settings several commands share: flag, check, default, help ----------------------------
 # fmt: off
+# Settings several commands share.
 NAMESPACE: Setting[str | None] = Setting(
     "namespace", checks.namespace, None, "namespace of the Leases", short="-n",
     shown="the service account's, then $POD_NAMESPACE, then the kubeconfig context's")
@@ -119,9 +100,8 @@ class Parser(argparse.ArgumentParser):
 
 
 def _formatter(prog: str) -> argparse.HelpFormatter:
-    """argparse's formatter, told the width as ``shutil.get_terminal_size`` would find it
-    ($COLUMNS, the terminal's, 80): argparse builds one for every ``add_argument``, and its
-    own search imports ``shutil`` (with zlib, bz2 and lzma) into every ``run`` of every pod."""
+    """argparse's formatter, told the width ($COLUMNS, the terminal's, 80): its own search
+    imports ``shutil`` (with zlib, bz2 and lzma) into every ``run`` of every pod."""
     columns = 80
     with contextlib.suppress(ValueError, OSError):
         columns = int(os.environ.get("COLUMNS") or 0) or os.get_terminal_size().columns or 80
@@ -129,10 +109,17 @@ def _formatter(prog: str) -> argparse.HelpFormatter:
 
 
 def add_settings(parser: argparse.ArgumentParser, table: Iterable[Setting[Any]]) -> None:
-    """The flags of a table, unset by default (so ``Source`` can tell the env variable's turn)."""
+    """The flags of a table, unset by default (so ``Source`` can tell the env variable's turn),
+    each help ending with the default as a user would write it: 15s, false, 4040."""
     for s in table:
+        value, shown = s.default, s.shown
+        if shown is None:
+            shown = format_duration(value) if isinstance(value, float) else str(value)
+            shown = shown.lower() if isinstance(value, bool) else "" if value is None else shown
+        shown = "required" if s.required is not None else shown and f"default: {shown}"
         names = [s.short, f"--{s.flag}"] if s.short else [f"--{s.flag}"]
-        parser.add_argument(*names, help=s.help_text(), default=None, **s.argparse)
+        text = f"{s.help} ({shown})" if shown else s.help
+        parser.add_argument(*names, help=text, default=None, **s.argparse)
 
 
 def env_name(prefix: str, flag: str) -> str:
@@ -140,7 +127,6 @@ def env_name(prefix: str, flag: str) -> str:
 
 
 def env_note(prefix: str) -> str:
-    """What ``--help`` says of the env variables."""
     return (
         f"Each flag can also be set by env {prefix}<FLAG> (upper case, '-' -> '_'); the flag wins."
     )
@@ -164,7 +150,6 @@ class Source:
         return f"--{flag}" if self.raw(flag, env=False) is not None else env_name(self.prefix, flag)
 
     def get(self, setting: Setting[T]) -> T:
-        """The setting's value, checked; its default when unset."""
         flag, raw = setting.flag, self.raw(setting.flag, setting.env)
         if raw is None or (raw == "" and setting.check not in checks.BLANK_REFUSED):
             if setting.required is None:
@@ -180,8 +165,7 @@ class Source:
             raise SettingsError(self.where(flag) + reason) from None
 
     def timing(self) -> Timing:
-        """The three durations, checked against every rule of contract §3; each value named
-        as the user gave it, or as the default it is."""
+        """The durations, checked by every rule of contract §3, named as given or as defaults."""
 
         def describe(flag: str, seconds: float) -> str:
             if self.raw(flag) is None:
