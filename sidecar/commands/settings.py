@@ -15,7 +15,7 @@ from ..core import defaults
 from ..core.lease import lease_name
 from ..core.timing import Timing
 from ..kit import checks, options
-from ..kit.options import Setting, SettingsError, Source, Table, switch
+from ..kit.options import CONNECTION, TIMING, Setting, SettingsError, Source, Table, switch
 
 
 def _election(raw: str) -> str:
@@ -40,16 +40,13 @@ ELECTION = Setting(
 IDENTITY: Setting[str | None] = Setting(
     "identity", _identity, None, "candidate identity", "$POD_NAME, then the hostname")
 STATE_DIR = Setting("state-dir", str, defaults.STATE_DIR, "where state.json is written")
-PORT = Setting(
-    "port", checks.port_or_zero, defaults.PORT,
+PORT = Setting("port", checks.port_or_zero, defaults.PORT,
     "HTTP port for /leader, /status, /events, /healthz, /metrics; 0 disables it")
-LABEL_LEADER = Setting(
-    "label-leader", checks.boolean, False,
+LABEL_LEADER = Setting("label-leader", checks.boolean, False,
     f"label this pod ($POD_NAME) {defaults.LEADER_LABEL}={defaults.LEADER_LABEL_VALUE} while it "
     "leads, for a Service that selects the leader",
     argparse={"nargs": "?", "const": "true", "metavar": "BOOL"})
-KILL_GRACE: Setting[float | None] = Setting(
-    "kill-grace", checks.duration, None,
+KILL_GRACE: Setting[float | None] = Setting("kill-grace", checks.duration, None,
     "SIGTERM the command this long before valid_until, SIGKILL at it; less than half the "
     "renew deadline", f"a quarter of the renew deadline, at most {defaults.KILL_GRACE:g}s")
 KUBECTL: Table = (
@@ -58,21 +55,19 @@ KUBECTL: Table = (
     Setting("as-group", str, None, "impersonate this group (repeatable)", "", env=False,
             argparse={"action": "append", "metavar": "GROUP"}),
 )
-OUTPUT = Setting(
-    "output", str, "table", "how to print the Leases", short="-o", env=False,
+OUTPUT = Setting("output", str, "table", "how to print the Leases", short="-o", env=False,
     argparse={"choices": ("table", "wide", "json", "yaml")})
 ALL_NAMESPACES = switch("all-namespaces", "the managed Leases of every namespace", "-A")
 WATCH = switch("watch", "then print each change, like kubectl get -w", "-w")
 LOCK_PORT = replace(PORT, default=0)
-
-RUN: Table = (ELECTION, IDENTITY, *options.TIMING, STATE_DIR, PORT, *options.CONNECTION, LABEL_LEADER)
+RUN: Table = (ELECTION, IDENTITY, *TIMING, STATE_DIR, PORT, *CONNECTION, LABEL_LEADER)
 LOCK: Table = (
-    ELECTION, replace(IDENTITY, shown=f"{IDENTITY.shown}, then -<pid>"), *options.TIMING,
-    replace(STATE_DIR, shown="a temporary directory, removed at exit"), LOCK_PORT,
-    *options.CONNECTION, KILL_GRACE,
+    ELECTION, replace(IDENTITY, shown=f"{IDENTITY.shown}, then -<pid>"), *TIMING,
+    replace(STATE_DIR, shown="a temporary directory, removed at exit"), LOCK_PORT, *CONNECTION,
+    KILL_GRACE,
 )
-STATUS: Table = (*options.CONNECTION, *KUBECTL, OUTPUT, ALL_NAMESPACES, WATCH)
-CLEANUP: Table = (*KUBECTL, *options.CONNECTION, options.MARGIN)
+STATUS: Table = (*CONNECTION, *KUBECTL, OUTPUT, ALL_NAMESPACES, WATCH)
+CLEANUP: Table = (*KUBECTL, *CONNECTION, options.MARGIN)
 #: name: (help, description, table)
 COMMANDS: dict[str, tuple[str, str, Table]] = {
     "run": ("take part in an election and publish the result", "", RUN),
@@ -104,10 +99,8 @@ class RunSettings:
 
 def run_settings(src: Source, lock: bool = False) -> RunSettings:
     """``run``'s settings; with ``lock``, that command's defaults (see ``lock_settings``)."""
-    election = src.get(ELECTION)
-    pod = src.environ.get("POD_NAME")
-    # Two lock processes on one host or in one pod must not share an identity.
-    default = pod or socket.gethostname()
+    election, pod = src.get(ELECTION), src.environ.get("POD_NAME")
+    default = pod or socket.gethostname()  # lock: -<pid>, unique in a pod or on a host
     identity = src.get(IDENTITY) or (f"{default}-{os.getpid()}" if lock else default)
     settings = RunSettings(
         election=election,
@@ -140,8 +133,7 @@ class LockSettings:
 
 
 def lock_settings(src: Source) -> LockSettings:
-    """``lock``: ``run``'s flags with a process-unique identity, no HTTP port unless asked,
-    a temporary state dir unless one is given, and the command."""
+    """``run``'s settings with ``lock``'s defaults (contract §7), and the command to run."""
     run = run_settings(src, lock=True)
     command = src.args.cmd[1:] if src.args.cmd[:1] == ["--"] else list(src.args.cmd)
     if not command:
@@ -150,8 +142,7 @@ def lock_settings(src: Source) -> LockSettings:
         )
     import shutil  # only lock needs it (with bz2 and lzma, which run does not load)
 
-    program = command[0]
-    if shutil.which(program) is None:  # a path is only checked, a name looked for on PATH
+    if shutil.which(program := command[0]) is None:  # checks a path, or finds a name on PATH
         where = "" if "/" in program else " on PATH"
         raise SettingsError(
             f"lock: {program!r} is not an executable file{where}; give the command after --, e.g. -- ./job.sh"

@@ -9,9 +9,12 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Sequence
 from functools import partial
+from typing import TypeVar
 
 from ..core import defaults
 from ..core.durations import ACCEPTED_FORM, format_duration, parse_duration
+
+T = TypeVar("T")
 
 DNS_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?")
 _QUANTITY = re.compile(r"\d+(\.\d+)?(m|k|M|G|T|P|E|Ki|Mi|Gi|Ti|Pi|Ei)?")
@@ -58,52 +61,46 @@ port_or_zero = partial(port, zero_disables=True)
 sweep_margin = partial(duration, at_least=defaults.MIN_SWEEP_MARGIN)
 
 
-def boolean(raw: str) -> bool:
-    """A flag's or env variable's yes or no, in any of the usual spellings."""
-    if raw.lower() not in _TRUE + _FALSE:
-        raise Invalid("true or false")
-    return raw.lower() in _TRUE
+def _rule(
+    accepted: str, ok: Callable[[str], object], value: Callable[[str], T]
+) -> Callable[[str], T]:
+    """A check: ``value(text)`` when ``ok(text)``, else ``Invalid(accepted)``."""
 
-
-def exact_boolean(raw: str) -> bool:
-    """An annotation's yes or no: the YAML strings "true" and "false", nothing else."""
-    if raw not in ("true", "false"):
-        raise Invalid('"true" or "false"')
-    return raw == "true"
-
-
-def _rule(accepted: str, ok: Callable[[str], object]) -> Callable[[str], str]:
-    """A check that keeps the text as it is when ``ok(text)``, else refuses it."""
-
-    def check(raw: str) -> str:
+    def check(raw: str) -> T:
         if not ok(raw):
             raise Invalid(accepted)
-        return raw
+        return value(raw)
 
     return check
 
 
 def one_of(choices: Sequence[str]) -> Callable[[str], str]:
-    return _rule("one of " + ", ".join(choices), choices.__contains__)
+    return _rule("one of " + ", ".join(choices), choices.__contains__, str)
 
 
 def log_level(raw: str) -> str:
-    """One of ``defaults.LOG_LEVELS``, in any case."""
     return one_of(defaults.LOG_LEVELS)(raw.lower())
 
 
 def no_spaces(example: str) -> Callable[[str], str]:
     """A word without blanks (an address, an image reference), surrounding blanks removed."""
-    word = _rule(example, lambda w: w and not any(ch.isspace() for ch in w))
+    word = _rule(example, lambda w: w and not any(ch.isspace() for ch in w), str)
     return lambda raw: word(raw.strip())
 
 
-quantity = _rule("a Kubernetes quantity such as 10m, 0.5, 32Mi or 1Gi", _QUANTITY.fullmatch)
+#: A flag's or env variable's yes or no, in any of the usual spellings.
+boolean = _rule(
+    "true or false", lambda r: r.lower() in _TRUE + _FALSE, lambda r: r.lower() in _TRUE
+)
+#: An annotation's yes or no: the YAML strings "true" and "false", nothing else.
+exact_boolean = _rule('"true" or "false"', ("true", "false").__contains__, "true".__eq__)
+quantity = _rule("a Kubernetes quantity such as 10m, 0.5, 32Mi or 1Gi", _QUANTITY.fullmatch, str)
 #: A DNS-1123 label, what the API server accepts as a namespace's name.
 namespace = _rule(
     "a namespace name: lowercase letters, digits and '-', starting and ending with a letter or "
     "digit, at most 63 chars",
     DNS_LABEL.fullmatch,
+    str,
 )
 
 

@@ -1,9 +1,8 @@
 """Termination signals that arrive before the driver's loop can handle them.
 
-The kubelet may SIGTERM a container that has only just started: by default that
-kills ``run`` mid-import with 143 instead of contract §5's 0. ``hold`` (the first
-thing ``run`` does) remembers such a signal instead; the driver replays what was
-held once its own handlers are installed: the ordinary graceful shutdown.
+A SIGTERM to a container that has just started would end ``run`` mid-import with 143, not
+contract §5's 0: ``hold`` (the first thing ``run`` does) keeps it for the driver to replay
+once its handlers are installed, as the ordinary graceful shutdown.
 """
 
 from __future__ import annotations
@@ -20,6 +19,5 @@ def hold() -> None:
 
 def take() -> list[int]:
     """The signals held so far, oldest first; each is returned once."""
-    taken = _held[:]
-    _held.clear()
+    taken, _held[:] = _held[:], []
     return taken

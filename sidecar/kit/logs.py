@@ -1,9 +1,7 @@
-"""Logs: one JSON object per line on stderr, through the standard ``logging`` module.
+"""Logs: one JSON object per line on stderr (``ts``, ``level``, ``msg``, context, fields).
 
-``ts``, ``level``, ``msg``, then the logger's context and the call's fields. asyncio
-imports ``logging`` already, so it costs the sidecar nothing, and libraries that log
-through it (kopf, aiohttp) come out in the same lines (``capture_libraries``).
-Writing never raises: a closed stderr must never take the sidecar down.
+Through ``logging``, which asyncio imports anyway, so libraries (kopf, aiohttp) come out in
+the same lines. Writing never raises: a closed stderr must never take the sidecar down.
 """
 
 from __future__ import annotations
@@ -63,7 +61,6 @@ class Logger(logging.Handler):
         root.setLevel(LEVELS[level])
 
     def emit(self, record: logging.LogRecord) -> None:
-        """One line: a library's records also name their logger."""
         try:
             message = record.getMessage()
         except Exception:  # a library's bad format string must not lose the record
@@ -71,7 +68,7 @@ class Logger(logging.Handler):
         ts = dt.datetime.fromtimestamp(record.created, dt.UTC).isoformat(timespec="milliseconds")
         level = "error" if record.levelno >= logging.ERROR else _NAMES.get(record.levelno, "info")
         out = {"ts": ts.replace("+00:00", "Z"), "level": level, "msg": message, **self.context}
-        if record.name != _OWN:
+        if record.name != _OWN:  # a library's
             out["logger"] = record.name
         out.update(getattr(record, "fields", {}))
         try:

@@ -20,8 +20,7 @@ from ..core.durations import format_duration
 from ..core.timing import Timing
 from . import checks
 
-SIDECAR_ENV = "GRELMICRO_SIDECAR_"
-INJECTOR_ENV = "GRELMICRO_INJECTOR_"
+SIDECAR_ENV, INJECTOR_ENV = "GRELMICRO_SIDECAR_", "GRELMICRO_INJECTOR_"
 T = TypeVar("T")
 
 
@@ -35,10 +34,9 @@ class UsageError(SettingsError):
 
 @dataclass(frozen=True)
 class Setting(Generic[T]):
-    """One setting. ``default``: when neither flag nor env is set (an empty value counts as
-    unset but for ``checks.BLANK_REFUSED``). ``shown``: the default as ``--help`` says it, if
-    the value would not. ``required``: an example; no default. ``env``: False for one-shot
-    flags. ``argparse``: more ``add_argument`` keywords."""
+    """``default``: when neither flag nor env is set ("" is unset but for ``BLANK_REFUSED``
+    checks). ``shown``: the default as ``--help`` says it, if the value would not.
+    ``required``: an example, no default. ``env``: False for one-shot flags."""
 
     flag: str
     check: Callable[[str], T]
@@ -62,26 +60,21 @@ def switch(flag: str, help: str, short: str | None = None) -> Setting[bool]:
 
 
 # fmt: off
-# Settings several commands share.
 NAMESPACE: Setting[str | None] = Setting(
     "namespace", checks.namespace, None, "namespace of the Leases", short="-n",
     shown="the service account's, then $POD_NAMESPACE, then the kubeconfig context's")
-KUBECONFIG: Setting[str | None] = Setting(
-    "kubeconfig", str, None, "kubeconfig file", "$KUBECONFIG, then ~/.kube/config, then the pod's service account")
-LOG_LEVEL = Setting(
-    "log-level", checks.log_level, "info", "least severe level logged: " + ", ".join(defaults.LOG_LEVELS))
-LEASE_DURATION = Setting(
-    "lease-duration", checks.duration, defaults.LEASE_DURATION,
+KUBECONFIG: Setting[str | None] = Setting("kubeconfig", str, None, "kubeconfig file",
+    "$KUBECONFIG, then ~/.kube/config, then the pod's service account")
+LOG_LEVEL = Setting("log-level", checks.log_level, "info",
+    "least severe level logged: " + ", ".join(defaults.LOG_LEVELS))
+LEASE_DURATION = Setting("lease-duration", checks.duration, defaults.LEASE_DURATION,
     "how long followers wait, after the last renewal, before taking over: longer is a slower "
     "failover after a crash, shorter is more sensitive to API server hiccups")
-RENEW_DEADLINE = Setting(
-    "renew-deadline", checks.duration, defaults.RENEW_DEADLINE,
+RENEW_DEADLINE = Setting("renew-deadline", checks.duration, defaults.RENEW_DEADLINE,
     "the leader steps down if it has not renewed within this; less than --lease-duration")
-RETRY_PERIOD = Setting(
-    "retry-period", checks.duration, defaults.RETRY_PERIOD,
+RETRY_PERIOD = Setting("retry-period", checks.duration, defaults.RETRY_PERIOD,
     "interval of acquire and renew attempts; shorter is more API server load in an outage")
-MARGIN = Setting(
-    "margin", checks.sweep_margin, defaults.SWEEP_MARGIN,
+MARGIN = Setting("margin", checks.sweep_margin, defaults.SWEEP_MARGIN,
     f"how long past expiry a Lease must be to be deleted; at least {defaults.MIN_SWEEP_MARGIN:g}s,"
     " for the sweeper's own pauses")
 # fmt: on
@@ -90,36 +83,35 @@ CONNECTION: Table = (NAMESPACE, KUBECONFIG, LOG_LEVEL)
 
 
 class Parser(argparse.ArgumentParser):
-    """argparse that reports a usage error as one line, not usage + error."""
+    """argparse that reports a usage error as one line, not usage + error, and tells its help
+    formatter the width ($COLUMNS, the terminal's, 80): argparse's own search for it imports
+    ``shutil`` (with zlib, bz2 and lzma) into every ``run`` of every pod."""
 
     def __init__(self, **kwargs: Any) -> None:
-        super().__init__(formatter_class=_formatter, **kwargs)
+        super().__init__(formatter_class=self._formatter, **kwargs)
+
+    @staticmethod
+    def _formatter(prog: str) -> argparse.HelpFormatter:
+        columns = 80
+        with contextlib.suppress(ValueError, OSError):
+            columns = int(os.environ.get("COLUMNS") or 0) or os.get_terminal_size().columns or 80
+        return argparse.HelpFormatter(prog, width=columns - 2)  # - 2: as argparse's own
 
     def error(self, message: str) -> NoReturn:
         raise UsageError(f"{self.prog}: {message} (see --help)")
 
 
-def _formatter(prog: str) -> argparse.HelpFormatter:
-    """argparse's formatter, told the width ($COLUMNS, the terminal's, 80): its own search
-    imports ``shutil`` (with zlib, bz2 and lzma) into every ``run`` of every pod."""
-    columns = 80
-    with contextlib.suppress(ValueError, OSError):
-        columns = int(os.environ.get("COLUMNS") or 0) or os.get_terminal_size().columns or 80
-    return argparse.HelpFormatter(prog, width=columns - 2)  # - 2: as argparse's own
-
-
 def add_settings(parser: argparse.ArgumentParser, table: Iterable[Setting[Any]]) -> None:
-    """The flags of a table, unset by default (so ``Source`` can tell the env variable's turn),
-    each help ending with the default as a user would write it: 15s, false, 4040."""
+    """The flags of a table, None unless given (so ``Source`` can tell the env variable's turn;
+    a switch's False says the same), each help ending with the default: 15s, false, 4040."""
     for s in table:
         value, shown = s.default, s.shown
         if shown is None:
             shown = format_duration(value) if isinstance(value, float) else str(value)
             shown = shown.lower() if isinstance(value, bool) else "" if value is None else shown
         shown = "required" if s.required is not None else shown and f"default: {shown}"
-        names = [s.short, f"--{s.flag}"] if s.short else [f"--{s.flag}"]
         text = f"{s.help} ({shown})" if shown else s.help
-        parser.add_argument(*names, help=text, default=None, **s.argparse)
+        parser.add_argument(*filter(None, (s.short, f"--{s.flag}")), help=text, **s.argparse)
 
 
 def env_name(prefix: str, flag: str) -> str:
@@ -127,9 +119,8 @@ def env_name(prefix: str, flag: str) -> str:
 
 
 def env_note(prefix: str) -> str:
-    return (
-        f"Each flag can also be set by env {prefix}<FLAG> (upper case, '-' -> '_'); the flag wins."
-    )
+    note = "Each flag can also be set by env {}<FLAG> (upper case, '-' -> '_'); the flag wins."
+    return note.format(prefix)
 
 
 class Source:
@@ -142,9 +133,8 @@ class Source:
     def raw(self, flag: str, env: bool = True) -> str | None:
         """The flag's value, else the env variable's (an empty one is returned as ``""``)."""
         value = getattr(self.args, flag.replace("-", "_"), None)
-        if value is not None:
-            return str(value)
-        return self.environ.get(env_name(self.prefix, flag)) if env else None
+        from_env = self.environ.get(env_name(self.prefix, flag)) if env else None
+        return from_env if value is None else str(value)
 
     def where(self, flag: str) -> str:
         return f"--{flag}" if self.raw(flag, env=False) is not None else env_name(self.prefix, flag)
@@ -167,10 +157,9 @@ class Source:
     def timing(self) -> Timing:
         """The durations, checked by every rule of contract §3, named as given or as defaults."""
 
-        def describe(flag: str, seconds: float) -> str:
-            if self.raw(flag) is None:
-                return f"{flag} {format_duration(seconds)} (the default)"
-            return f"{self.where(flag)}={format_duration(seconds)}"
+        def describe(flag: str, seconds: float) -> str:  # a blank value was refused by get
+            d = format_duration(seconds)
+            return f"{self.where(flag)}={d}" if self.raw(flag) else f"{flag} {d} (the default)"
 
         timing = Timing(*(self.get(s) for s in TIMING))
         if problems := timing.problems(describe):
