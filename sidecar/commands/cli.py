@@ -124,7 +124,7 @@ def status(src: Source) -> int:
             sys.stdout.flush()
             await asyncio.sleep(2.0)  # contract §7
 
-    return _on_leases(src, show, "cannot list leases in", every, interrupted=0)
+    return _on_leases(src, show, "cannot list leases in", every, ctrl_c=0)
 
 
 def cleanup(src: Source) -> int:
@@ -159,11 +159,9 @@ def cleanup(src: Source) -> int:
     return _on_leases(src, go, "cleanup failed in")
 
 
-def _on_leases(
-    src: Source, go: Go, failed: str, every: bool = False, interrupted: int = 130
-) -> int:
+def _on_leases(src: Source, go: Go, failed: str, every: bool = False, ctrl_c: int = 130) -> int:
     """The exit code of ``go(store, namespace)``; 2 for a configuration that cannot work, 1
-    for an API error (``failed`` starts its line). ``every``: all namespaces (``status -A``)."""
+    for an API error (``failed`` starts its line), ``ctrl_c`` on Ctrl-C. ``every``: ``-A``."""
     try:
         config = load(
             src.raw("kubeconfig") or None,
@@ -184,7 +182,7 @@ def _on_leases(
     except ApiError as err:
         return fail(f"{failed} {where}: {err}", 1)
     except KeyboardInterrupt:  # status --watch ends so, exit 0
-        return interrupted
+        return ctrl_c
     finally:
         store.close()
 
