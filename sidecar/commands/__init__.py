@@ -1,8 +1,5 @@
-"""The command line: ``run``, ``lock``, ``status``, ``cleanup`` and the door to ``injector``.
-
-The only package that builds and wires objects (``wiring``); each command is a
-module of its own, settings in, exit code out (contract §7).
-"""
+"""The command line (``run``, ``lock``, ``status``, ``cleanup``, the door to ``injector``):
+settings in, exit code out; the only package that builds and wires objects (``wiring``)."""
 
 from __future__ import annotations
 

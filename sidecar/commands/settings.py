@@ -1,15 +1,11 @@
 """The settings of ``run``, ``lock``, ``status`` and ``cleanup``: declared once, checked first.
 
-Each command's table lists its ``Setting``\\ s (``kit.options``); ``cli`` builds the
-parsers from them and every flag can also come from ``GRELMICRO_SIDECAR_<FLAG>``
-(the flag wins). ``run_settings`` and ``lock_settings`` turn a ``Source`` into
-what the driver runs with; every problem is one line naming the flag or env
-variable and the rule, and ``cli`` exits 2 with it.
+Each command's table (``kit.options``) gives its parser; ``run_settings`` and
+``lock_settings`` turn a ``Source`` into what the driver runs with (contract §7).
 """
 
 from __future__ import annotations
 
-import argparse
 import os
 import socket
 from dataclasses import dataclass, replace
@@ -18,19 +14,8 @@ from pathlib import Path
 from ..core import defaults
 from ..core.lease import lease_name
 from ..core.timing import Timing
-from ..kit import checks
-from ..kit.options import (
-    CONNECTION,
-    KUBECONFIG,
-    LOG_LEVEL,
-    MARGIN,
-    TIMING,
-    Setting,
-    SettingsError,
-    Source,
-    Table,
-    switch,
-)
+from ..kit import checks, options
+from ..kit.options import CONNECTION, TIMING, Setting, SettingsError, Source, Table, switch
 
 
 def _election(raw: str) -> str:
@@ -55,16 +40,13 @@ ELECTION = Setting(
 IDENTITY: Setting[str | None] = Setting(
     "identity", _identity, None, "candidate identity", "$POD_NAME, then the hostname")
 STATE_DIR = Setting("state-dir", str, defaults.STATE_DIR, "where state.json is written")
-PORT = Setting(
-    "port", checks.port_or_zero, defaults.PORT,
+PORT = Setting("port", checks.port_or_zero, defaults.PORT,
     "HTTP port for /leader, /status, /events, /healthz, /metrics; 0 disables it")
-LABEL_LEADER = Setting(
-    "label-leader", checks.boolean, False,
+LABEL_LEADER = Setting("label-leader", checks.boolean, False,
     f"label this pod ($POD_NAME) {defaults.LEADER_LABEL}={defaults.LEADER_LABEL_VALUE} while it "
     "leads, for a Service that selects the leader",
     argparse={"nargs": "?", "const": "true", "metavar": "BOOL"})
-KILL_GRACE: Setting[float | None] = Setting(
-    "kill-grace", checks.duration, None,
+KILL_GRACE: Setting[float | None] = Setting("kill-grace", checks.duration, None,
     "SIGTERM the command this long before valid_until, SIGKILL at it; less than half the "
     "renew deadline", f"a quarter of the renew deadline, at most {defaults.KILL_GRACE:g}s")
 KUBECTL: Table = (
@@ -73,13 +55,11 @@ KUBECTL: Table = (
     Setting("as-group", str, None, "impersonate this group (repeatable)", "", env=False,
             argparse={"action": "append", "metavar": "GROUP"}),
 )
-OUTPUT = Setting(
-    "output", str, "table", "how to print the Leases", short="-o", env=False,
+OUTPUT = Setting("output", str, "table", "how to print the Leases", short="-o", env=False,
     argparse={"choices": ("table", "wide", "json", "yaml")})
 ALL_NAMESPACES = switch("all-namespaces", "the managed Leases of every namespace", "-A")
 WATCH = switch("watch", "then print each change, like kubectl get -w", "-w")
 LOCK_PORT = replace(PORT, default=0)
-
 RUN: Table = (ELECTION, IDENTITY, *TIMING, STATE_DIR, PORT, *CONNECTION, LABEL_LEADER)
 LOCK: Table = (
     ELECTION, replace(IDENTITY, shown=f"{IDENTITY.shown}, then -<pid>"), *TIMING,
@@ -87,22 +67,19 @@ LOCK: Table = (
     KILL_GRACE,
 )
 STATUS: Table = (*CONNECTION, *KUBECTL, OUTPUT, ALL_NAMESPACES, WATCH)
-CLEANUP: Table = (*KUBECTL, *CONNECTION, MARGIN)
-# fmt: on
+CLEANUP: Table = (*KUBECTL, *CONNECTION, options.MARGIN)
 #: name: (help, description, table)
 COMMANDS: dict[str, tuple[str, str, Table]] = {
     "run": ("take part in an election and publish the result", "", RUN),
-    "lock": (
-        "run a command only while this process leads",
+    "lock": ("run a command only while this process leads",
         "Take part in an election; while this process leads, run CMD with "
         "LEADER_ELECTION_FENCING_TOKEN and LEADER_ELECTION_STATE_FILE in its environment. "
         "It gets SIGTERM --kill-grace before its leadership could lapse and SIGKILL at it. "
-        "Exit: the command's code; 75 when leadership was lost under it; 2 bad usage.",
-        LOCK,
-    ),
+        "Exit: the command's code; 75 when leadership was lost under it; 2 bad usage.", LOCK),
     "status": ("show the managed Leases of a namespace", "", STATUS),
     "cleanup": ("delete expired managed Leases of a namespace, once", "", CLEANUP),
 }
+# fmt: on
 
 
 @dataclass(frozen=True)
@@ -122,35 +99,28 @@ class RunSettings:
 
 def run_settings(src: Source, lock: bool = False) -> RunSettings:
     """``run``'s settings; with ``lock``, that command's defaults (see ``lock_settings``)."""
-    election = src.get(ELECTION)
-    pod = src.environ.get("POD_NAME")
-    # Two lock processes on one host or in one pod must not share an identity.
-    default = pod or socket.gethostname()
+    election, pod = src.get(ELECTION), src.environ.get("POD_NAME")
+    default = pod or socket.gethostname()  # lock: -<pid>, unique in a pod or on a host
     identity = src.get(IDENTITY) or (f"{default}-{os.getpid()}" if lock else default)
-    return RunSettings(
+    settings = RunSettings(
         election=election,
         lease=lease_name(election),
-        namespace=src.namespace(),
+        namespace=src.get(options.NAMESPACE),
         identity=identity,
         timing=src.timing(),
         state_dir=Path(src.get(STATE_DIR)),
         port=src.get(LOCK_PORT if lock else PORT),
-        kubeconfig=src.get(KUBECONFIG),
-        log_level=src.get(LOG_LEVEL),
-        label_pod=None if lock else _label_pod(src, pod),
+        kubeconfig=src.get(options.KUBECONFIG),
+        log_level=src.get(options.LOG_LEVEL),
     )
-
-
-def _label_pod(src: Source, pod: str | None) -> str | None:
-    """The pod to label while leading, with ``--label-leader``: this pod, from $POD_NAME."""
-    if not src.get(LABEL_LEADER):
-        return None
-    if not pod:
+    if lock or not src.get(LABEL_LEADER):
+        return settings
+    if not pod:  # the pod to label is this one
         raise SettingsError(
             f"{src.where('label-leader')} needs $POD_NAME, this pod's name: add env POD_NAME "
             "with valueFrom fieldRef metadata.name (the injector does)"
         )
-    return pod
+    return replace(settings, label_pod=pod)
 
 
 @dataclass(frozen=True)
@@ -163,31 +133,22 @@ class LockSettings:
 
 
 def lock_settings(src: Source) -> LockSettings:
-    """``lock``: ``run``'s flags with a process-unique identity, no HTTP port unless asked,
-    a temporary state dir unless one is given, and the command."""
+    """``run``'s settings with ``lock``'s defaults (contract §7), and the command to run."""
     run = run_settings(src, lock=True)
-    args: argparse.Namespace = src.args
-    command = list(args.cmd)
-    if command[:1] == ["--"]:
-        command = command[1:]
+    command = src.args.cmd[1:] if src.args.cmd[:1] == ["--"] else list(src.args.cmd)
     if not command:
         raise SettingsError(
             "lock needs a command after --, e.g. grelmicro-sidecar lock --election=nightly -- ./job.sh"
         )
     import shutil  # only lock needs it (with bz2 and lzma, which run does not load)
 
-    program = command[0]
-    found = shutil.which(program) if "/" not in program else program
-    if found is None or not os.access(found, os.X_OK) or os.path.isdir(found):
+    if shutil.which(program := command[0]) is None:  # checks a path, or finds a name on PATH
+        where = "" if "/" in program else " on PATH"
         raise SettingsError(
-            f"lock: {program!r} is not an executable file"
-            + (" on PATH" if "/" not in program else "")
-            + "; give the command after --, e.g. -- ./job.sh"
+            f"lock: {program!r} is not an executable file{where}; give the command after --, e.g. -- ./job.sh"
         )
     half = run.timing.renew_deadline / 2
-    grace = src.get(KILL_GRACE)
-    if grace is None:
-        grace = min(defaults.KILL_GRACE, half / 2)
+    grace = src.get(KILL_GRACE) or min(defaults.KILL_GRACE, half / 2)  # never 0: refused
     if not 0 < grace < half:
         raise SettingsError(
             f"{src.where('kill-grace')} must be more than 0 and less than half of the renew "

@@ -1,29 +1,24 @@
 """The checks a setting's value goes through, stated once for flags, env variables and annotations.
 
-Each check takes the text a user wrote and returns the value it means, or
-raises ``Invalid`` saying what would be accepted (the words after "expected").
-The caller names where the text came from: ``options`` writes
-``--flag='x' is not valid; expected …`` (or the env variable's name),
-``injector.annotations`` writes ``annotation <key>: "x" is not valid; expected …``.
-Pure: no I/O; the same text always gives the same answer.
+Each turns the text a user wrote into its value, or raises ``Invalid`` saying what would be
+accepted (the words after "expected"); the caller names where the text came from. Pure.
 """
 
 from __future__ import annotations
 
 import re
 from collections.abc import Callable, Sequence
+from functools import partial
+from typing import TypeVar
 
 from ..core import defaults
 from ..core.durations import ACCEPTED_FORM, format_duration, parse_duration
 
+T = TypeVar("T")
+
 DNS_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?")
-NAMESPACE_FORM = (
-    "a namespace name: lowercase letters, digits and '-', starting and ending with a letter "
-    "or digit, at most 63 chars"
-)
 _QUANTITY = re.compile(r"\d+(\.\d+)?(m|k|M|G|T|P|E|Ki|Mi|Gi|Ti|Pi|Ei)?")
-_TRUE = ("true", "1", "yes", "on")
-_FALSE = ("false", "0", "no", "off")
+_TRUE, _FALSE = ("true", "1", "yes", "on"), ("false", "0", "no", "off")
 
 
 class Invalid(ValueError):
@@ -32,8 +27,7 @@ class Invalid(ValueError):
 
     def __init__(self, accepted: str = "", *, reason: str = "") -> None:
         super().__init__(reason or accepted)
-        self.accepted = accepted
-        self.reason = reason
+        self.accepted, self.reason = accepted, reason
 
 
 def duration(raw: str, *, zero_disables: bool = False, at_least: float = 0.0) -> float:
@@ -54,68 +48,60 @@ def duration(raw: str, *, zero_disables: bool = False, at_least: float = 0.0) ->
     return value
 
 
-def duration_or_zero(raw: str) -> float:
-    return duration(raw, zero_disables=True)
-
-
-def sweep_margin(raw: str) -> float:
-    """How long past expiry a Lease must be to be swept: it covers the sweeper's own pauses."""
-    return duration(raw, at_least=defaults.MIN_SWEEP_MARGIN)
-
-
 def port(raw: str, *, zero_disables: bool = False) -> int:
-    low = 0 if zero_disables else 1
-    if not (raw.isascii() and raw.isdigit() and low <= int(raw) <= 65535):
-        disable = ", or 0 to disable HTTP" if zero_disables else ""
+    disable = ", or 0 to disable HTTP" if zero_disables else ""
+    if not (raw.isascii() and raw.isdigit() and (0 if zero_disables else 1) <= int(raw) <= 65535):
         raise Invalid("a port number from 1 to 65535" + disable)
     return int(raw)
 
 
-def port_or_zero(raw: str) -> int:
-    return port(raw, zero_disables=True)
+duration_or_zero = partial(duration, zero_disables=True)
+port_or_zero = partial(port, zero_disables=True)
+#: How long past expiry a Lease must be to be swept: it covers the sweeper's own pauses.
+sweep_margin = partial(duration, at_least=defaults.MIN_SWEEP_MARGIN)
 
 
-def boolean(raw: str) -> bool:
-    """A flag's or env variable's yes or no, in any of the usual spellings."""
-    if raw.lower() in _TRUE:
-        return True
-    if raw.lower() in _FALSE:
-        return False
-    raise Invalid("true or false")
+def _rule(
+    accepted: str, ok: Callable[[str], object], value: Callable[[str], T]
+) -> Callable[[str], T]:
+    """A check: ``value(text)`` when ``ok(text)``, else ``Invalid(accepted)``."""
 
-
-def exact_boolean(raw: str) -> bool:
-    """An annotation's yes or no: the YAML strings "true" and "false", nothing else."""
-    if raw not in ("true", "false"):
-        raise Invalid('"true" or "false"')
-    return raw == "true"
-
-
-def one_of(choices: Sequence[str]) -> Callable[[str], str]:
-    def check(raw: str) -> str:
-        if raw not in choices:
-            raise Invalid("one of " + ", ".join(choices))
-        return raw
+    def check(raw: str) -> T:
+        if not ok(raw):
+            raise Invalid(accepted)
+        return value(raw)
 
     return check
 
 
+def one_of(choices: Sequence[str]) -> Callable[[str], str]:
+    return _rule("one of " + ", ".join(choices), choices.__contains__, str)
+
+
 def log_level(raw: str) -> str:
-    """One of ``defaults.LOG_LEVELS``, in any case."""
     return one_of(defaults.LOG_LEVELS)(raw.lower())
 
 
-def quantity(raw: str) -> str:
-    if not _QUANTITY.fullmatch(raw):
-        raise Invalid("a Kubernetes quantity such as 10m, 0.5, 32Mi or 1Gi")
-    return raw
+def no_spaces(example: str) -> Callable[[str], str]:
+    """A word without blanks (an address, an image reference), surrounding blanks removed."""
+    word = _rule(example, lambda w: w and not any(ch.isspace() for ch in w), str)
+    return lambda raw: word(raw.strip())
 
 
-def namespace(raw: str) -> str:
-    """A DNS-1123 label, what the API server accepts as a namespace's name."""
-    if not DNS_LABEL.fullmatch(raw):
-        raise Invalid(NAMESPACE_FORM)
-    return raw
+#: A flag's or env variable's yes or no, in any of the usual spellings.
+boolean = _rule(
+    "true or false", lambda r: r.lower() in _TRUE + _FALSE, lambda r: r.lower() in _TRUE
+)
+#: An annotation's yes or no: the YAML strings "true" and "false", nothing else.
+exact_boolean = _rule('"true" or "false"', ("true", "false").__contains__, "true".__eq__)
+quantity = _rule("a Kubernetes quantity such as 10m, 0.5, 32Mi or 1Gi", _QUANTITY.fullmatch, str)
+#: A DNS-1123 label, what the API server accepts as a namespace's name.
+namespace = _rule(
+    "a namespace name: lowercase letters, digits and '-', starting and ending with a letter or "
+    "digit, at most 63 chars",
+    DNS_LABEL.fullmatch,
+    str,
+)
 
 
 def namespaces(raw: str) -> tuple[str, ...]:
@@ -124,18 +110,6 @@ def namespaces(raw: str) -> tuple[str, ...]:
     if not all(DNS_LABEL.fullmatch(n) for n in names):
         raise Invalid("a comma-separated list of namespace names, e.g. kube-system,ops")
     return tuple(dict.fromkeys(names))
-
-
-def no_spaces(example: str) -> Callable[[str], str]:
-    """A word without blanks (an address, an image reference), surrounding blanks removed."""
-
-    def check(raw: str) -> str:
-        word = raw.strip()
-        if not word or any(ch.isspace() for ch in word):
-            raise Invalid(example)
-        return word
-
-    return check
 
 
 #: The checks of numbers, durations, yes-or-no and lists: an empty value is refused by them,

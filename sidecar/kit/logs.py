@@ -1,12 +1,7 @@
-"""Logs: one JSON object per line on stderr, through the standard ``logging`` module.
+"""Logs: one JSON object per line on stderr (``ts``, ``level``, ``msg``, context, fields).
 
-Every record has ``ts``, ``level`` and ``msg``, then the logger's context and
-the call's fields. asyncio already imports ``logging``, so building on it costs
-the sidecar nothing, and libraries that log through it (kopf and aiohttp in the
-injector) come out in the same format once ``capture_libraries`` installs the
-same handler on the root logger. ``Logger.once`` logs a message only the first
-time per key (e.g. a 403 that repeats every retry). Writing never raises: a
-closed stderr must never take the sidecar down.
+Through ``logging``, which asyncio imports anyway, so libraries (kopf, aiohttp) come out in
+the same lines. Writing never raises: a closed stderr must never take the sidecar down.
 """
 
 from __future__ import annotations
@@ -15,95 +10,36 @@ import datetime as dt
 import json
 import logging
 import sys
+from functools import partialmethod
 from typing import Any, TextIO
 
-LEVELS = {
-    "debug": logging.DEBUG,
-    "info": logging.INFO,
-    "warning": logging.WARNING,
-    "error": logging.ERROR,
-}
+from ..core.defaults import LOG_LEVELS
+
+LEVELS: dict[str, int] = {name: getattr(logging, name.upper()) for name in LOG_LEVELS}
 _NAMES = {number: name for name, number in LEVELS.items()}
 _OWN = "grelmicro-sidecar"
 
 
-class JsonFormatter(logging.Formatter):
-    """``{"ts", "level", "msg", **context, **fields}``; a library's records also name their logger."""
-
-    def __init__(self, context: dict[str, Any] | None = None):
-        super().__init__()
-        self.context = context or {}
-
-    def format(self, record: logging.LogRecord) -> str:
-        try:
-            message = record.getMessage()
-        except Exception:  # a library's bad format string must not lose the record
-            message = str(record.msg)
-        level = _NAMES.get(record.levelno) or (
-            "error" if record.levelno > logging.ERROR else "info"
-        )
-        out: dict[str, Any] = {
-            "ts": dt.datetime.fromtimestamp(record.created, dt.UTC)
-            .isoformat(timespec="milliseconds")
-            .replace("+00:00", "Z"),
-            "level": level,
-            "msg": message,
-            **self.context,
-        }
-        if record.name != _OWN:
-            out["logger"] = record.name
-        out.update(getattr(record, "fields", {}))
-        return json.dumps(out, default=str, ensure_ascii=False)
-
-
-class _LineHandler(logging.Handler):
-    """One line per record on ``stream`` (``sys.stderr`` as it is at each write)."""
-
-    def __init__(self, stream: TextIO | None, context: dict[str, Any] | None = None):
-        super().__init__()
-        self.stream = stream
-        self.setFormatter(JsonFormatter(context))
-
-    def emit(self, record: logging.LogRecord) -> None:
-        try:
-            stream = self.stream or sys.stderr
-            stream.write(self.format(record) + "\n")
-            stream.flush()
-        except (OSError, ValueError):
-            pass
-
-
-class Logger:
-    """A JSON logger with fixed context fields and once-per-key messages.
-
-    Each instance has its own level, stream and context (an unregistered
-    ``logging.Logger``), so a test or a command can hold one without touching
-    global logging state.
-    """
+class Logger(logging.Handler):
+    """A JSON logger with fixed context fields and once-per-key messages (a 403 that repeats
+    every retry). It is the handler of its own unregistered ``logging.Logger``: each has its
+    level, stream (``sys.stderr`` as it is at each write) and context, no global state."""
 
     def __init__(self, level: str = "info", stream: TextIO | None = None, **context: Any):
-        self.level = level
-        self.stream = stream
-        self.context = context
+        super().__init__()
+        self.stream, self.context = stream, context
         self._logger = logging.Logger(_OWN, LEVELS[level])
         self._logger.propagate = False
-        self._logger.addHandler(_LineHandler(stream, context))
+        self._logger.addHandler(self)
         self._once: set[str] = set()
 
     def log(self, level: str, msg: str, **fields: Any) -> None:
         self._logger.log(LEVELS[level], msg, extra={"fields": fields})
 
-    def debug(self, msg: str, **fields: Any) -> None:
-        self.log("debug", msg, **fields)
-
-    def info(self, msg: str, **fields: Any) -> None:
-        self.log("info", msg, **fields)
-
-    def warning(self, msg: str, **fields: Any) -> None:
-        self.log("warning", msg, **fields)
-
-    def error(self, msg: str, **fields: Any) -> None:
-        self.log("error", msg, **fields)
+    debug = partialmethod(log, "debug")
+    info = partialmethod(log, "info")
+    warning = partialmethod(log, "warning")
+    error = partialmethod(log, "error")
 
     def once(self, key: str, level: str, msg: str, **fields: Any) -> None:
         """Log ``msg`` the first time ``key`` is seen; later calls are silent."""
@@ -116,12 +52,28 @@ class Logger:
         self._once.discard(key)
 
     def forget_prefix(self, *prefixes: str) -> None:
-        """``forget`` every key that starts with one of ``prefixes``."""
         self._once = {k for k in self._once if not k.startswith(prefixes)}
 
     def capture_libraries(self, level: str) -> None:
-        """Send every library's ``logging`` records (kopf, aiohttp) out as this logger's lines,
-        at ``level`` and above."""
+        """Every library's records (kopf, aiohttp) at ``level`` and above, as this one's lines."""
         root = logging.getLogger()
-        root.handlers[:] = [_LineHandler(self.stream, self.context)]
+        root.handlers[:] = [self]
         root.setLevel(LEVELS[level])
+
+    def emit(self, record: logging.LogRecord) -> None:
+        try:
+            message = record.getMessage()
+        except Exception:  # a library's bad format string must not lose the record
+            message = str(record.msg)
+        ts = dt.datetime.fromtimestamp(record.created, dt.UTC).isoformat(timespec="milliseconds")
+        level = "error" if record.levelno >= logging.ERROR else _NAMES.get(record.levelno, "info")
+        out = {"ts": ts.replace("+00:00", "Z"), "level": level, "msg": message, **self.context}
+        if record.name != _OWN:  # a library's
+            out["logger"] = record.name
+        out.update(getattr(record, "fields", {}))
+        try:
+            stream = self.stream or sys.stderr
+            stream.write(json.dumps(out, default=str, ensure_ascii=False) + "\n")
+            stream.flush()
+        except (OSError, ValueError):
+            pass
