@@ -14,6 +14,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from ..driver.coordination import Coordination
 from ..driver.elector import Elector
 from ..driver.events import EventRecorder
 from ..driver.handover import Handover
@@ -60,7 +61,8 @@ def wire(
     clock = clock or Clock()
     identity, lease, timing = settings.identity, settings.lease, settings.timing
     metrics = Metrics(lease, offset=lambda: store.clock_offset, timing=timing)
-    handover = Handover(store, lease, namespace, identity, clock, log)
+    shared = Coordination(store, namespace)
+    handover = Handover(shared, lease, identity, clock, log)
     published = Published(settings.state_dir, settings.port, metrics.render, log)
     lock = None
     observers: list[Observer] = [
@@ -74,7 +76,7 @@ def wire(
         observers.append(lock)
     observers += [
         handover,
-        ExitSweep(store, namespace, identity, clock, log, on_delete=metrics.count_swept),
+        ExitSweep(store, shared, identity, clock, log, on_delete=metrics.count_swept),
     ]
     if post_event is not None:
         recorder = EventRecorder(
@@ -92,6 +94,6 @@ def wire(
         observers=observers,
         log=log,
         clock=clock,
-        successor=handover.successor,
+        roster=handover,
     )
     return Sidecar(elector, metrics, published, lock)

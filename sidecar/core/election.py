@@ -74,6 +74,8 @@ class Wait:
 
 
 Action = Read | Write | Wait
+#: A renew is due this much before its instant at the latest: sums of floats land a hair late.
+EARLY = 1e-6
 
 
 @dataclass
@@ -145,7 +147,7 @@ class Election:
             return Read() if now >= self.not_before else Wait(self.not_before)
         if self.leading:
             due = max(self.renewed_at + self.timing.renew_interval, self.not_before)
-            if now >= due:
+            if now >= due - EARLY:  # a renew a microsecond early is safe; a float's error is not
                 return self._claim("renew")
             return Wait(min(due, self.renewed_at + self.timing.renew_deadline))
         free = self.seen.free_at()
@@ -190,11 +192,15 @@ class Election:
         if self.leading:
             self._step_down(reason)
 
-    def on_read(self, obj: dict[str, Any] | None, now: float) -> None:
+    def on_read(self, obj: dict[str, Any] | None, now: float, first_term: bool = False) -> None:
+        """A quorum read; ``first_term``: the Lease is absent and the election never had one."""
         # ``failures`` stays: a read that works before a write that fails again
         # (a missing namespace) must not restart the backoff from its first step.
         self.not_before = -math.inf
-        self.observe(obj, now, quorum=True)
+        if obj is None and first_term:
+            self.seen.absent(now, first_term=True)
+        else:
+            self.observe(obj, now, quorum=True)
 
     def on_written(self, obj: dict[str, Any], started_at: float, now: float) -> None:
         """A write succeeded; ``started_at`` is when it was sent (the safety clock starts there)."""

@@ -1,21 +1,21 @@
-"""The roster's format: who a releasing leader may hand its Lease to (contract §2, hand-off).
+"""The namespace's coordination Lease: who may be named in a hand-off, which elections had a Lease, who sweeps.
 
-When a leader releases with nobody named, every follower sees the emptied
-Lease through its watch at the same instant and claims it: at 50 candidates,
-one write wins and 49 get a 409 and re-read, for every handover. A release
-that names one successor (``lease.vacate(successor=)``) costs one claim. To
-name one, the leader must know who is there, and followers make no requests
-while they follow; so each candidate writes its name once, when it starts,
-into a small Lease next to the election's (``leader-main.candidates``), and
-takes it out when it stops gracefully. The leader names the candidate that
-joined last: during a rolling update that is a pod of the new revision, which
-the rollout will not stop next.
+One object per namespace, ``grelmicro-sidecar`` (contract §2, "the roster"):
+``kubectl get leases`` shows one Lease per election, whose HOLDER is its
+leader, and this one beside them with no holder. It is labelled
+``managed-by: grelmicro-sidecar`` (not ``grelmicro``), so sweeps, ``status``
+and grelmicro peers never see it. Everything lives in annotations:
 
-Pure: the object's name, its entries (one annotation each, keyed by a checksum
-of the identity, so joins are merge patches that never conflict), reading
-them tolerantly, and the pick. The object is labelled ``managed-by:
-grelmicro-sidecar`` (not ``grelmicro``), so sweeps, ``status`` and grelmicro
-peers never see it.
+- a roster entry per candidate (``candidates.…/<key>``: election, identity,
+  when it joined), written by a merge patch, so candidates joining at once
+  never conflict; at most ``KEEP`` per election (a joiner drops the oldest);
+- a mark per election that has had a Lease (``elections.…/<key>``): without
+  one, a Lease that is absent was never created, so no term of that election
+  can still be vouched for, and its first leader need not wait (contract §2);
+- the sweep duty (``sweeper.…``): who sweeps at exit, until when.
+
+Pure: names, keys (CRC-32 of what they stand for; two sharing a key cost
+nothing unsafe), reading tolerantly, the picks.
 """
 
 from __future__ import annotations
@@ -25,77 +25,97 @@ import datetime as dt
 import json
 from typing import Any
 
-from .lease import format_microtime, parse_time
+from .lease import format_microtime, lease_object, parse_time
 
-SUFFIX = ".candidates"
-#: Entries are annotations under this prefix, one per candidate, keyed by a checksum of its identity.
-ENTRY_PREFIX = "candidates.leader-election.grelmicro.io/"
-COMPONENT = "candidates"
+NAME = "grelmicro-sidecar"
 LABELS = {
     "app.kubernetes.io/managed-by": "grelmicro-sidecar",
-    "app.kubernetes.io/component": COMPONENT,
+    "app.kubernetes.io/component": "coordination",
 }
+ENTRY = "candidates.leader-election.grelmicro.io/"
+MARK = "elections.leader-election.grelmicro.io/"
+DUTY = "sweeper.leader-election.grelmicro.io"
+#: Roster entries kept per election: a candidate that died without leaving is dropped in time.
+KEEP = 16
 
 
-def roster_name(lease: str) -> str | None:
-    """``<lease>.candidates``; None when that is longer than a Lease name may be.
-
-    Election Lease names never hold a dot (``lease.lease_name``), so this one
-    cannot be another election's Lease.
-    """
-    name = lease + SUFFIX
-    return name if len(name) <= 253 else None
+def _key(prefix: str, *parts: str) -> str:
+    return f"{prefix}{binascii.crc32('/'.join(parts).encode()):08x}"
 
 
-def entry_key(identity: str) -> str:
-    """The annotation key of ``identity``'s entry (any identity fits an annotation name).
-
-    CRC-32, not a cryptographic hash: two identities sharing a key cost nothing
-    unsafe (one entry hides the other, so that candidate is not named and
-    claims like any follower). The entry's value holds the identity itself.
-    """
-    return f"{ENTRY_PREFIX}{binascii.crc32(identity.encode()):08x}"
+def _value(**fields: str) -> str:
+    return json.dumps(fields, separators=(",", ":"))
 
 
-def entry(identity: str, joined: dt.datetime) -> dict[str, str]:
-    """The annotation that lists ``identity`` as joined at ``joined``."""
-    value = {"identity": identity, "joined": format_microtime(joined)}
-    return {entry_key(identity): json.dumps(value, separators=(",", ":"))}
-
-
-def _metadata_map(obj: dict[str, Any] | None, key: str) -> dict[Any, Any]:
+def notes_of(obj: dict[str, Any] | None) -> dict[str, str]:
     meta = (obj or {}).get("metadata")
-    found = meta.get(key) if isinstance(meta, dict) else None
-    return found if isinstance(found, dict) else {}
+    found = meta.get("annotations") if isinstance(meta, dict) else None
+    if not isinstance(found, dict):
+        return {}
+    return {k: v for k, v in found.items() if isinstance(k, str) and isinstance(v, str)}
 
 
-def entries(obj: dict[str, Any] | None) -> list[tuple[dt.datetime, str]]:
-    """(joined at, identity) of every readable entry of a roster object, oldest first.
+def _read(value: str) -> dict[str, Any]:
+    try:
+        item = json.loads(value)
+    except ValueError:
+        return {}
+    return item if isinstance(item, dict) else {}
 
-    Tolerant like ``LeaseRecord``: an entry someone edited into garbage is skipped.
-    """
+
+def new_object(namespace: str, notes: dict[str, str]) -> dict[str, Any]:
+    return lease_object(NAME, namespace, LABELS, annotations=notes)
+
+
+def entry_key(lease: str, identity: str) -> str:
+    return _key(ENTRY, lease, identity)
+
+
+def entry(lease: str, identity: str, joined: dt.datetime) -> dict[str, str]:
+    """The annotation that lists ``identity`` as a candidate of ``lease`` since ``joined``."""
+    value = _value(lease=lease, identity=identity, joined=format_microtime(joined))
+    return {entry_key(lease, identity): value}
+
+
+def entries(notes: dict[str, str], lease: str) -> list[tuple[dt.datetime, str, str]]:
+    """(joined, identity, key) of ``lease``'s readable entries, oldest first (garbage is skipped)."""
     found = []
-    for key, value in _metadata_map(obj, "annotations").items():
-        if not (isinstance(key, str) and key.startswith(ENTRY_PREFIX) and isinstance(value, str)):
-            continue
-        try:
-            item = json.loads(value)
-        except ValueError:
-            continue
-        if not isinstance(item, dict):
-            continue
-        identity, joined = item.get("identity"), parse_time(item.get("joined"))
-        if isinstance(identity, str) and identity and joined is not None:
-            found.append((joined, identity))
+    for key, value in notes.items():
+        if key.startswith(ENTRY):
+            item = _read(value)
+            identity, joined = item.get("identity"), parse_time(item.get("joined"))
+            if item.get("lease") == lease and isinstance(identity, str) and identity and joined:
+                found.append((joined, identity, key))
     return sorted(found)
 
 
-def successor(obj: dict[str, Any] | None, identity: str) -> str | None:
-    """The candidate of roster ``obj`` that joined last, other than ``identity``; None if none.
-
-    An object without the roster's label is not one we wrote: it names nobody.
-    """
-    if _metadata_map(obj, "labels").get("app.kubernetes.io/component") != COMPONENT:
-        return None
-    others = [who for _, who in entries(obj) if who != identity]
+def successor(notes: dict[str, str], lease: str, identity: str) -> str | None:
+    """The candidate of ``lease`` that joined last, other than ``identity``; None if none."""
+    others = [who for _, who, _ in entries(notes, lease) if who != identity]
     return others[-1] if others else None
+
+
+def stale(notes: dict[str, str], lease: str, identity: str) -> dict[str, str | None]:
+    """Removals (a merge patch's nulls) that leave room for ``identity`` among ``KEEP`` entries."""
+    others = [key for _, who, key in entries(notes, lease) if who != identity]
+    return dict.fromkeys(others[: max(0, len(others) - KEEP + 1)])
+
+
+def marked(notes: dict[str, str], lease: str) -> bool:
+    """Whether ``lease``'s election is recorded as having had a Lease."""
+    return _key(MARK, lease) in notes
+
+
+def mark(lease: str, now: dt.datetime) -> dict[str, str]:
+    return {_key(MARK, lease): _value(lease=lease, since=format_microtime(now))}
+
+
+def duty(notes: dict[str, str]) -> tuple[str, dt.datetime | None]:
+    """(holder, until) of the sweep duty; ("", None) when nobody holds it."""
+    item = _read(notes.get(DUTY, ""))
+    holder = item.get("holder")
+    return (holder, parse_time(item.get("until"))) if isinstance(holder, str) else ("", None)
+
+
+def duty_value(holder: str, until: dt.datetime | None) -> dict[str, str]:
+    return {DUTY: _value(holder=holder, until=format_microtime(until) if until else "")}

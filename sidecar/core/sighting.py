@@ -43,6 +43,8 @@ class Sighting:
     expires_at: float = -math.inf
     #: After a rollback of the store, nobody's claim is judged free before this.
     quarantine_until: float = -math.inf
+    #: The last claim seen that its holder may still be publishing (not a release).
+    claim_seen: LeaseRecord | None = None
     _problems_seen: set[str] = field(default_factory=set)
 
     @property
@@ -50,22 +52,36 @@ class Sighting:
         return self.record.holder if self.record is not None else None
 
     def free_at(self) -> float:
-        """From when a claim of ours may begin, on the monotonic clock."""
+        """From when a claim of ours may begin, on the monotonic clock (contract §2).
+
+        A release (empty holder) or a hand-off is free at once, to anyone or to
+        the successor it names, only when it is the release of the very claim
+        this candidate saw live: same term (``acquireTime``, ``leaseTransitions``),
+        written by its holder. One not seen so (at start-up; after a gap; a
+        store restored from a backup, bumped or not; a stale marker under
+        another tool's claim) is waited out for a lease duration from when it
+        was seen, as an absent Lease is: whoever led since may still be
+        publishing. Anything else naming a holder, us included when we did not
+        write it, is waited out for its own duration.
+        """
         record = self.record
         if record is None:
             free = self.expires_at  # deleted: the last holder's expiry still stands
-        elif record.holder is None:
-            free = -math.inf
-        elif record.holder == self.identity and record.handoff_from not in (None, self.identity):
-            # A hand-off to us: the releasing holder stepped down before writing
-            # it, exactly as for an empty holder, and named us to go first.
-            free = -math.inf
-        else:
-            # A record naming someone else, or naming us without our having written
-            # it (a hand edit, a crashed earlier run, a write whose answer we lost),
-            # is waited out: whoever led before may still be publishing.
+        elif not _released(record):
             free = self.expires_at
+        elif self._released_from_seen(record):
+            free = -math.inf if record.holder in (None, self.identity) else self.expires_at
+        else:
+            free = self.observed_at + self.lease_duration
         return max(free, self.quarantine_until)
+
+    def _released_from_seen(self, record: LeaseRecord) -> bool:
+        seen = self.claim_seen
+        return (
+            seen is not None
+            and (record.acquire_time, record.transitions) == (seen.acquire_time, seen.transitions)
+            and record.handoff_from in (None, seen.holder)
+        )
 
     def observe(self, obj: dict[str, Any], now: float, quorum: bool = False) -> bool:
         """A view of the Lease from a read (``quorum``) or the watch; True if the store went back.
@@ -97,6 +113,8 @@ class Sighting:
                 self.events.append(Event("holder", record.holder or ""))
         self.expires_at = self.observed_at + (record.lease_duration or self.lease_duration)
         self.record, self.known, self.stale = record, True, False
+        if not _released(record):
+            self.claim_seen = record
         return rolled_back
 
     def observe_deleted(self, final: dict[str, Any], now: float) -> bool:
@@ -109,17 +127,20 @@ class Sighting:
         self.absent(now, last_known=True)
         return True
 
-    def absent(self, now: float, last_known: bool = False) -> None:
+    def absent(self, now: float, last_known: bool = False, first_term: bool = False) -> None:
         """The Lease does not exist; who may still be publishing a claim decides the wait.
 
-        Free at once only when its last state is known (the watch's DELETED
-        event carries it) and named no holder, or us. Otherwise (a read finds
-        it gone; start-up, with nothing seen) anyone may have led under a Lease
-        we never saw: wait a lease duration from now (contract §2). Reads that
+        Free at once when its last state is known (the watch's DELETED event
+        carries it) and named no holder, or us; or when the election never had
+        a Lease (``first_term``: the roster holds no mark of one). Otherwise (a
+        read finds it gone; start-up, with nothing seen) anyone may have led
+        under a Lease we never saw: wait a lease duration from now. Reads that
         find it still absent do not move that wait.
         """
         previous = self.record
-        if last_known and previous is not None and previous.holder in (None, self.identity):
+        if first_term or (
+            last_known and previous is not None and previous.holder in (None, self.identity)
+        ):
             self.expires_at = -math.inf
         elif not last_known and (previous is not None or not self.known):
             self.observed_at = now
@@ -131,6 +152,11 @@ class Sighting:
         if problem not in self._problems_seen:
             self._problems_seen.add(problem)
             self.events.append(Event("problem", problem))
+
+
+def _released(record: LeaseRecord) -> bool:
+    """A release (no holder) or a hand-off (the holder named by someone else who released)."""
+    return record.holder is None or record.handoff_from not in (None, record.holder)
 
 
 def _older(candidate: str, current: str) -> bool:

@@ -4,17 +4,11 @@ A loop over a small Lease lock (``kube.leaselock``), in the manner of
 client-go's ``LeaderElector.Run``: the state machine (``core.election``)
 decides, observers (``observer``) react from outside. The lock and the clock
 are given, so tests drive it in-process on a fake store and virtual time.
-Three tasks: the loop (ask the state machine, do it, report back, tell the
-observers); the watch, which feeds every change of the Lease to the state
-machine and wakes the loop, so followers learn of a release in milliseconds
-without polling (losing it never delays a step-down: that is a timer); and a
-watchdog that republishes at ``valid_until``, so observers hear "not leader"
-on time even while the loop waits on a request. Requests made while leading
-are bounded by the time left before the renew deadline.
-
-Shutdown (contract §5): "not leader" to every observer, their
-``before_release`` steps, then the release and their ``after_release`` steps
-within one budget.
+Three tasks: the loop (ask, do, report back, tell the observers); the watch,
+so followers learn of a release in milliseconds without polling (losing it
+never delays a step-down: that is a timer); a watchdog that republishes at
+``valid_until`` even while the loop waits on a request, whose time is bounded
+by what is left before the renew deadline. Shutdown: ``observer``'s order.
 """
 
 from __future__ import annotations
@@ -36,7 +30,7 @@ from ..kit.logs import Logger
 from ..kube.errors import ApiError, Conflict, NotFound
 from ..kube.leaselock import Changed, Deleted, Failed, Healthy, LeaseLock
 from .observer import Call, Observer, View
-from .release import Successor, release
+from .release import Roster, release
 
 #: Release and after-release steps, well inside the default 30 s grace period.
 SHUTDOWN_BUDGET = 10.0
@@ -57,7 +51,7 @@ class Elector:
         observers: Sequence[Observer],
         log: Logger,
         clock: Clock | None = None,
-        successor: Successor | None = None,
+        roster: Roster | None = None,
     ):
         self.lock, self.clock = lock, clock or Clock()
         self.election = Election(
@@ -65,7 +59,7 @@ class Elector:
         )
         #: The election's name as given (``State.election``); the Lease is ``lease``.
         self.name = election
-        self.observers, self.log, self.successor = list(observers), log, successor
+        self.observers, self.log, self.roster = list(observers), log, roster
         self._wake, self._leading, self._stop = asyncio.Event(), asyncio.Event(), asyncio.Event()
         self._tasks: list[asyncio.Task[Any]] = []  # the elector's three, then spawned ones
         self._last: dict[str, Any] | None = None
@@ -144,7 +138,10 @@ class Elector:
             self.election.on_error(self.clock.monotonic(), err.retry_after)
             return
         self._called(Call("read"))
-        self.election.on_read(obj, self.clock.monotonic())
+        first = False  # found absent with nothing seen before: a first term (contract §2)?
+        if obj is None and not self.election.seen.known and self.roster is not None:
+            first = await self.roster.first_term(self._request_timeout())
+        self.election.on_read(obj, self.clock.monotonic(), first_term=first)
 
     async def _write(self, action: Write) -> None:
         kind = "create" if action.create else action.purpose
@@ -240,7 +237,7 @@ class Elector:
         for observer in self.observers:
             await observer.before_release()
         released = functools.partial(
-            release, self.lock, self.election, self.clock, self.log, SHUTDOWN_BUDGET, self.successor
+            release, self.lock, self.election, self.clock, self.log, SHUTDOWN_BUDGET, self.roster
         )
         steps: list[Callable[[], Awaitable[None]]] = [released]
         steps += [observer.after_release for observer in self.observers]

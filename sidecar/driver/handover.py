@@ -1,52 +1,62 @@
-"""This candidate's part in handovers: its roster entry, the successor it names, names never claimed.
+"""This candidate's part in handovers and first terms, kept in the namespace's coordination Lease.
 
-An observer. At start it joins the election's roster (``core.roster``), so a
-releasing leader may name it; the release asks it for a successor (the
-candidate that joined last); after taking over from a hand-off whose named
-successor never claimed, it takes that name out of the roster, so nobody
-names it again; after the release it leaves the roster. None of it decides
-who leads: a roster that cannot be read or written costs only speed (a
-release then names nobody, and this candidate claims like any follower), and
-the release writes only the claim this process last wrote.
+An observer (contract §2, "Hand-off" and "the roster"). At start it joins the
+roster (``core.roster``), dropping the oldest entries of its election beyond
+``KEEP``, so a releasing leader may name it; the release asks it for a
+successor (the candidate that joined last); after taking over from a hand-off
+whose named successor never claimed, it takes that name out; a stopping
+candidate leaves the roster first, before any release, so it is not named.
+It also keeps the mark that says this election has had a Lease (written
+once any Lease of it is seen), and answers ``first_term``: whether an absent
+Lease was never created, so no term can still be vouched for.
+
+None of it decides who leads: a roster that cannot be read or written costs
+only speed (a release then names nobody, and a first leader waits a lease
+duration, as for a deleted Lease).
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+from collections.abc import Coroutine
 from typing import Any
 
 from ..core import roster
 from ..core.election import Event
-from ..core.lease import lease_object
 from ..kit.clock import Clock
 from ..kit.logs import Logger
-from ..kube.errors import ApiError, Conflict, NotFound
-from ..kube.leases import LeaseStore
+from ..kube.errors import ApiError
+from .coordination import Coordination
 from .observer import Control, Observer, View
+
+#: How long a stopping candidate waits to leave the roster before its release goes ahead.
+LEAVE_BUDGET = 1.0
 
 
 class Handover(Observer):
-    def __init__(
-        self,
-        store: LeaseStore,
-        lease: str,
-        namespace: str,
-        identity: str,
-        clock: Clock,
-        log: Logger,
-    ):
-        self.store = store
-        self.name = roster.roster_name(lease)
-        self.namespace = namespace
-        self.identity = identity
-        self.clock = clock
-        self.log = log
+    def __init__(self, shared: Coordination, lease: str, identity: str, clock: Clock, log: Logger):
+        self.shared, self.lease, self.identity, self.clock, self.log = (
+            shared,
+            lease,
+            identity,
+            clock,
+            log,
+        )
         self.joined = False
+        #: Whether the election is known to be marked (None until the first read).
+        self.marked: bool | None = None
+        self.seen_lease = False
         self._tasks: set[asyncio.Task[None]] = set()
 
     async def start(self, control: Control) -> None:
-        self._background(self.join(), "roster-join")
+        self._background(self.join())
+
+    def on_state(self, view: View) -> None:
+        if view.record is not None and not self.seen_lease:
+            self.seen_lease = True
+            if self.marked is False:  # the first read is in: mark now, else join will
+                self._background(self._mark())
 
     def on_event(self, event: Event, view: View) -> None:
         """Our acquisition replaced a hand-off to someone who never claimed it: forget that name."""
@@ -54,61 +64,72 @@ class Handover(Observer):
         if event.kind != "leading" or over is None or over.handoff_from is None:
             return
         if over.holder not in (None, self.identity):
-            self._background(self._forgotten(over.holder), "roster-forget")
+            self._background(self._forgotten(over.holder))
 
     async def before_release(self) -> None:
+        """Leave the roster first, so no release names a candidate that is stopping."""
         for task in self._tasks:
-            task.cancel()  # a join still under way: leaving follows anyway
-
-    async def after_release(self) -> None:
-        await self.leave()
-
-    async def leave(self) -> None:
-        """Take this candidate out (graceful exit); a missing roster is fine."""
+            task.cancel()
         if self.joined:
-            await self.forget(self.identity)
+            with contextlib.suppress(ApiError, TimeoutError):
+                async with asyncio.timeout(LEAVE_BUDGET):
+                    await self.forget(self.identity)
             self.joined = False
 
-    async def forget(self, identity: str) -> None:
-        """Take ``identity`` out (a named successor that never claimed); raises ``errors`` classes."""
-        await self._patch({roster.entry_key(identity): None})
-
-    async def successor(self, timeout: float | None = None) -> str | None:
-        """Who the roster says to hand over to (the release asks); raises ``errors`` classes."""
-        if self.name is None:
-            return None
-        return roster.successor(await self.store.get(self.name, timeout=timeout), self.identity)
-
-    def _background(self, work: Any, name: str) -> None:
-        task = asyncio.create_task(work, name=name)
-        self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
-
     async def join(self) -> None:
-        """Add this candidate, creating the roster when it is the first."""
-        if self.name is None:
-            return
-        entry = roster.entry(self.identity, self.clock.wall())
+        """List this candidate (and mark the election if a Lease of it was seen)."""
         try:
-            for _ in range(3):
-                with contextlib.suppress(NotFound):
-                    await self.store.patch(self.name, {"metadata": {"annotations": entry}})
-                    self.joined = True
-                    return
-                body = lease_object(self.name, self.namespace, roster.LABELS, annotations=entry)
-                with contextlib.suppress(Conflict):  # another candidate created it first
-                    await self.store.create(body)
-                    self.joined = True
-                    return
+            notes = roster.notes_of(await self.shared.read())
+            self.marked = roster.marked(notes, self.lease)
+            patch: dict[str, str | None] = {
+                **roster.stale(notes, self.lease, self.identity),
+                **roster.entry(self.lease, self.identity, self.clock.wall()),
+            }
+            if self.seen_lease and not self.marked:
+                patch.update(roster.mark(self.lease, self.clock.wall()))
+                self.marked = True
+            await self.shared.merge(patch)
+            self.joined = True
         except ApiError as err:
             self.log.once(
                 "roster",
                 "warning",
                 "could not join the election's roster; handovers will not name this pod "
                 "(it still takes over as any follower does)",
-                roster=self.name,
+                roster=roster.NAME,
                 error=str(err),
             )
+
+    async def forget(self, identity: str) -> None:
+        """Take ``identity`` out (it left, or was named and never claimed); raises ``errors``."""
+        await self.shared.merge({roster.entry_key(self.lease, identity): None})
+
+    async def successor(self, timeout: float | None = None) -> str | None:
+        """Who to hand over to (the release asks); raises ``errors`` classes."""
+        notes = roster.notes_of(await self.shared.read(fresh=True, timeout=timeout))
+        return roster.successor(notes, self.lease, self.identity)
+
+    async def first_term(self, timeout: float | None = None) -> bool:
+        """Whether this election never had a Lease: then no term of it can still be vouched for.
+
+        True only once the mark is written, so that the next candidate to find
+        the Lease absent (deleted under a leader that may still vouch) waits.
+        """
+        try:
+            notes = roster.notes_of(await self.shared.read(fresh=True, timeout=timeout))
+            if roster.marked(notes, self.lease):
+                return False
+            await self.shared.merge(roster.mark(self.lease, self.clock.wall()), timeout=timeout)
+        except ApiError as err:
+            self.log.debug("could not read or mark the election; waiting a lease", error=str(err))
+            return False
+        self.marked = True
+        return True
+
+    async def _mark(self) -> None:
+        with contextlib.suppress(ApiError):
+            await self.shared.merge(roster.mark(self.lease, self.clock.wall()))
+            self.marked = True
 
     async def _forgotten(self, identity: str) -> None:
         try:
@@ -120,7 +141,7 @@ class Handover(Observer):
         except ApiError as err:
             self.log.debug("could not update the roster", error=str(err))
 
-    async def _patch(self, annotations: dict[str, str | None]) -> None:
-        if self.name is not None:
-            with contextlib.suppress(NotFound):
-                await self.store.patch(self.name, {"metadata": {"annotations": annotations}})
+    def _background(self, work: Coroutine[Any, Any, None]) -> None:
+        task = asyncio.create_task(work, name="roster")
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)

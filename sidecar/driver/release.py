@@ -7,13 +7,18 @@ The first try goes out unread, against our last answered claim
 (``Election.settled_claim``), the way client-go's release writes through its
 cached object; a 409, or a claim in flight, sends it to read what is there.
 It names a successor when one is given (the hand-off), looked up alongside,
-so a handover waits one round trip more at most.
+so a handover waits one round trip more at most; when the successor has not
+claimed once the hand-off's second is over (it died, or was stopping too: a
+scale to zero), the release empties the Lease itself, so nobody gone is left
+named as its holder.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections.abc import Awaitable, Callable
+from typing import Protocol
 
 from ..core.election import Election
 from ..core.lease import LeaseRecord, vacate
@@ -24,7 +29,23 @@ from ..kube.leaselock import LeaseLock
 
 #: How long a release waits for its successor's name before it names nobody.
 SUCCESSOR_BUDGET = 1.0
-#: Who a release names: ``successor(timeout)``, None for anyone.
+#: A hand-off's leaseDurationSeconds; the release checks on its successor this often.
+HANDOFF_SECONDS = 1.0
+POLL = 0.1
+
+
+class Roster(Protocol):
+    """Who may be named, and whether an election is new (``handover.Handover``)."""
+
+    async def successor(self, timeout: float) -> str | None:
+        """Who a release names; None for anyone."""
+        ...
+
+    async def first_term(self, timeout: float) -> bool:
+        """Whether an absent Lease was never created: no term of it can still be vouched for."""
+        ...
+
+
 Successor = Callable[[float], Awaitable[str | None]]
 
 
@@ -34,7 +55,7 @@ async def release(
     clock: Clock,
     log: Logger,
     budget: float,
-    successor: Successor | None = None,
+    roster: Roster | None = None,
 ) -> None:
     """Vacate (or hand off) our own claim, if the Lease still holds one; logs what it did.
 
@@ -46,7 +67,7 @@ async def release(
     def left() -> float:
         return max(0.1, deadline - clock.monotonic())
 
-    lookup = successor if election.holding else None
+    lookup = roster.successor if roster is not None and election.holding else None
     named = asyncio.ensure_future(_name(lookup, min(left(), SUCCESSOR_BUDGET), log))
     record = election.settled_claim()
     try:
@@ -58,16 +79,31 @@ async def release(
             who = await named
             body = vacate(record, now=clock.wall(), successor=who)
             try:
-                await lock.replace(body, left())
+                written = await lock.replace(body, left())
             except Conflict:
                 record = None
                 continue
             log.info(
                 "released lease", lease=lock.name, transitions=record.transitions, successor=who
             )
+            if who:
+                await _until_claimed(lock, LeaseRecord.from_object(written), clock, log)
             return
     finally:
         named.cancel()
+
+
+async def _until_claimed(lock: LeaseLock, handoff: LeaseRecord, clock: Clock, log: Logger) -> None:
+    """Until the named successor claims (any write will do); past the hand-off's second, empty it."""
+    until = clock.monotonic() + HANDOFF_SECONDS
+    while clock.monotonic() < until:
+        await asyncio.sleep(POLL)
+        obj = await lock.read(POLL * 5)
+        if obj is None or LeaseRecord.from_object(obj).resource_version != handoff.resource_version:
+            return
+    with contextlib.suppress(Conflict):  # written meanwhile: a claim after all
+        await lock.replace(vacate(handoff, now=clock.wall()), HANDOFF_SECONDS)
+        log.info("the named successor did not claim; released to anyone", successor=handoff.holder)
 
 
 async def _releasable(

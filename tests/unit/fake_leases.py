@@ -40,9 +40,9 @@ class FakeLeases:
         self.watch_latency = 0.0
         self._visible_at: dict[int, float] = {}  # resourceVersion -> when watches may see it
         #: (verb, holderIdentity) of writes to election Leases (labelled managed-by
-        #: grelmicro); the sweep duty's go to ``duty_writes``, the rosters' to ``roster_writes``
+        #: grelmicro); the namespace's coordination Lease's (roster, marks, sweep duty) to
+        #: ``roster_writes``
         self.writes: list[tuple[str, str]] = []
-        self.duty_writes: list[tuple[str, str]] = []
         self.roster_writes: list[tuple[str, str]] = []
         #: Writes refused with 409 (every Lease)
         self.conflicts = 0
@@ -81,12 +81,8 @@ class FakeLeases:
 
     def _wrote(self, verb: str, obj: dict[str, Any]) -> None:
         labels = obj["metadata"].get("labels") or {}
-        if labels.get("app.kubernetes.io/managed-by") == "grelmicro":
-            writes = self.writes
-        elif labels.get("app.kubernetes.io/component") == "candidates":
-            writes = self.roster_writes
-        else:
-            writes = self.duty_writes
+        managed = labels.get("app.kubernetes.io/managed-by") == "grelmicro"
+        writes = self.writes if managed else self.roster_writes
         writes.append((verb, obj["spec"].get("holderIdentity", "")))
 
     async def get(self, name: str, timeout: float | None = None) -> dict[str, Any] | None:

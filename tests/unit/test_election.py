@@ -32,18 +32,27 @@ RELEASED: dict[str, Any] = {
 class Store:
     """An optimistic single-object store with etcd-like resourceVersions."""
 
-    def __init__(self, empty: bool = False) -> None:
-        """A store holding a released Lease, or (``empty``) none at all.
+    def __init__(self, empty: bool = False, released: bool = False) -> None:
+        """A new election (no Lease, none ever: the roster holds no mark of one); with
+        ``empty``, no Lease but one may have existed; with ``released``, a released Lease.
 
-        Most tests start from a released Lease, which a candidate may take at
-        once; with no Lease at all a candidate first waits a lease duration
+        Most tests start from a new election, whose first candidate creates the
+        Lease at once. With a Lease that may have existed, or one found released
+        without having seen it released, a candidate first waits a lease duration
         (someone may have led under a Lease it never saw, contract §2).
         """
-        self.obj: dict[str, Any] | None = None if empty else copy.deepcopy(RELEASED)
+        self.obj: dict[str, Any] | None = copy.deepcopy(RELEASED) if released else None
+        self.marked = empty or released
         self.rv = 100
 
     def read(self) -> dict[str, Any] | None:
         return copy.deepcopy(self.obj)
+
+    def first_term(self) -> bool:
+        """The roster's answer to a candidate that found no Lease (and marks the election)."""
+        first = self.obj is None and not self.marked
+        self.marked = True
+        return first
 
     def write(self, action: Write) -> dict[str, Any] | str:
         body = copy.deepcopy(action.body)
@@ -77,7 +86,9 @@ def step(e: Election, store: Store, now: float) -> Any:
     """Perform one action instantly; return it."""
     action = e.next_action(now)
     if isinstance(action, Read):
-        e.on_read(store.read(), now)
+        obj = store.read()
+        fresh = obj is None and not e.seen.known and store.first_term()
+        e.on_read(obj, now, first_term=fresh)
     elif isinstance(action, Write):
         result = store.write(action)
         if result == "conflict":
@@ -175,8 +186,8 @@ def test_released_lease_is_taken_at_once_with_a_new_fencing_token() -> None:
     action = step(b, store, 2)
     assert isinstance(action, Write) and b.is_leader(2)
     assert b.fencing_token is not None and a_token is not None and b.fencing_token > a_token
-    # Two terms on this Lease: a's (from the store's released Lease), then b's.
-    assert store.obj is not None and store.obj["spec"]["leaseTransitions"] == 2
+    # Two terms on this Lease: a's (it created it), then b's.
+    assert store.obj is not None and store.obj["spec"]["leaseTransitions"] == 1
 
 
 def hand_off(leader: Election, store: Store, successor: str | None) -> None:
@@ -218,7 +229,7 @@ def test_only_a_hand_off_written_by_someone_else_names_us() -> None:
     # A record naming us that we did not write is waited out (a lost answer, a
     # crashed run with our name), and so is a "hand-off" from ourselves.
     for marker in (None, "b"):
-        store, b = Store(), make("b")
+        store, b = Store(released=True), make("b")
         obj = store.read()
         assert obj is not None
         obj["spec"].update(holderIdentity="b", leaseDurationSeconds=15)
@@ -229,15 +240,15 @@ def test_only_a_hand_off_written_by_someone_else_names_us() -> None:
 
 
 def test_conflict_triggers_a_reread_and_no_leadership() -> None:
-    store, a, b = Store(), make("a"), make("b")
+    store, a, b = Store(empty=True), make("a"), make("b")
     step(a, store, 0)
-    step(b, store, 0)  # both read "absent"
-    step(a, store, 0)  # a creates
-    action = step(b, store, 0)  # b's create conflicts
-    assert isinstance(action, Write) and not b.is_leader(0)
-    assert isinstance(b.next_action(0), Read)
-    step(b, store, 0)
-    assert b.holder == "a" and isinstance(b.next_action(0), Wait)
+    step(b, store, 0)  # both read "absent" (a Lease may have existed: both wait)
+    step(a, store, 15)  # a creates
+    action = step(b, store, 15)  # b's create conflicts
+    assert isinstance(action, Write) and not b.is_leader(15)
+    assert isinstance(b.next_action(15), Read)
+    step(b, store, 15)
+    assert b.holder == "a" and isinstance(b.next_action(15), Wait)
 
 
 def test_hand_edited_holder_makes_the_leader_step_down() -> None:
@@ -603,3 +614,93 @@ def test_a_release_may_follow_our_own_write_whose_answer_was_lost_and_nothing_el
         quorum=True,
     )
     assert not a.may_release(LeaseRecord.from_object(store.read() or {}))
+
+
+# ---- restores, first terms and hand-off markers (issue 27 item 4, 28 item 1, 27 item 6) ----
+
+
+def test_a_new_election_leads_at_once_and_a_deleted_one_is_waited_out() -> None:
+    """No mark of a Lease in the roster: the first candidate creates it at once (contract §2)."""
+    store, a = Store(), make("a")
+    step(a, store, 0)
+    action = step(a, store, 0)
+    assert isinstance(action, Write) and action.create and a.is_leader(0)
+    # The election is marked now: a candidate that later finds its Lease gone waits.
+    store.obj = None
+    b = make("b")
+    step(b, store, 1)
+    assert b.next_action(1) == Wait(16)
+
+
+def release_of(leader_obj: dict[str, Any], successor: str | None = None) -> dict[str, Any]:
+    record = LeaseRecord.from_object(leader_obj)
+    return vacate(record, now=EPOCH, successor=successor)
+
+
+def test_a_release_not_seen_from_its_live_claim_is_waited_out_for_a_lease_duration() -> None:
+    """A store restored from a backup (bumped or not), or a fresh start, shows an emptied or
+    handed-off Lease this candidate never saw released: whoever led since may still publish."""
+    store, a, b = Store(), make("a"), make("b")
+    step(a, store, 0), step(a, store, 0)  # a leads: this is the backup's state
+    backup = copy.deepcopy(store.obj)
+    assert backup is not None
+    released = release_of(backup)  # the backup holds a's release ...
+    store.write(Write(released, create=False, purpose="renew"))
+    step(b, store, 1)  # b sees it released from a's claim, which it never saw: a fresh start
+    assert b.next_action(1) == Wait(16)
+    c = make("c")  # ... and a follower that saw a later claim, by someone else, then the restore
+    c.observe(
+        {
+            **backup,
+            "spec": {
+                **backup["spec"],
+                "holderIdentity": "z",
+                "acquireTime": "2026-01-01T00:00:05.000000Z",
+                "leaseTransitions": 1,
+            },
+            "metadata": {**backup["metadata"], "resourceVersion": "150"},
+        },
+        2,
+    )
+    c.mark_stale()
+    step(c, store, 3)  # the restored release, read after the gap
+    assert c.next_action(3) == Wait(18)
+    for handed in (release_of(backup, "b"), release_of(backup, "c")):
+        fresh = make("b")
+        fresh.observe(handed, 4)  # a hand-off to it, or to someone else, never seen written
+        assert fresh.next_action(4) == Wait(19)
+
+
+def test_a_release_of_the_claim_seen_live_is_free_at_once_to_anyone_or_to_the_one_named() -> None:
+    store, a, b, c = Store(), make("a"), make("b"), make("c")
+    step(a, store, 0), step(a, store, 0)
+    live = store.read()
+    assert live is not None
+    b.observe(live, 1), c.observe(live, 1)
+    handed = release_of(live, "b")
+    b.observe(handed, 2), c.observe(handed, 2)
+    assert isinstance(b.next_action(2), Write)  # named: at once
+    assert c.next_action(2) == Wait(3)  # the hand-off's one second for the others
+    c.observe(release_of(live), 2.5)  # emptied by its releaser after that second
+    assert isinstance(c.next_action(2.5), Write)
+
+
+def test_a_stale_hand_off_marker_on_another_tools_claim_never_names_us() -> None:
+    """client-go's update replaces the spec and keeps the annotations: a marker from an old
+    release survives under its claim; a hand edit naming us must still be waited out."""
+    store, a, b = Store(), make("a"), make("b")
+    step(a, store, 0), step(a, store, 0)
+    handed = release_of(store.read() or {}, "b")  # a hands off to b, b never claims
+    peer = copy.deepcopy(handed)
+    peer["spec"].update(
+        holderIdentity="client-go-peer",
+        leaseTransitions=7,
+        acquireTime="2026-01-01T00:01:00.000000Z",
+        leaseDurationSeconds=15,
+    )
+    b.observe(peer, 60)  # the peer's claim, marker and all
+    edited = copy.deepcopy(peer)
+    edited["spec"]["holderIdentity"] = "b"  # then someone edits the holder to name b
+    edited["metadata"]["resourceVersion"] = "999"
+    b.observe(edited, 61)
+    assert b.next_action(61) == Wait(76)

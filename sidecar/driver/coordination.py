@@ -1,0 +1,73 @@
+"""Reads and writes of the namespace's coordination Lease (``core.roster``), shared by this process.
+
+Guarantees: the first read is shared by the observers that need it at start
+(one GET per process, not one each); ``merge`` never conflicts (a JSON merge
+patch, no resourceVersion) and creates the object when it is missing;
+``swap`` is optimistic (the whole object written against the resourceVersion
+it read, re-read and retried on a 409) for what must not be lost to a race,
+the sweep duty. Errors are the ``kube.errors`` classes; callers decide.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from ..core import roster
+from ..kube.errors import Conflict, NotFound
+from ..kube.leases import LeaseStore
+
+#: ``change(current annotations)`` -> the annotations to set, or None to write nothing.
+Change = Callable[[dict[str, str]], dict[str, str] | None]
+
+
+class Coordination:
+    def __init__(self, store: LeaseStore, namespace: str):
+        self.store = store
+        self.namespace = namespace
+        self._first: asyncio.Future[dict[str, Any] | None] | None = None
+
+    async def read(
+        self, fresh: bool = False, timeout: float | None = None
+    ) -> dict[str, Any] | None:
+        """The object (None when absent); without ``fresh``, the first read of this process."""
+        if fresh:
+            return await self.store.get(roster.NAME, timeout=timeout)
+        if self._first is None:
+            self._first = asyncio.ensure_future(self.store.get(roster.NAME, timeout=timeout))
+        return await asyncio.shield(self._first)
+
+    async def merge(self, notes: Mapping[str, str | None], timeout: float | None = None) -> None:
+        """Set (or, with None, remove) annotations; the object is created when missing."""
+        for _ in range(3):
+            with contextlib.suppress(NotFound):
+                await self.store.patch(
+                    roster.NAME, {"metadata": {"annotations": notes}}, timeout=timeout
+                )
+                return
+            kept = {k: v for k, v in notes.items() if v is not None}
+            with contextlib.suppress(Conflict):  # another process created it first: patch it
+                await self.store.create(roster.new_object(self.namespace, kept), timeout=timeout)
+                return
+
+    async def swap(self, change: Change, timeout: float | None = None) -> bool:
+        """Apply ``change`` to what is there now, optimistically; False when it wrote nothing."""
+        for _ in range(3):
+            obj = await self.store.get(roster.NAME, timeout=timeout)
+            notes = change(roster.notes_of(obj))
+            if notes is None:
+                return False
+            try:
+                if obj is None:
+                    body = roster.new_object(self.namespace, notes)
+                    await self.store.create(body, timeout=timeout)
+                else:
+                    meta = obj.setdefault("metadata", {})
+                    meta["annotations"] = {**roster.notes_of(obj), **notes}
+                    await self.store.replace(obj, timeout=timeout)
+                return True
+            except Conflict:
+                continue  # someone wrote in between (a join): judge again on what is there
+        return False
