@@ -16,11 +16,11 @@ Post = Callable[[dict[str, Any]], Awaitable[Any]]
 
 def api_poster(config: ApiConfig, namespace: str, request_timeout: float) -> Post:
     """POST to the namespace's events, over a connection opened on first use."""
-    box: dict[str, KubeApi] = {}
+    opened: list[KubeApi] = []
 
     async def post(body: dict[str, Any]) -> Any:
-        if "api" not in box:
-            box["api"] = KubeApi(config, request_timeout)
-        return await box["api"].call("POST", path(CORE, "events", namespace), "create events", body)
+        if not opened:
+            opened.append(KubeApi(config, request_timeout))
+        return await opened[0].call("POST", path(CORE, "events", namespace), "create events", body)
 
     return post

@@ -9,27 +9,23 @@ exactly this change to exactly its own pod.
 
 from __future__ import annotations
 
-from .api import CORE, MERGE_PATCH, KubeApi, path
+from dataclasses import dataclass
+
+from .api import CORE, KubeApi, path
 
 
+@dataclass
 class PodLabel:
     """Set or remove label ``key`` on pod ``namespace``/``pod``."""
 
-    def __init__(self, api: KubeApi, namespace: str, pod: str, key: str, value: str):
-        self.api = api
-        self.namespace = namespace
-        self.pod = pod
-        self.key = key
-        self.value = value
+    api: KubeApi
+    namespace: str
+    pod: str
+    key: str
+    value: str
 
     async def put(self, present: bool, timeout: float | None = None) -> None:
         """Make the label present (with its value) or absent; raises ``errors`` classes."""
         body = {"metadata": {"labels": {self.key: self.value if present else None}}}
-        await self.api.call(
-            "PATCH",
-            path(CORE, "pods", self.namespace, self.pod),
-            "patch pods",
-            body,
-            timeout,
-            content_type=MERGE_PATCH,
-        )
+        url = path(CORE, "pods", self.namespace, self.pod)
+        await self.api.call("PATCH", url, "patch pods", body, timeout)

@@ -1,12 +1,10 @@
-"""What the API server's ``Date`` header says about this node's wall clock.
+"""What the API server's ``Date`` header says about this node's wall clock (contract §2).
 
-The election never compares wall clocks across nodes, but two readers do:
-grelmicro peers judge our ``renewTime`` on their own clock, and applications
-compare ``valid_until`` with theirs. A node clock that is off by more than the
-contract tolerates must be visible. ``Date`` has a resolution of one second
-and the answer was produced somewhere between our send and our receipt, so
-what we get is an interval that certainly holds the offset, not a point: an
-alarm raised on it is never a false one.
+Grelmicro peers judge our ``renewTime``, and applications ``valid_until``, on
+their own clocks, so a node clock off by more than the contract tolerates must
+be visible. ``Date`` has a one-second resolution and was written between our
+send and our receipt: what we get is an interval that certainly holds the
+offset, so an alarm raised on it is never a false one.
 """
 
 from __future__ import annotations
@@ -14,14 +12,10 @@ from __future__ import annotations
 import datetime as dt
 from dataclasses import dataclass
 
-# Not email.utils.parsedate_to_datetime: it pulls 17 modules of the email package
-# into every sidecar (about 1 MB of RSS) to read one fixed format.
-_MONTHS = {
-    name: number
-    for number, name in enumerate(
-        ("Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec"), 1
-    )
-}
+# Not email.utils.parsedate_to_datetime: it pulls much of the email package into every
+# sidecar to read one fixed format (contract §1, "Footprint").
+_NAMES = ("Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec")
+_MONTHS = {name: number for number, name in enumerate(_NAMES, 1)}
 
 
 @dataclass(frozen=True)
@@ -42,9 +36,7 @@ class ClockOffset:
 
 def offset_from_date(date: str | None, sent: float, received: float) -> ClockOffset | None:
     """The offset a ``Date`` header proves, given our wall-clock send and receipt times."""
-    if not date:
-        return None
-    server = parse_http_date(date)
+    server = parse_http_date(date) if date else None
     if server is None:
         return None
     # The server wrote Date at some instant in [sent, received] of true time, and
