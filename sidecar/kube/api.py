@@ -1,17 +1,17 @@
 """One way to talk to the API server, for the sidecar and the injector alike (contract §8).
 
-Every request goes through ``KubeApi``: JSON in and out over one keep-alive
-connection, the config's credentials and ``Impersonate-*`` headers, a timeout,
-and answers that are not 2xx raised as ``errors`` classes. A token file is
-re-read once after a 401: a projected token may just have rotated. URL paths
-are built here, by ``path``, and nowhere else.
+``KubeApi``: JSON over one keep-alive connection, the config's credentials and
+``Impersonate-*`` headers, a timeout, non-2xx answers raised as ``errors`` classes.
+URL paths are built here, by ``path``, and nowhere else. Besides the Leases
+(``leases``), the sidecar writes Events and its own pod's leader label, both here.
 """
 
 from __future__ import annotations
 
 import json
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass
 from typing import Any
 from urllib.parse import quote, urlencode
 
@@ -24,6 +24,7 @@ CORE = "/api/v1"
 COORDINATION = "/apis/coordination.k8s.io/v1"
 RBAC = "/apis/rbac.authorization.k8s.io/v1"
 ADMISSION = "/apis/admissionregistration.k8s.io/v1"
+Post = Callable[[dict[str, Any]], Awaitable[Any]]
 
 
 def path(
@@ -73,7 +74,7 @@ class KubeApi:
             offset = offset_from_date(resp.headers.get("date"), sent, time.time())
             self.clock_offset = offset or self.clock_offset
             if resp.status != 401 or reload or self.config.token_file is None:
-                break  # else the projected token may just have rotated: re-read it once
+                break  # else a projected token may just have rotated: re-read it once
         if resp.status >= 300:
             raise error_for(resp.status, what, resp.body, resp.headers.get("retry-after"))
         try:
@@ -116,3 +117,33 @@ async def create(api: KubeApi, url: str, what: str, body: dict[str, Any]) -> boo
     except Conflict:
         return False
     return True
+
+
+def api_poster(config: ApiConfig, namespace: str, request_timeout: float) -> Post:
+    """POST core/v1 Events over a connection of their own, opened on the first one: a
+    follower that never leads never records an Event, so never opens it."""
+    opened: list[KubeApi] = []
+
+    async def post(body: dict[str, Any]) -> Any:
+        if not opened:
+            opened.append(KubeApi(config, request_timeout))
+        return await opened[0].call("POST", path(CORE, "events", namespace), "create events", body)
+
+    return post
+
+
+@dataclass
+class PodLabel:
+    """The leader label (contract §4), the only pod write: a merge patch of label ``key`` alone,
+    nothing read first. Idempotent: a retry is safe, other writers' labels are untouched."""
+
+    api: KubeApi
+    namespace: str
+    pod: str
+    key: str
+    value: str
+
+    async def put(self, present: bool, timeout: float | None = None) -> None:
+        body = {"metadata": {"labels": {self.key: self.value if present else None}}}
+        url = path(CORE, "pods", self.namespace, self.pod)
+        await self.api.call("PATCH", url, "patch pods", body, timeout)

@@ -1,8 +1,4 @@
-"""What an API call can fail with: one exception class per answer a caller acts on.
-
-``error_for`` maps an HTTP status (and the API server's Status body) to its class;
-429, 5xx and no answer at all are ``ApiUnavailable``: retry with backoff.
-"""
+"""What an API call can fail with: one exception class per answer a caller acts on."""
 
 from __future__ import annotations
 

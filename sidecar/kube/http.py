@@ -1,16 +1,11 @@
 """A small HTTP/1.1 client for the API server: h11 framing over asyncio's TLS streams.
 
-Not a full client library: this runs in every pod, and the official client costs
-far more memory (bench/). h11 parses; this adds keep-alive, timeouts and a
-line-by-line read for watches. The socket is connected here, then given to
-asyncio's TLS: an IP address needs no resolver thread and an ASCII name never
-loads the ``idna`` codec, as ``open_connection(host, port)`` would (contract §1).
-
-At most one connection is kept idle: requests come one after another once
-running, and each connection holds TLS buffers. A small task reads it while
-idle (``Connection.park``) and closes it when the server does: over plain HTTP
-(``kubectl proxy``) asyncio would keep it half-open, in CLOSE-WAIT, for as long
-as a follower sends nothing. Every failure to talk to the server is ``Unreachable``.
+It runs in every pod, so not the official client (bench/). The socket is connected
+here: an IP address needs no resolver thread, an ASCII name never loads the ``idna``
+codec (contract §1). At most one connection is kept idle (each holds TLS buffers),
+read while idle by a small task that closes it when the server does: over plain HTTP
+(``kubectl proxy``) asyncio would keep it half-open, in CLOSE-WAIT, for as long as a
+follower sends nothing. Every failure to talk to the server is ``Unreachable``.
 """
 
 from __future__ import annotations
@@ -56,8 +51,8 @@ class Connection:
     async def open(
         cls, host: str, port: int, ssl_context: ssl.SSLContext | None, timeout: float
     ) -> Connection:
-        name = host.strip("[]")
-        try:
+        name, at = host.strip("[]"), f"{host}:{port}"
+        with _unreachable(f"cannot connect to {at}", "timed out"):
             async with asyncio.timeout(timeout):
                 sock = await _connect(name, port)
                 try:
@@ -65,15 +60,13 @@ class Connection:
                     streams = await asyncio.open_connection(
                         sock=sock, ssl=ssl_context, server_hostname=hostname
                     )
-                except BaseException:
+                except BaseException as err:
                     sock.close()
+                    if isinstance(err, ssl.SSLCertVerificationError):
+                        why = err.verify_message
+                        raise Unreachable(f"TLS verification of {at} failed: {why}") from None
                     raise
-        except ssl.SSLCertVerificationError as err:
-            message = f"TLS verification of {host}:{port} failed: {err.verify_message}"
-            raise Unreachable(message) from None
-        except (OSError, ssl.SSLError, TimeoutError) as err:
-            raise Unreachable(f"cannot connect to {host}:{port}: {_describe(err)}") from None
-        return cls(sock, *streams, f"{host}:{port}")
+        return cls(sock, *streams, at)
 
     def alive(self) -> bool:
         """Whether an idle connection can carry a request: the server has not closed it, and
@@ -212,9 +205,8 @@ class HttpClient:
                 buffer, chunks = b"", conn.body_chunks()
                 while True:
                     async with asyncio.timeout(idle_timeout):
-                        chunk = await anext(chunks, None)
-                    if chunk is None:
-                        return
+                        if (chunk := await anext(chunks, None)) is None:
+                            return
                     *lines, buffer = (buffer + chunk).split(b"\n")
                     for line in lines:
                         if line.strip():
@@ -223,9 +215,8 @@ class HttpClient:
             conn.close()
 
     def close(self) -> None:
-        for conn in self._idle:
-            conn.close()
-        self._idle.clear()
+        while self._idle:
+            self._idle.pop().close()
 
 
 @contextlib.contextmanager
@@ -250,17 +241,13 @@ def _describe(err: BaseException) -> str:
 
 
 def _ascii(host: str) -> str | bytes:
-    """``host`` as ``ssl`` and the resolver take it without the ``idna`` codec: an ASCII
-    name as bytes (a ``str`` goes through the codec, whose tables then stay loaded)."""
+    """As bytes when ASCII: ``ssl`` and the resolver run a ``str`` through the ``idna`` codec."""
     return host.encode("ascii") if host.isascii() else host
 
 
 async def _connect(host: str, port: int) -> socket.socket:
-    """A connected non-blocking TCP socket to the first address of ``host`` that answers.
-
-    An IP address is used as it is, with no resolver thread. TCP keep-alive probes
-    end a half-open connection (a watch above all) in about a minute.
-    """
+    """A connected TCP socket to the first address of ``host`` that answers (an IP address
+    as it is, no resolver); keep-alive probes end a half-open one (a watch) in a minute."""
     loop = asyncio.get_running_loop()
     literal = socket.AF_INET6 if ":" in host else socket.AF_INET
     infos: list[tuple[int, Any]] = [(literal, (host, port))]

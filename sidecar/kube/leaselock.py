@@ -1,11 +1,10 @@
 """One election's Lease, as the elector sees it: read, create, replace, and a watch that says what changed.
 
 The elector's whole view of the API server (client-go's ``resourcelock`` seam).
-Hidden here: a read is a list with a field selector on the name (a quorum read,
-whose resourceVersion the watch resumes from); every event moves that version on,
-bookmarks included; a watch the server ends is resumed; 410 Gone is ``Lost`` (the
-watch waits for the next read); a lost connection is ``Failed``, retried after a
-capped, jittered backoff. ``events`` yields the five classes below and nothing else.
+A read is a quorum list by name, whose resourceVersion the watch resumes from;
+every event (bookmarks too) moves it on; a watch the server ends is resumed;
+410 Gone is ``Lost`` (the watch waits for the next read); a broken one is
+``Failed``, retried after a capped, jittered backoff.
 """
 
 from __future__ import annotations
@@ -51,9 +50,6 @@ class Healthy:
     """A watch request ran its course: the watch works."""
 
 
-LeaseEvent = Changed | Deleted | Lost | Failed | Healthy
-
-
 class LeaseLock:
     """The Lease ``name`` of the store's namespace."""
 
@@ -64,9 +60,8 @@ class LeaseLock:
 
     async def read(self, timeout: float) -> Obj | None:
         """The Lease now (None when absent); the watch resumes from this read."""
-        items, version = await self.store.list(
-            field_selector=f"metadata.name={self.name}", timeout=timeout
-        )
+        selector = f"metadata.name={self.name}"
+        items, version = await self.store.list(field_selector=selector, timeout=timeout)
         if version:
             self._version = version
             self._known.set()
@@ -79,7 +74,7 @@ class LeaseLock:
         """PUT with the body's resourceVersion: ``Conflict`` when someone wrote since."""
         return await self.store.replace(body, timeout=timeout)
 
-    async def events(self) -> AsyncIterator[LeaseEvent]:
+    async def events(self) -> AsyncIterator[Changed | Deleted | Lost | Failed | Healthy]:
         failures = 0
         while True:
             await self._known.wait()
@@ -99,9 +94,7 @@ class LeaseLock:
                         yield Deleted(obj)
                 yield Healthy()
                 if asyncio.get_running_loop().time() - started < MIN_WATCH_SECONDS:
-                    # A stream that ends at once, cleanly (a proxy cutting it): back off
-                    # as after an error rather than reconnect in a tight loop.
-                    failures += 1
+                    failures += 1  # ended at once, cleanly (a proxy cutting it): no tight loop
                     await asyncio.sleep(_backoff(failures))
             except Gone:
                 self._version = None

@@ -1,9 +1,7 @@
-"""The Lease store: Lease operations in one namespace, as the election needs them.
+"""The Lease store: Lease operations in one namespace, as dicts and ``errors`` classes.
 
-The election and the publishers see Lease objects as dicts and the ``errors``
-classes, never HTTP. Every write but a merge patch is optimistic (the body
-carries the ``resourceVersion`` it was built from); a 409 is ``Conflict``, which
-callers treat as "someone else won", never as an error (contract §2).
+Every write but a merge patch is optimistic (the body carries the ``resourceVersion``
+it was built from): a 409 is ``Conflict``, "someone else won" (contract §2).
 """
 
 from __future__ import annotations
@@ -62,12 +60,9 @@ class LeaseStore:
         """JSON merge patch, no resourceVersion: the API server applies it to whatever is there."""
         return await self._call("PATCH", "patch", self._path(name), body, timeout)
 
-    async def delete(
-        self, name: str, resource_version: str, *, namespace: str | None = None
-    ) -> None:
-        """Delete only if unchanged since ``resource_version`` (409 otherwise); ``namespace``:
-        the Lease's, for a store of every namespace (the injector's sweep)."""
-        unless_changed = {"resourceVersion": resource_version}
+    async def delete(self, name: str, version: str, *, namespace: str | None = None) -> None:
+        """Delete only if unchanged since resourceVersion ``version`` (409 otherwise)."""
+        unless_changed = {"resourceVersion": version}
         body = {"apiVersion": "v1", "kind": "DeleteOptions", "preconditions": unless_changed}
         await self._call("DELETE", "delete", self._path(name, namespace), body)
 
@@ -86,16 +81,12 @@ class LeaseStore:
     ) -> AsyncIterator[tuple[str, Obj]]:
         """Events (type, object) on one Lease from ``resource_version`` on; ends when the
         server ends the watch (``timeout_seconds``), ``Gone`` when the version is too old."""
-        url = self._path(
-            watch="1",
-            fieldSelector=f"metadata.name={name}",
-            resourceVersion=resource_version,
-            allowWatchBookmarks="true",
-            timeoutSeconds=str(timeout_seconds),
-        )
+        query = {"watch": "1", "fieldSelector": f"metadata.name={name}"}
+        query |= {"resourceVersion": resource_version, "allowWatchBookmarks": "true"}
+        url = self._path(**query, timeoutSeconds=str(timeout_seconds))
         async for event in self.api.stream(url, "watch leases", idle_timeout=timeout_seconds + 30):
-            kind = event.get("type") if isinstance(event, dict) else None
-            obj = event.get("object") if isinstance(event, dict) else None
+            event = event if isinstance(event, dict) else {}
+            kind, obj = event.get("type"), event.get("object")
             if kind == "ERROR":
                 code = int(obj.get("code", 500)) if isinstance(obj, dict) else 500
                 raise error_for(code, "watch leases", json.dumps(obj).encode())
