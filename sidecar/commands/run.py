@@ -12,8 +12,8 @@ from ..core import defaults
 from ..kit import held_signals
 from ..kit.logs import Logger
 from ..kit.options import Source
+from ..kube.api import api_poster
 from ..kube.config import ApiConfig, ConfigError, load
-from ..kube.events import api_poster
 from ..kube.leases import LeaseStore
 from ..kube.namespace import resolve_namespace
 from ..publish.statefile import StateDirError
@@ -77,7 +77,7 @@ async def _serve(
     )
     put_label = None
     if settings.label_pod:
-        from ..kube.pods import PodLabel
+        from ..kube.api import PodLabel
 
         put_label = PodLabel(
             store.api,

@@ -27,7 +27,7 @@ from ..driver.report import LogReport
 from ..driver.sweepduty import ExitSweep
 from ..kit.clock import Clock
 from ..kit.logs import Logger
-from ..kube.events import Post
+from ..kube.api import Post
 from ..kube.leaselock import LeaseLock
 from ..kube.leases import LeaseStore
 from ..publish.statefile import STATE_FILE

@@ -23,8 +23,8 @@ from typing import Any
 from ..core.election import Event
 from ..core.lease import format_microtime
 from ..kit.logs import Logger
+from ..kube.api import Post
 from ..kube.errors import ApiError, Forbidden
-from ..kube.events import Post
 from .observer import Observer, View
 
 BURST = 5

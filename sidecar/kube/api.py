@@ -1,32 +1,30 @@
-"""One way to talk to the API server, for the sidecar and the injector alike.
+"""One way to talk to the API server, for the sidecar and the injector alike (contract §8).
 
-Every request goes through ``KubeApi``: JSON in and out over one keep-alive
-connection, the credentials of the config (a token file is re-read once after
-a 401: a projected token may just have rotated), a timeout, and answers that
-are not 2xx raised as ``errors`` classes, and the config's ``Impersonate-*``
-headers on every request. URL paths are built here, by ``path``, and nowhere
-else.
+``KubeApi``: JSON over one keep-alive connection, the config's credentials and
+``Impersonate-*`` headers, a timeout, non-2xx answers raised as ``errors`` classes.
+URL paths are built here, by ``path``, and nowhere else. Besides the Leases
+(``leases``), the sidecar writes Events and its own pod's leader label, both here.
 """
 
 from __future__ import annotations
 
 import json
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass
 from typing import Any
 from urllib.parse import quote, urlencode
 
 from .config import ApiConfig, ConfigError
 from .errors import ApiUnavailable, Conflict, NotFound, Unauthorized, error_for
-from .http import HttpClient, Unreachable
+from .http import Fields, HttpClient, Unreachable
 from .skew import ClockOffset, offset_from_date
 
 CORE = "/api/v1"
-#: Content type of a JSON merge patch (RFC 7386): set or remove keys, nothing read first.
-MERGE_PATCH = "application/merge-patch+json"
 COORDINATION = "/apis/coordination.k8s.io/v1"
 RBAC = "/apis/rbac.authorization.k8s.io/v1"
 ADMISSION = "/apis/admissionregistration.k8s.io/v1"
+Post = Callable[[dict[str, Any]], Awaitable[Any]]
 
 
 def path(
@@ -38,88 +36,58 @@ def path(
     return out + ("?" + urlencode(query) if query else "")
 
 
-def unless_changed(resource_version: str) -> dict[str, Any]:
-    """DeleteOptions that make a delete fail with 409 if the object changed since it was read."""
-    return {
-        "apiVersion": "v1",
-        "kind": "DeleteOptions",
-        "preconditions": {"resourceVersion": resource_version},
-    }
-
-
 class KubeApi:
     """JSON requests to the API server named by ``config``."""
 
     def __init__(self, config: ApiConfig, request_timeout: float = 10.0):
-        self.config = config
-        self.request_timeout = request_timeout
+        self.config, self.request_timeout = config, request_timeout
         self.http = HttpClient(config.host, config.port, config.ssl_context if config.tls else None)
         #: This node's clock against the API server's, from the last answer's Date.
         self.clock_offset: ClockOffset | None = None
 
-    def _headers(self, force_reload: bool = False) -> list[tuple[str, str]]:
-        headers = [("Accept", "application/json")]
+    def _headers(self, force_reload: bool = False) -> Fields:
         try:
             auth = self.config.authorization(force_reload)
         except ConfigError as err:
             raise Unauthorized(str(err), status=401) from None
-        if auth:
-            headers.append(("Authorization", auth))
-        headers.extend(self.config.impersonation)
-        return headers
+        credentials = [("Authorization", auth)] if auth else []
+        return [("Accept", "application/json"), *credentials, *self.config.impersonation]
 
     async def call(
-        self,
-        method: str,
-        url: str,
-        what: str,
-        body: Any = None,
-        timeout: float | None = None,
-        content_type: str = "application/json",
+        self, method: str, url: str, what: str, body: Any = None, timeout: float | None = None
     ) -> Any:
         """The decoded answer to ``method url``; ``what`` ("get leases") names it in errors.
 
-        ``content_type``: a PATCH names its kind here (``application/merge-patch+json``).
+        A PATCH is a JSON merge patch (RFC 7386): keys set or removed, nothing read first.
         """
         verb = what.split(" ", 1)[0]
-        data = json.dumps(body, separators=(",", ":")).encode() if body is not None else None
-        for attempt in (0, 1):
-            headers = self._headers(force_reload=attempt == 1)
-            if data is not None:
-                headers.append(("Content-Type", content_type))
+        data = None if body is None else json.dumps(body, separators=(",", ":")).encode()
+        kind = "application/merge-patch+json" if method == "PATCH" else "application/json"
+        url, timeout = self.config.base_path + url, timeout or self.request_timeout
+        for reload in (False, True):
+            headers = self._headers(reload) + ([("Content-Type", kind)] if data is not None else [])
             sent = time.time()
             try:
-                resp = await self.http.request(
-                    method,
-                    self.config.base_path + url,
-                    headers,
-                    data,
-                    timeout=timeout or self.request_timeout,
-                )
+                resp = await self.http.request(method, url, headers, timeout, data)
             except Unreachable as err:
                 raise ApiUnavailable(str(err), verb=verb) from None
             offset = offset_from_date(resp.headers.get("date"), sent, time.time())
             self.clock_offset = offset or self.clock_offset
-            if resp.status == 401 and attempt == 0 and self.config.token_file is not None:
-                continue  # the projected token may just have rotated: re-read it once
-            if resp.status >= 300:
-                raise error_for(resp.status, what, resp.body, resp.headers.get("retry-after"))
-            try:
-                return json.loads(resp.body) if resp.body else None
-            except ValueError:
-                raise ApiUnavailable(f"{what}: the answer is not JSON", verb=verb) from None
-        raise AssertionError("unreachable")  # pragma: no cover
+            if resp.status != 401 or reload or self.config.token_file is None:
+                break  # else a projected token may just have rotated: re-read it once
+        if resp.status >= 300:
+            raise error_for(resp.status, what, resp.body, resp.headers.get("retry-after"))
+        try:
+            return json.loads(resp.body) if resp.body else None
+        except ValueError:
+            raise ApiUnavailable(f"{what}: the answer is not JSON", verb=verb) from None
 
     async def stream(self, url: str, what: str, idle_timeout: float) -> AsyncIterator[Any]:
         """Each JSON line of a streamed answer (a watch); lines that are not JSON are skipped."""
-        verb = what.split(" ", 1)[0]
+        url, headers = self.config.base_path + url, self._headers()
         try:
-            async for status, line in self.http.stream_lines(
-                self.config.base_path + url,
-                self._headers(),
-                connect_timeout=self.request_timeout,
-                idle_timeout=idle_timeout,
-            ):
+            lines = self.http.stream_lines(url, headers, self.request_timeout, idle_timeout)
+            async for status, line in lines:
                 if status >= 300:
                     raise error_for(status, what, line)
                 try:
@@ -127,7 +95,7 @@ class KubeApi:
                 except ValueError:
                     continue
         except Unreachable as err:
-            raise ApiUnavailable(str(err), verb=verb) from None
+            raise ApiUnavailable(str(err), verb=what.split(" ", 1)[0]) from None
 
     def close(self) -> None:
         self.http.close()
@@ -149,3 +117,33 @@ async def create(api: KubeApi, url: str, what: str, body: dict[str, Any]) -> boo
     except Conflict:
         return False
     return True
+
+
+def api_poster(config: ApiConfig, namespace: str, request_timeout: float) -> Post:
+    """POST core/v1 Events over a connection of their own, opened on the first one: a
+    follower that never leads never records an Event, so never opens it."""
+    opened: list[KubeApi] = []
+
+    async def post(body: dict[str, Any]) -> Any:
+        if not opened:
+            opened.append(KubeApi(config, request_timeout))
+        return await opened[0].call("POST", path(CORE, "events", namespace), "create events", body)
+
+    return post
+
+
+@dataclass
+class PodLabel:
+    """The leader label (contract §4), the only pod write: a merge patch of label ``key`` alone,
+    nothing read first. Idempotent: a retry is safe, other writers' labels are untouched."""
+
+    api: KubeApi
+    namespace: str
+    pod: str
+    key: str
+    value: str
+
+    async def put(self, present: bool, timeout: float | None = None) -> None:
+        body = {"metadata": {"labels": {self.key: self.value if present else None}}}
+        url = path(CORE, "pods", self.namespace, self.pod)
+        await self.api.call("PATCH", url, "patch pods", body, timeout)

@@ -1,10 +1,4 @@
-"""What an API call can fail with: one exception class per answer a caller acts on.
-
-``error_for`` maps an HTTP status (and the API server's Status body) to the
-class: 401 ``Unauthorized``, 403 ``Forbidden``, 404 ``NotFound``, 409
-``Conflict`` (someone else wrote first: never an error to surface), 410
-``Gone``, and 429/5xx/no answer ``ApiUnavailable`` (retry with backoff).
-"""
+"""What an API call can fail with: one exception class per answer a caller acts on."""
 
 from __future__ import annotations
 
@@ -20,15 +14,11 @@ RBAC_FIX = (
 class ApiError(Exception):
     """An answer from the API server that is not what we asked for."""
 
-    status: int = 0
-
     def __init__(
         self, message: str, *, status: int = 0, verb: str = "", retry_after: float | None = None
     ):
         super().__init__(message)
-        self.status = status
-        self.verb = verb
-        self.retry_after = retry_after
+        self.status, self.verb, self.retry_after = status, verb, retry_after
 
 
 class ApiUnavailable(ApiError):
@@ -36,7 +26,7 @@ class ApiUnavailable(ApiError):
 
 
 class Conflict(ApiError):
-    """409: the object changed since we read it (or already exists)."""
+    """409: the object changed since we read it, or already exists (someone else wrote first)."""
 
 
 class NotFound(ApiError):
@@ -55,31 +45,20 @@ class Gone(ApiError):
     """410: the watch's resourceVersion is too old; re-read and start again."""
 
 
-_KINDS: dict[int, type[ApiError]] = {
-    401: Unauthorized,
-    403: Forbidden,
-    404: NotFound,
-    409: Conflict,
-    410: Gone,
-    429: ApiUnavailable,
-}
+_KINDS = {401: Unauthorized, 403: Forbidden, 404: NotFound, 409: Conflict, 410: Gone}
 
 
 def error_for(status: int, what: str, body: bytes, retry_after: str | None = None) -> ApiError:
     """The exception for an HTTP error answer; ``what`` is "<verb> <resource>", e.g. "get leases"."""
-    message = ""
     try:
         data = json.loads(body)
-        if isinstance(data, dict):
-            message = str(data.get("message", ""))
+        message = str(data.get("message", "")) if isinstance(data, dict) else ""
     except ValueError:
         message = body[:200].decode(errors="replace")
-    after: float | None = None
-    if retry_after:
-        try:
-            after = float(retry_after)
-        except ValueError:
-            after = None
+    try:
+        after = float(retry_after) if retry_after else None
+    except ValueError:
+        after = None
     text = f"{what}: HTTP {status}" + (f": {message}" if message else "")
-    cls = _KINDS.get(status, ApiUnavailable if status >= 500 else ApiError)
+    cls = _KINDS.get(status, ApiUnavailable if status >= 500 or status == 429 else ApiError)
     return cls(text, status=status, verb=what.split(" ", 1)[0], retry_after=after)

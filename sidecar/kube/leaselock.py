@@ -1,14 +1,10 @@
 """One election's Lease, as the elector sees it: read, create, replace, and a watch that says what changed.
 
-The elector's whole view of the API server (client-go's ``resourcelock``
-seam). Hidden here: that a read is a list with a field selector on the name
-(its answer carries the resourceVersion the watch resumes from, and it is a
-quorum read, the API server's current truth); the watch's resourceVersion
-(moved on by every event, bookmarks included); the server ending a watch (it
-reconnects from where it was); 410 Gone (events were missed: ``Lost``, and the
-watch waits for the next read); lost connections (reconnect after a capped,
-jittered backoff, reported as ``Failed`` with the delay). ``events`` yields
-``Changed``, ``Deleted``, ``Lost``, ``Failed`` and ``Healthy`` and nothing else.
+The elector's whole view of the API server (client-go's ``resourcelock`` seam).
+A read is a quorum list by name, whose resourceVersion the watch resumes from;
+every event (bookmarks too) moves it on; a watch the server ends is resumed;
+410 Gone is ``Lost`` (the watch waits for the next read); a broken one is
+``Failed``, retried after a capped, jittered backoff.
 """
 
 from __future__ import annotations
@@ -17,11 +13,9 @@ import asyncio
 import random
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
-from typing import Any, Protocol
 
 from .errors import ApiError, Gone
-from .leases import jittered
-from .skew import ClockOffset
+from .leases import LeaseStore, Obj
 
 #: How long one watch request lasts before the server ends it (jittered ± 20 %).
 WATCH_SECONDS = 300
@@ -30,12 +24,12 @@ MIN_WATCH_SECONDS = 1.0  # a watch that ends sooner, cleanly, is backed off like
 
 @dataclass(frozen=True)
 class Changed:
-    obj: dict[str, Any]
+    obj: Obj
 
 
 @dataclass(frozen=True)
 class Deleted:
-    obj: dict[str, Any]  # the Lease's last state, as the API server sends it
+    obj: Obj  # the Lease's last state, as the API server sends it
 
 
 @dataclass(frozen=True)
@@ -56,86 +50,51 @@ class Healthy:
     """A watch request ran its course: the watch works."""
 
 
-LeaseEvent = Changed | Deleted | Lost | Failed | Healthy
-
-
-class Store(Protocol):
-    """The Lease calls this needs (``LeaseStore``, or a test's in-memory store)."""
-
-    request_timeout: float
-
-    @property
-    def clock_offset(self) -> ClockOffset | None: ...
-
-    async def list(
-        self, label_selector: str = "", field_selector: str = "", timeout: float | None = None
-    ) -> tuple[list[dict[str, Any]], str]: ...
-
-    async def create(
-        self, body: dict[str, Any], timeout: float | None = None
-    ) -> dict[str, Any]: ...
-
-    async def replace(
-        self, body: dict[str, Any], timeout: float | None = None
-    ) -> dict[str, Any]: ...
-
-    def watch(
-        self, name: str, resource_version: str, timeout_seconds: int
-    ) -> AsyncIterator[tuple[str, dict[str, Any]]]: ...
-
-
 class LeaseLock:
     """The Lease ``name`` of the store's namespace."""
 
-    def __init__(self, store: Store, name: str) -> None:
-        self.store = store
-        self.name = name
-        self.request_timeout = store.request_timeout
+    def __init__(self, store: LeaseStore, name: str) -> None:
+        self.store, self.name, self.request_timeout = store, name, store.request_timeout
         self._version: str | None = None
         self._known = asyncio.Event()
 
-    async def read(self, timeout: float) -> dict[str, Any] | None:
+    async def read(self, timeout: float) -> Obj | None:
         """The Lease now (None when absent); the watch resumes from this read."""
-        items, version = await self.store.list(
-            field_selector=f"metadata.name={self.name}", timeout=timeout
-        )
+        selector = f"metadata.name={self.name}"
+        items, version = await self.store.list(field_selector=selector, timeout=timeout)
         if version:
             self._version = version
             self._known.set()
         return next((i for i in items if (i.get("metadata") or {}).get("name") == self.name), None)
 
-    async def create(self, body: dict[str, Any], timeout: float) -> dict[str, Any]:
+    async def create(self, body: Obj, timeout: float) -> Obj:
         return await self.store.create(body, timeout=timeout)
 
-    async def replace(self, body: dict[str, Any], timeout: float) -> dict[str, Any]:
+    async def replace(self, body: Obj, timeout: float) -> Obj:
         """PUT with the body's resourceVersion: ``Conflict`` when someone wrote since."""
         return await self.store.replace(body, timeout=timeout)
 
-    async def events(self) -> AsyncIterator[LeaseEvent]:
+    async def events(self) -> AsyncIterator[Changed | Deleted | Lost | Failed | Healthy]:
         failures = 0
         while True:
             await self._known.wait()
-            version = self._version
-            if version is None:
+            if (version := self._version) is None:
                 self._known.clear()
                 continue
             started = asyncio.get_running_loop().time()
             try:
-                async for kind, obj in self.store.watch(
-                    self.name, version, int(jittered(WATCH_SECONDS))
-                ):
+                seconds = int(WATCH_SECONDS * random.uniform(0.8, 1.2))  # no sidecars in lockstep
+                async for kind, obj in self.store.watch(self.name, version, seconds):
                     failures = 0
-                    meta = obj.get("metadata") or {}
-                    self._version = str(meta.get("resourceVersion", "")) or self._version
+                    seen = str((obj.get("metadata") or {}).get("resourceVersion", ""))
+                    self._version = seen or self._version
                     if kind in ("ADDED", "MODIFIED"):
                         yield Changed(obj)
                     elif kind == "DELETED":
                         yield Deleted(obj)
                 yield Healthy()
                 if asyncio.get_running_loop().time() - started < MIN_WATCH_SECONDS:
-                    # A stream that ends at once, cleanly (a proxy cutting it): back off
-                    # as after an error rather than reconnect in a tight loop.
-                    failures += 1
+                    failures += 1  # ended at once, cleanly (a proxy cutting it): no tight loop
                     await asyncio.sleep(_backoff(failures))
             except Gone:
                 self._version = None

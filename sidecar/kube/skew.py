@@ -1,11 +1,7 @@
-"""What the API server's ``Date`` header says about this node's wall clock.
+"""What the API server's ``Date`` header says about this node's wall clock (contract §2).
 
-The election never compares wall clocks across nodes, but two readers do:
-grelmicro peers judge our ``renewTime`` on their own clock, and applications
-compare ``valid_until`` with theirs. A node clock that is off by more than the
-contract tolerates must be visible. ``Date`` has a resolution of one second
-and the answer was produced somewhere between our send and our receipt, so
-what we get is an interval that certainly holds the offset, not a point: an
+``Date`` has a one-second resolution and was written between our send and our
+receipt: what it proves is an interval that certainly holds the offset, so an
 alarm raised on it is never a false one.
 """
 
@@ -14,14 +10,9 @@ from __future__ import annotations
 import datetime as dt
 from dataclasses import dataclass
 
-# Not email.utils.parsedate_to_datetime: it pulls 17 modules of the email package
-# into every sidecar (about 1 MB of RSS) to read one fixed format.
-_MONTHS = {
-    name: number
-    for number, name in enumerate(
-        ("Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec"), 1
-    )
-}
+# Not email.utils.parsedate_to_datetime: the email package, in every sidecar, for one format.
+_NAMES = ("Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec")
+_MONTHS = {name: number for number, name in enumerate(_NAMES, 1)}
 
 
 @dataclass(frozen=True)
@@ -42,9 +33,7 @@ class ClockOffset:
 
 def offset_from_date(date: str | None, sent: float, received: float) -> ClockOffset | None:
     """The offset a ``Date`` header proves, given our wall-clock send and receipt times."""
-    if not date:
-        return None
-    server = parse_http_date(date)
+    server = parse_http_date(date) if date else None
     if server is None:
         return None
     # The server wrote Date at some instant in [sent, received] of true time, and
@@ -53,19 +42,12 @@ def offset_from_date(date: str | None, sent: float, received: float) -> ClockOff
 
 
 def parse_http_date(value: str) -> float | None:
-    """Epoch seconds of an IMF-fixdate (``Mon, 23 Nov 2026 12:00:00 GMT``, RFC 9110 §5.6.7).
-
-    The one form an HTTP server must send, and the only one Go's net/http (the API
-    server) writes; anything else is None (the offset stays unknown).
-    """
-    parts = value.split()
-    if len(parts) != 6 or parts[5] != "GMT" or parts[2] not in _MONTHS:
-        return None
+    """Epoch seconds of an IMF-fixdate (``Mon, 23 Nov 2026 12:00:00 GMT``, RFC 9110 §5.6.7),
+    the only form Go's net/http (the API server) writes; anything else is None."""
     try:
-        hour, minute, second = (int(x) for x in parts[4].split(":"))
-        when = dt.datetime(
-            int(parts[3]), _MONTHS[parts[2]], int(parts[1]), hour, minute, second, tzinfo=dt.UTC
-        )
-    except ValueError:
+        _, day, month, year, clock, zone = value.split()
+        hour, minute, second = (int(x) for x in clock.split(":"))
+        when = dt.datetime(int(year), _MONTHS[month], int(day), hour, minute, second, tzinfo=dt.UTC)
+    except (ValueError, KeyError):
         return None
-    return when.timestamp()
+    return when.timestamp() if zone == "GMT" else None

@@ -30,8 +30,8 @@ from sidecar.driver.observer import Call
 from sidecar.driver.report import LogReport
 from sidecar.driver.sweepduty import DUTY_SECONDS
 from sidecar.kit.logs import Logger
+from sidecar.kube.api import Post
 from sidecar.kube.errors import Forbidden
-from sidecar.kube.events import Post
 from tests.unit.fake_leases import FakeLeases
 
 EPOCH = dt.datetime(2026, 1, 1, tzinfo=dt.UTC)
