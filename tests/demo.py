@@ -274,8 +274,8 @@ class Demo:
         self.pause(2)
         self.freeze_view()
 
-        title(f"6. kubectl get leases -n {NAMESPACE} -l {SELECTOR}")
-        say(self.plane.kubectl("get", "leases", "-n", NAMESPACE, "-l", SELECTOR).stdout.rstrip())
+        title(f"6. kubectl get leases -n {NAMESPACE}")
+        say(self.plane.kubectl("get", "leases", "-n", NAMESPACE).stdout.rstrip())
         title(f"   grelmicro-sidecar status --namespace {NAMESPACE}")
         status = subprocess.run(
             [

@@ -90,8 +90,8 @@ def run(node: Node) -> None:
     say(f"\n{BOLD}$ kubectl get leases -n demo{RESET}")
     say(cluster.kubectl("get", "leases", "-n", NAMESPACE).stdout.rstrip())
     say(
-        "   (grelmicro-sidecar-sweeper: which sidecar sweeps expired Leases on exit, not an election;\n"
-        "    leader-worker.candidates: who a stopping leader may hand the Lease to)"
+        "   (one Lease per election, its HOLDER the leader; grelmicro-sidecar, with no holder,\n"
+        "    is what the namespace's sidecars share: who may be handed the Lease, who sweeps)"
     )
 
     title(f"6. kubectl delete pod {leader}")

@@ -3,9 +3,22 @@ settings in, exit code out; the only package that builds and wires objects (``wi
 
 from __future__ import annotations
 
+import os
 import sys
 
 from ..core.defaults import PROG
+from ..kit import held_signals
+
+
+def main() -> int:
+    """The console script: a SIGTERM while ``run`` or ``lock`` is still importing is held
+    (it becomes the graceful exit of contract §5, not Python's 143), so hold first."""
+    argv = sys.argv[1:]
+    if argv[:1] in (["run"], ["lock"]):
+        held_signals.hold()
+    from .cli import command
+
+    return command(argv, os.environ)
 
 
 def fail(message: str, code: int) -> int:

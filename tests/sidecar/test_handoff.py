@@ -18,7 +18,8 @@ from typing import Any
 
 from kubernetes import client
 
-from sidecar.core.roster import entries
+from sidecar.core import roster
+from sidecar.driver.coordination import Coordination
 from sidecar.driver.handover import Handover
 from sidecar.kit.logs import Logger
 from sidecar.kube.config import from_kubeconfig
@@ -28,7 +29,7 @@ from tests.cluster import ControlPlane
 from tests.sidecar.proc import SidecarProcess, leaders, wait_for
 
 ELECTION_LEASE = "leader-main"
-ROSTER = "leader-main.candidates"
+ROSTER = roster.NAME
 
 
 def _candidates(
@@ -63,10 +64,10 @@ def _candidates(
 
 def _listed(api: Any, namespace: str) -> int:
     try:
-        roster = client.CoordinationV1Api(api).read_namespaced_lease(ROSTER, namespace)
+        obj = client.CoordinationV1Api(api).read_namespaced_lease(ROSTER, namespace)
     except client.ApiException:
         return 0
-    return len(roster.metadata.annotations or {})
+    return len(roster.entries(obj.metadata.annotations or {}, ELECTION_LEASE))
 
 
 def _writes(cluster: ControlPlane, namespace: str, since: float) -> list[tuple[str, str, int]]:
@@ -143,19 +144,18 @@ def test_a_named_successor_that_is_frozen_costs_about_a_second_and_nobody_leads_
     assert _listed(api, namespace) == 2
 
 
-def test_twenty_candidates_joining_at_once_are_all_listed_without_a_conflict(
+def test_candidates_joining_at_once_are_all_listed_without_a_conflict(
     cluster: ControlPlane, namespace: str
 ) -> None:
     """One merge patch per entry: joins that race, the roster's creation included, all land."""
     epoch = dt.datetime(2026, 1, 1, tzinfo=dt.UTC)
 
     async def go() -> None:
-        stores = [LeaseStore(from_kubeconfig(cluster.kubeconfig), namespace) for _ in range(20)]
+        stores = [LeaseStore(from_kubeconfig(cluster.kubeconfig), namespace) for _ in range(16)]
         rosters = [
             Handover(
-                store,
+                Coordination(store, namespace),
                 ELECTION_LEASE,
-                namespace,
                 f"pod-{i}",
                 WallAt(epoch + dt.timedelta(seconds=i)),  # type: ignore[arg-type]
                 Logger("error"),
@@ -165,18 +165,46 @@ def test_twenty_candidates_joining_at_once_are_all_listed_without_a_conflict(
         try:
             await asyncio.gather(*(r.join() for r in rosters))
             obj = await stores[0].get(ROSTER)
-            assert [who for _, who in entries(obj)] == [f"pod-{i}" for i in range(20)]
-            assert await rosters[0].successor() == "pod-19"  # joined last
-            assert await rosters[19].successor() == "pod-18"  # never itself
-            await asyncio.gather(*(r.leave() for r in rosters[10:]))
-            assert await rosters[0].successor() == "pod-9"
-            await rosters[0].forget("pod-9")  # a named successor that never claimed
-            assert await rosters[0].successor() == "pod-8"
+            listed = [who for _, who, _ in roster.entries(roster.notes_of(obj), ELECTION_LEASE)]
+            assert listed == [f"pod-{i}" for i in range(16)]
+            assert await rosters[0].successor() == "pod-15"  # joined last
+            assert await rosters[15].successor() == "pod-14"  # never itself
+            await asyncio.gather(*(r.before_release() for r in rosters[8:]))  # they stop
+            assert await rosters[0].successor() == "pod-7"
+            await rosters[0].forget("pod-7")  # a named successor that never claimed
+            assert await rosters[0].successor() == "pod-6"
         finally:
             for store in stores:
                 store.close()
 
     asyncio.run(go())
+
+
+def test_candidates_killed_without_leaving_keep_the_roster_bounded(
+    spawn: Any, api: Any, namespace: str
+) -> None:
+    """Issue 27 item 6: each join drops its election's oldest entries beyond 16."""
+    for i in range(roster.KEEP + 8):
+        proc = spawn(f"killed-{i}")
+        wait_for(lambda i=i: f"killed-{i}" in _names(api, namespace), 20, what="joined")
+        proc.signal(signal.SIGKILL)
+        proc.wait(10)
+    last = spawn("survivor")
+    wait_for(lambda: "survivor" in _names(api, namespace), 20, what="the survivor joined")
+    names = _names(api, namespace)
+    assert len(names) <= roster.KEEP, names
+    # The survivor and the 15 newest: the oldest went first.
+    assert names[-1] == "survivor" and names[0] == f"killed-{8 + 1}", names
+    last.signal(signal.SIGTERM)
+    assert last.wait(20) == 0
+
+
+def _names(api: Any, namespace: str) -> list[str]:
+    try:
+        obj = client.CoordinationV1Api(api).read_namespaced_lease(ROSTER, namespace)
+    except client.ApiException:
+        return []
+    return [who for _, who, _ in roster.entries(obj.metadata.annotations or {}, ELECTION_LEASE)]
 
 
 class WallAt:

@@ -20,7 +20,7 @@ from typing import Any
 
 from kubernetes import client
 
-from sidecar.driver.sweepduty import duty_body
+from sidecar.core import roster
 from tests.cluster import ControlPlane
 from tests.metrics import samples
 from tests.sidecar.proc import BIN, SidecarProcess, wait_for
@@ -64,7 +64,10 @@ def test_shutdown_sweep_with_a_clock_ahead_spares_live_leases_and_still_sweeps_d
     coord = client.CoordinationV1Api(api)
     # The skewed sidecar, started second, must be the one that sweeps: it holds the
     # namespace's sweep duty (contract §5) from before the live leader starts.
-    coord.create_namespaced_lease(namespace, duty_body(namespace, "ahead", dt.datetime.now(dt.UTC)))
+    until = dt.datetime.now(dt.UTC) + dt.timedelta(hours=1)
+    coord.create_namespaced_lease(
+        namespace, roster.new_object(namespace, roster.duty_value("ahead", until))
+    )
     live, live_uid = _live_and_dead(spawn, coord, namespace)
 
     sweeper = spawn("ahead", election="other", env=skewed_clock(AHEAD))
