@@ -75,24 +75,20 @@ async def _serve(
     store = LeaseStore(
         config, namespace, request_timeout=max(2.0, settings.timing.retry_period * 2)
     )
-    put_label = None
-    if settings.label_pod:
-        from ..kube.api import PodLabel
+    from ..kube.api import PodLabel
 
-        put_label = PodLabel(
-            store.api,
-            namespace,
-            settings.label_pod,
-            defaults.LEADER_LABEL,
-            defaults.LEADER_LABEL_VALUE,
-        ).put
+    pod = settings.pod or ""
+    this_pod = PodLabel(
+        store.api, namespace, pod, defaults.LEADER_LABEL, defaults.LEADER_LABEL_VALUE
+    )
     sidecar = wire(
         settings,
         namespace,
         store,
         log,
         post_event=api_poster(config, namespace, store.request_timeout),
-        put_label=put_label,
+        put_label=this_pod.put if settings.label_pod else None,
+        pod_deleting=this_pod.deleting if pod else None,
         command=command,
     )
     try:

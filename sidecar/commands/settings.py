@@ -46,6 +46,9 @@ LABEL_LEADER = Setting("label-leader", checks.boolean, False,
     f"label this pod ($POD_NAME) {defaults.LEADER_LABEL}={defaults.LEADER_LABEL_VALUE} while it "
     "leads, for a Service that selects the leader",
     argparse={"nargs": "?", "const": "true", "metavar": "BOOL"})
+RELEASE = Setting("release", checks.one_of(("auto", "now", "after-valid-until")), "auto",
+    "when a stopping sidecar releases its Lease: auto (in a pod: at once when the pod is being "
+    "deleted, its app stopped first; else after the last valid_until), now, or after-valid-until")
 KILL_GRACE: Setting[float | None] = Setting("kill-grace", checks.duration, None,
     "SIGTERM the command this long before valid_until, SIGKILL at it; less than half the "
     "renew deadline", f"a quarter of the renew deadline, at most {defaults.KILL_GRACE:g}s")
@@ -60,7 +63,7 @@ OUTPUT = Setting("output", str, "table", "how to print the Leases", short="-o", 
 ALL_NAMESPACES = switch("all-namespaces", "the managed Leases of every namespace", "-A")
 WATCH = switch("watch", "then print each change, like kubectl get -w", "-w")
 LOCK_PORT = replace(PORT, default=0)
-RUN: Table = (ELECTION, IDENTITY, *TIMING, STATE_DIR, PORT, *CONNECTION, LABEL_LEADER)
+RUN: Table = (ELECTION, IDENTITY, *TIMING, STATE_DIR, PORT, *CONNECTION, LABEL_LEADER, RELEASE)
 LOCK: Table = (
     ELECTION, replace(IDENTITY, shown=f"{IDENTITY.shown}, then -<pid>"), *TIMING,
     replace(STATE_DIR, shown="a temporary directory, removed at exit"), LOCK_PORT, *CONNECTION,
@@ -95,6 +98,9 @@ class RunSettings:
     log_level: str
     #: ``--label-leader``: the pod that carries the leader label while this leads (contract §4)
     label_pod: str | None = None
+    #: ``--release`` (contract §5): ``auto`` asks about ``pod`` ($POD_NAME; outside a pod: now)
+    release: str = "auto"
+    pod: str | None = None
 
 
 def run_settings(src: Source, lock: bool = False) -> RunSettings:
@@ -112,6 +118,8 @@ def run_settings(src: Source, lock: bool = False) -> RunSettings:
         port=src.get(LOCK_PORT if lock else PORT),
         kubeconfig=src.get(options.KUBECONFIG),
         log_level=src.get(options.LOG_LEVEL),
+        release="now" if lock else src.get(RELEASE),  # lock's command is gone first
+        pod=pod,
     )
     if lock or not src.get(LABEL_LEADER):
         return settings

@@ -25,6 +25,7 @@ from ..driver.observer import Observer
 from ..driver.published import Published
 from ..driver.report import LogReport
 from ..driver.sweepduty import ExitSweep
+from ..driver.vouch import Vouch
 from ..kit.clock import Clock
 from ..kit.logs import Logger
 from ..kube.api import Post
@@ -56,6 +57,7 @@ def wire(
     clock: Clock | None = None,
     post_event: Post | None = None,
     put_label: PutLabel | None = None,
+    pod_deleting: Callable[[float], Awaitable[bool]] | None = None,
     command: LockSettings | None = None,
 ) -> Sidecar:
     clock = clock or Clock()
@@ -74,7 +76,9 @@ def wire(
     if command is not None:
         lock = Lock(command.command, command.kill_grace, Path(settings.state_dir) / STATE_FILE, log)
         observers.append(lock)
+    release = settings.release if settings.pod or settings.release != "auto" else "now"
     observers += [
+        Vouch(release, pod_deleting, clock, log),
         handover,
         ExitSweep(store, shared, identity, clock, log, on_delete=metrics.count_swept),
     ]

@@ -34,6 +34,7 @@ GRANTS: dict[str, tuple[str, list[dict[str, Any]]]] = {
     "leases": (ROLE_NAME, [
         {"apiGroups": ["coordination.k8s.io"], "resources": ["leases"], "verbs": VERBS},
         {"apiGroups": [""], "resources": ["events"], "verbs": EVENT_VERBS},
+        {"apiGroups": [""], "resources": ["pods"], "verbs": ["get"]},  # being deleted? (§5)
     ]),
     "leader-label": (LABEL_ROLE_NAME, [
         {"apiGroups": [""], "resources": ["pods"], "verbs": ["patch"]},

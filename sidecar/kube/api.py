@@ -147,3 +147,10 @@ class PodLabel:
         body = {"metadata": {"labels": {self.key: self.value if present else None}}}
         url = path(CORE, "pods", self.namespace, self.pod)
         await self.api.call("PATCH", url, "patch pods", body, timeout)
+
+    async def deleting(self, timeout: float | None = None) -> bool:
+        """Whether this pod is being deleted (``deletionTimestamp`` set); raises ``errors``."""
+        obj = await self.api.call(
+            "GET", path(CORE, "pods", self.namespace, self.pod), "get pods", None, timeout
+        )
+        return bool(((obj or {}).get("metadata") or {}).get("deletionTimestamp"))

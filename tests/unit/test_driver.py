@@ -49,7 +49,9 @@ class LoopClock:
         return EPOCH + dt.timedelta(seconds=self.monotonic())
 
 
-def settings(identity: str, state_dir: Path, label: bool = False) -> RunSettings:
+def settings(
+    identity: str, state_dir: Path, label: bool = False, release: str = "now"
+) -> RunSettings:
     return RunSettings(
         election="main",
         lease=LEASE,
@@ -61,6 +63,8 @@ def settings(identity: str, state_dir: Path, label: bool = False) -> RunSettings
         kubeconfig=None,
         log_level="error",
         label_pod=identity if label else None,
+        release=release,
+        pod=identity,
     )
 
 
@@ -72,16 +76,19 @@ class Candidate:
         tmp: Path,
         post_event: Post | None = None,
         put_label: PutLabel | None = None,
+        release: str = "now",
+        pod_deleting: Callable[[float], Coroutine[Any, Any, bool]] | None = None,
     ) -> None:
         self.identity = identity
         self.sidecar = wire(
-            settings(identity, tmp / identity, label=put_label is not None),
+            settings(identity, tmp / identity, label=put_label is not None, release=release),
             "ns",
             store,  # type: ignore[arg-type]
             Logger("error"),
             clock=LoopClock(),  # type: ignore[arg-type]
             post_event=post_event,
             put_label=put_label,
+            pod_deleting=pod_deleting,
         )
         self.elector = self.sidecar.elector
         self.state_path = tmp / identity / "state.json"
@@ -774,3 +781,39 @@ def test_a_refused_leader_label_neither_stops_the_election_nor_holds_the_release
         assert pod.labelled is None
 
     run(scenario)
+
+
+def test_a_sidecar_stopping_under_a_running_app_releases_only_after_its_last_valid_until(
+    tmp_path: Path,
+) -> None:
+    """Issue 27 item 2: the app acts until the valid_until it read; a successor must not lead
+    before that. On pod deletion the app stopped first (native sidecar order): at once."""
+
+    async def scenario(being_deleted: bool) -> float:
+        store = FakeLeases()
+        asked: list[float] = []
+
+        async def deleting(timeout: float) -> bool:
+            asked.append(timeout)
+            return being_deleted
+
+        a = await Candidate(
+            "a", store, tmp_path / str(being_deleted), release="auto", pod_deleting=deleting
+        ).start()
+        await until(a.leads, 16, "a leads")
+        b = await Candidate("b", store, tmp_path / str(being_deleted)).start()
+        await asyncio.sleep(7.5)  # a renewed at 5 s: it vouches until about 15 s
+        valid_until = dt.datetime.fromisoformat(a.state()["valid_until"].replace("Z", "+00:00"))
+        loop = asyncio.get_running_loop()
+        stopping = asyncio.create_task(a.stop())
+        await until(b.leads, 20, "b takes over")
+        b_leads_at = LoopClock().wall()
+        assert await stopping == 0 and asked, asked
+        await b.stop()
+        del loop
+        return (b_leads_at - valid_until).total_seconds()
+
+    after = run(lambda: scenario(being_deleted=False))
+    assert after >= 0, f"b led {-after:.3f}s before a's last valid_until"
+    at_once = run(lambda: scenario(being_deleted=True))
+    assert at_once < -2.0, at_once  # the pod is being deleted: released at once

@@ -324,6 +324,8 @@ def test_rbac_objects_grant_exactly_the_lease_and_event_verbs() -> None:
             "verbs": ["get", "list", "watch", "create", "update", "patch", "delete"],
         },
         {"apiGroups": [""], "resources": ["events"], "verbs": ["create", "patch"]},
+        # At shutdown: is this pod being deleted (its app stopped first)? Contract §5.
+        {"apiGroups": [""], "resources": ["pods"], "verbs": ["get"]},
     ]
     binding = rbac.role_binding("ns", "app")
     assert binding["roleRef"]["name"] == role["metadata"]["name"]

@@ -1,0 +1,74 @@
+"""A release never cuts short a ``valid_until`` the application may still act on (contract §5).
+
+The application is told it may act until ``valid_until`` (contract §4), and a
+release lets a successor lead at once: safe only when the application has
+stopped. On pod deletion it has (the sidecar is a native sidecar: the kubelet
+stops the app containers first, then the sidecar; contract §5), so the
+release goes out at once. When the sidecar stops while its app may run on
+(its own liveness kill, an in-place update of its container, a crash after a
+graceful shutdown) this observer holds the release back until the last
+``valid_until`` it published has passed: the successor then leads no sooner
+than the app stops acting. Which case it is: ``auto`` asks the API server
+whether this pod is being deleted (one GET of the pod; no answer, or no pod,
+counts as "may run"); ``now`` always releases at once (outside a pod, or an
+app that checks ``/leader`` before each action); ``after-valid-until`` always
+waits.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+from collections.abc import Awaitable, Callable
+
+from ..kit.clock import Clock
+from ..kit.logs import Logger
+from ..kube.errors import ApiError
+from .observer import Observer, View
+
+POLICIES = ("auto", "now", "after-valid-until")
+#: How long ``auto`` waits for the answer about its pod.
+ASK_BUDGET = 1.0
+
+
+class Vouch(Observer):
+    def __init__(
+        self,
+        policy: str,
+        deleting: Callable[[float], Awaitable[bool]] | None,
+        clock: Clock,
+        log: Logger,
+    ):
+        self.policy, self.deleting, self.clock, self.log = policy, deleting, clock, log
+        #: The last ``valid_until`` published, on the monotonic clock (-inf: none yet).
+        self.until = -math.inf
+
+    def on_state(self, view: View) -> None:
+        if view.valid_until is not None:
+            self.until = view.valid_until
+
+    async def before_release(self) -> None:
+        left = self.until - self.clock.monotonic()
+        if left <= 0 or self.policy == "now" or await self._app_stopped():
+            return
+        self.log.info(
+            "the app may still act on the last valid_until; releasing once it has passed",
+            wait_seconds=round(left, 3),
+        )
+        await asyncio.sleep(max(0.0, self.until - self.clock.monotonic()))
+
+    async def _app_stopped(self) -> bool:
+        """Whether this pod is being deleted (its app containers stopped before this one)."""
+        if self.policy != "auto" or self.deleting is None:
+            return False
+        try:
+            return await self.deleting(ASK_BUDGET)
+        except ApiError as err:
+            self.log.once(
+                "vouch",
+                "warning",
+                "cannot tell whether this pod is being deleted; holding the release until "
+                "valid_until (grant get on pods to the pod's ServiceAccount: manifests/rbac.yaml)",
+                error=str(err),
+            )
+            return False
