@@ -33,7 +33,7 @@ while true; do
     lead=$(printf '%s\n' "$f" | sed -n 's/.*"is_leader": *\(true\|false\).*/\1/p')
     vu=$(printf '%s\n' "$f" | sed -n 's/.*"valid_until": *"\([^"]*\)".*/\1/p')
     if [ "$lead" = true ] && [ -n "$vu" ]; then until=$(date -d "$vu" +%s.%N); else until=0; fi
-    next=$(awk "BEGIN{print $now + 2}")
+    next=$(awk "BEGIN{printf \"%.3f\", $now + 2}")
   fi
   if awk "BEGIN{exit !($now < $until)}"; then echo "act $now"; fi
   sleep 0.1
@@ -65,7 +65,30 @@ def test_a_sidecar_stopped_under_its_running_app_never_lets_a_successor_act_besi
     sidecar = next(s for s in pod["status"]["initContainerStatuses"] if s["name"] == CONTAINER_NAME)
     stopped = time.time()
     local_node.kill_container(sidecar["containerID"], signal)
-    wait_for(lambda: [t for t in _acts(e2e, ns, other) if t > stopped], 60, "the successor to act")
+    try:
+        wait_for(lambda: [t for t in _acts(e2e, ns, other) if t > stopped], 60, "the successor")
+    except AssertionError:
+        for name, flags in ((leader, ("--previous",)), (leader, ()), (other, ())):
+            out = e2e.kubectl("logs", "-n", ns, name, "-c", CONTAINER_NAME, *flags, check=False)
+            print(f"----- {name} {flags}\n{out.stdout[-4000:]}{out.stderr[-500:]}", file=sys.stderr)
+        for name in (leader, other):
+            out = e2e.kubectl("logs", "-n", ns, name, "-c", "app", "--tail=30", check=False)
+            print(f"----- app {name}\n{out.stdout}{out.stderr}", file=sys.stderr)
+            out = e2e.kubectl(
+                "exec",
+                "-n",
+                ns,
+                name,
+                "-c",
+                "app",
+                "--",
+                "sh",
+                "-c",
+                "cat $LEADER_ELECTION_STATE_FILE; date +%s.%N",
+                check=False,
+            )
+            print(f"----- file {name}\n{out.stdout}{out.stderr}", file=sys.stderr)
+        raise
     time.sleep(2)
     first_app = [t for t in _acts(e2e, ns, leader) if t > stopped]
     successor = [t for t in _acts(e2e, ns, other) if t > stopped]
