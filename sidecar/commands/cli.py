@@ -11,7 +11,6 @@ import argparse
 import asyncio
 import datetime as dt
 import json
-import os
 import sys
 from collections.abc import Callable, Coroutine, Mapping
 from typing import Any
@@ -19,7 +18,7 @@ from typing import Any
 from .. import __version__
 from ..core.defaults import PROG
 from ..core.lease import LeaseRecord, election_of
-from ..kit import held_signals, options
+from ..kit import options
 from ..kit.logs import Logger
 from ..kit.options import SIDECAR_ENV, Parser, SettingsError, Source, add_settings, env_note
 from ..kube.config import ConfigError, load
@@ -27,6 +26,7 @@ from ..kube.errors import RBAC_FIX, ApiError, Forbidden
 from ..kube.leases import LeaseStore
 from ..kube.namespace import resolve_namespace
 from . import fail
+from . import main as main  # the console script, also as ``python -m sidecar.commands.cli``
 from .settings import ALL_NAMESPACES, COMMANDS, OUTPUT, WATCH
 
 COLUMNS = {"ELECTION": "election", "LEASE": "lease", "HOLDER": "holder",  # header: row key
@@ -51,13 +51,6 @@ def build_parser() -> argparse.ArgumentParser:
         "injector", help="run the admission webhook that injects the sidecar", add_help=False
     )
     return parser
-
-
-def main(argv: list[str] | None = None) -> int:
-    argv = sys.argv[1:] if argv is None else argv
-    if argv[:1] in (["run"], ["lock"]):
-        held_signals.hold()  # a SIGTERM during start-up becomes a graceful exit
-    return command(argv, os.environ)
 
 
 def command(argv: list[str], environ: Mapping[str, str]) -> int:
@@ -192,11 +185,11 @@ async def _rows(store: LeaseStore) -> list[dict[str, Any]]:
 
     items, _ = await store.list(label_selector=SELECTOR)
     now = dt.datetime.now(dt.UTC)
-    rows = (_row(LeaseRecord.from_object(obj), obj, now) for obj in items)
+    rows = (_row(LeaseRecord.from_object(obj), now) for obj in items)
     return sorted(rows, key=lambda r: (r["namespace"], r["lease"]))
 
 
-def _row(record: LeaseRecord, obj: dict[str, Any], now: dt.datetime) -> dict[str, Any]:
+def _row(record: LeaseRecord, now: dt.datetime) -> dict[str, Any]:
     def ago(when: dt.datetime | None) -> str:
         return "-" if when is None else _human((now - when).total_seconds())
 
@@ -207,7 +200,7 @@ def _row(record: LeaseRecord, obj: dict[str, Any], now: dt.datetime) -> dict[str
         left = (expiry - now).total_seconds()
         expires_in = _human(left) if left > 0 else f"expired {_human(-left)} ago"
     return {
-        "namespace": str((obj.get("metadata") or {}).get("namespace", "")),
+        "namespace": record.namespace,
         "election": election_of(record.name),
         "lease": record.name,
         "holder": record.holder,
