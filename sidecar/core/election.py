@@ -114,12 +114,8 @@ class Election:
         return self.renewed_at + self.timing.renew_deadline if self.is_leader(now) else None
 
     def vouched_until(self, now: float) -> dt.datetime | None:
-        """Wall-clock form of ``valid_until`` for the application (contract §4).
-
-        Anchored to the wall time of the claim behind the last successful
-        renew, taken before the write was sent, so it is never later than the
-        monotonic deadline and stays put between renews (no rewrite per step).
-        """
+        """Wall-clock ``valid_until`` for the application (contract §4): anchored to the wall time
+        taken before the last successful claim was sent, so never later than the monotonic one."""
         if not self.is_leader(now) or self.renewed_wall is None:
             return None
         return self.renewed_wall + dt.timedelta(seconds=self.timing.renew_deadline)
@@ -181,8 +177,7 @@ class Election:
 
     def on_read(self, obj: dict[str, Any] | None, now: float, first_term: bool = False) -> None:
         """A quorum read; ``first_term``: the Lease is absent and the election never had one."""
-        # ``failures`` stays: a read that works before a write that fails again
-        # (a missing namespace) must not restart the backoff from its first step.
+        # ``failures`` stay: a write that fails again (no namespace) must not restart the backoff.
         self.not_before = -math.inf
         if obj is None and first_term:
             self.seen.absent(now, first_term=True)
@@ -191,9 +186,7 @@ class Election:
 
     def on_written(self, obj: dict[str, Any], started_at: float, now: float) -> None:
         """A write succeeded; ``started_at`` is when it was sent (the safety clock starts there)."""
-        self.failures = 0
-        self.not_before = -math.inf
-        replaced = self.record
+        self.failures, self.not_before, replaced = 0, -math.inf, self.record
         self.observe(obj, now)
         if self.record is not None and self.record.holder == self.identity and not self.resigned:
             self.written_version = self.record.resource_version
@@ -237,13 +230,9 @@ class Election:
         self.not_before = now + delay
 
     def may_release(self, current: LeaseRecord) -> bool:
-        """Whether ``current`` is a claim this process wrote and nobody has touched since.
-
-        Only our own writes may be released (contract §2, release): the last
-        one answered (its resourceVersion), or the last one sent, answered or
-        not (a shutdown cancels a renew in flight), by its renewTime to the
-        microsecond: the API server applied it only if the Lease was as we read it.
-        """
+        """Whether ``current`` is a claim this process wrote and nobody has touched since (contract
+        §2, release): the last one answered, by resourceVersion, or the last one sent, answered or
+        not (a shutdown cancels a renew in flight), by its renewTime to the microsecond."""
         return current.holder == self.identity and (
             current.resource_version == self.written_version
             or (self.sent_renew_time is not None and current.renew_time == self.sent_renew_time)
@@ -255,12 +244,9 @@ class Election:
         return self.written_version is not None
 
     def settled_claim(self) -> LeaseRecord | None:
-        """Our last answered claim, if a release may be written against it without a re-read.
-
-        Its resourceVersion makes the API server check what a re-read would.
-        Not while a claim is in flight: the server may have applied it, and a
-        release against the version before would be refused and written twice.
-        """
+        """Our last answered claim, if a release may be written against it without a re-read
+        (its resourceVersion makes the API server check what a re-read would); None while a
+        claim is in flight: the server may have applied it, and the release would be refused."""
         record = self.record
         if record is None or record.holder != self.identity:
             return None
