@@ -31,9 +31,7 @@ SELECTOR = f"{MANAGED_BY_LABEL}={MANAGED_BY_VALUE}"
 class Leases(Protocol):
     """The Lease reads and deletes a sweep needs (``LeaseStore``, or the official client's)."""
 
-    async def list(
-        self, label_selector: str = "", field_selector: str = "", timeout: float | None = None
-    ) -> tuple[list[dict[str, Any]], str]: ...
+    async def list(self, label_selector: str = "") -> tuple[list[dict[str, Any]], str]: ...
 
     async def delete(self, name: str, resource_version: str) -> None: ...
 
@@ -89,11 +87,6 @@ def _utcnow() -> dt.datetime:
     return dt.datetime.now(dt.UTC)
 
 
-def is_expired(record: LeaseRecord, now: dt.datetime, margin: float) -> bool:
-    expiry = record.wall_expiry()
-    return expiry is not None and now - expiry > dt.timedelta(seconds=margin)
-
-
 async def sweep_objects(
     objects: Iterable[dict[str, Any]],
     delete: Delete,
@@ -117,7 +110,7 @@ async def sweep_objects(
         if expiry is None:
             result.kept_unreadable += 1
             continue
-        if not is_expired(record, now(), margin):
+        if now() - expiry <= dt.timedelta(seconds=margin):  # not expired by the wall clock
             result.kept_live += 1
             continue
         unseen = (record.lease_duration or 0) + margin - sightings.unchanged_for(namespace, record)
