@@ -30,13 +30,12 @@ HANDOFF_ANNOTATION = "leader-election.grelmicro.io/handoff-from"
 
 def lease_name(election: str) -> str:
     """``leader-<election>`` after sanitising; ValueError when nothing usable is left."""
-    name = re.sub(r"[^a-z0-9-]", "-", election.lower())
-    name = re.sub(r"-+", "-", name).strip("-")
+    name = re.sub(r"-+", "-", re.sub(r"[^a-z0-9-]", "-", election.lower())).strip("-")
     if not name:
         raise ValueError(
             f"election name {election!r} has no letters or digits; use e.g. 'main' or 'my-app'"
         )
-    full = re.sub(r"-+", "-", f"{LEASE_PREFIX}{name}")
+    full = LEASE_PREFIX + name  # name has no leading "-", so no run of two
     if len(full) > 253:
         raise ValueError(
             f"election name {election!r} is too long: the Lease name must be ≤ 253 chars"
@@ -163,21 +162,13 @@ class LeaseRecord:
 
 
 def lease_object(
-    name: str,
-    namespace: str,
-    labels: dict[str, str],
-    *,
-    annotations: dict[str, str] | None = None,
-    spec: dict[str, Any] | None = None,
-    resource_version: str | None = None,
+    name: str, namespace: str, labels: dict[str, str], *, annotations: dict[str, str] | None = None
 ) -> dict[str, Any]:
-    """A Lease object to write: every Lease this project creates or replaces is built here."""
+    """A new Lease object to write: every Lease this project creates is built here."""
     meta: dict[str, Any] = {"name": name, "namespace": namespace, "labels": dict(labels)}
     if annotations:
         meta["annotations"] = dict(annotations)
-    if resource_version is not None:
-        meta["resourceVersion"] = resource_version
-    return {"apiVersion": API_VERSION, "kind": "Lease", "metadata": meta, "spec": spec or {}}
+    return {"apiVersion": API_VERSION, "kind": "Lease", "metadata": meta, "spec": {}}
 
 
 def _base(record: LeaseRecord | None, name: str, namespace: str) -> dict[str, Any]:
