@@ -18,6 +18,7 @@ from typing import Any
 from .. import __version__
 from ..core.defaults import PROG
 from ..core.lease import LeaseRecord, election_of
+from ..driver.sweep import SELECTOR, Sightings, sweep
 from ..kit import options
 from ..kit.logs import Logger
 from ..kit.options import SIDECAR_ENV, Parser, SettingsError, Source, add_settings, env_note
@@ -124,11 +125,8 @@ def cleanup(src: Source) -> int:
     level, margin = src.get(options.LOG_LEVEL), src.get(options.MARGIN)
 
     async def go(store: LeaseStore, namespace: str) -> int:
-        from ..driver.sweep import Sightings, sweep
-
         log, sightings = Logger(level, namespace=namespace), Sightings()
-        # No clock is trusted (contract §5): a Lease that looks expired is
-        # watched until it has stayed unchanged for its duration + margin.
+        # No clock is trusted (contract §5): what looks expired is watched for duration + margin.
         result = await sweep(store, log, sightings=sightings, margin=margin)
         if result.kept_unconfirmed:
             # At most 5 minutes: a longer Lease is left to the injector's sweep or a later run.
@@ -181,8 +179,6 @@ def _on_leases(src: Source, go: Go, failed: str, every: bool = False, ctrl_c: in
 
 
 async def _rows(store: LeaseStore) -> list[dict[str, Any]]:
-    from ..driver.sweep import SELECTOR
-
     items, _ = await store.list(label_selector=SELECTOR)
     now = dt.datetime.now(dt.UTC)
     rows = (_row(LeaseRecord.from_object(obj), now) for obj in items)

@@ -99,9 +99,7 @@ async def _serve(
         namespace=namespace,
         identity=settings.identity,
         source=config.source,
-        lease_duration=settings.timing.lease_duration,
-        renew_deadline=settings.timing.renew_deadline,
-        retry_period=settings.timing.retry_period,
+        **dataclasses.asdict(settings.timing),  # lease_duration, renew_deadline, retry_period
         port=server.bound_port if server is not None else 0,
     )
     code = await sidecar.elector.run()
