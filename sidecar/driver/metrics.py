@@ -46,19 +46,16 @@ class Metrics(Observer):
         offset: Callable[[], ClockOffset | None] = lambda: None,
         timing: Timing | None = None,
     ):
-        self.lease = lease
-        self.offset = offset
+        self.lease, self.offset = lease, offset
         #: The election's timing, so alerts compare skew and silence with what it tolerates.
         self.timing = timing
         #: Seconds since this candidate last saw the Lease change, read at scrape time.
         self.lease_unchanged: Callable[[], float] = lambda: math.nan
         self.started = process_start_time()
         self.leader = False
-        self.acquisitions = 0
-        self.lease_transitions = 0
+        self.acquisitions = self.lease_transitions = self.swept = 0
         self.renews = Histogram(RENEW_BUCKETS)
         self.api_errors: Counter[str] = Counter()
-        self.swept = 0
         #: This node's clock minus the API server's, once measured.
         self.clock_skew: float | None = None
 

@@ -42,11 +42,8 @@ class LogReport(Observer):
         timing: Timing,
         offset: Callable[[], ClockOffset | None],
     ):
-        self.log = log
-        self.lease = lease
-        self.namespace = namespace
+        self.log, self.lease, self.namespace, self.offset = log, lease, namespace, offset
         self.tolerated = timing.lease_duration - timing.renew_deadline
-        self.offset = offset
 
     def on_event(self, event: Event, view: View) -> None:
         log, lease, kind, detail = self.log, self.lease, event.kind, event.detail
