@@ -1,13 +1,9 @@
-"""The Lease record: its name, its fields, and the objects we write.
+"""The Lease record (contract §2, grelmicro's): its name, its fields, and the objects we write.
 
-Compatible with grelmicro's Kubernetes backend: election ``main`` is Lease
-``leader-main`` labelled ``app.kubernetes.io/managed-by: grelmicro``.
-
-Reading is tolerant: a Lease edited by hand or written by another tool may have
-missing, null or garbage fields. ``LeaseRecord.from_object`` never raises; it
-records what it could not use in ``problems`` and the election treats an
-unusable field conservatively (see ``election``). Writing always starts from the
-object as read, so labels and annotations others put there are kept.
+Reading is tolerant: ``LeaseRecord.from_object`` never raises on a Lease edited
+by hand or written by another tool; it lists what it could not use in
+``problems``, and the election treats such a field conservatively. Writing
+starts from the object as read, so labels and annotations others put there stay.
 """
 
 from __future__ import annotations

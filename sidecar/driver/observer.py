@@ -62,19 +62,16 @@ class Call:
 
 
 class Control(Protocol):
-    """What an observer may ask of the elector."""
+    """What an observer may ask of the elector: ``view``, the election now (computed at the
+    call, from the live state and the clock); ``healthy``, liveness (every task of the elector
+    and every spawned task still runs); ``stop``, the graceful shutdown (contract §5);
+    ``spawn``, to run ``work`` for the process's life (its end before shutdown is a bug, exit 1).
+    """
 
-    def view(self) -> View:
-        """The election now (computed at the call, from the live state and the clock)."""
-
-    def healthy(self) -> bool:
-        """Liveness: every task of the elector and every spawned task still runs."""
-
-    def stop(self) -> None:
-        """Begin the graceful shutdown (contract §5)."""
-
-    def spawn(self, work: Coroutine[Any, Any, None], name: str) -> asyncio.Task[None]:
-        """Run ``work`` for the process's life; its end before shutdown is a bug (exit 1)."""
+    def view(self) -> View: ...
+    def healthy(self) -> bool: ...
+    def stop(self) -> None: ...
+    def spawn(self, work: Coroutine[Any, Any, None], name: str) -> asyncio.Task[None]: ...
 
 
 class Observer:
