@@ -33,14 +33,12 @@ def lock(src: Source) -> int:
 
 
 def _main(settings: RunSettings, command: LockSettings | None = None) -> int:
-    log = Logger(settings.log_level)
     try:
         config = load(settings.kubeconfig)
     except ConfigError as err:
         return fail(str(err), 2)
-    namespace = resolve_namespace(settings.namespace, config)
     if command is None or not command.scratch_state_dir:
-        return asyncio.run(_serve(settings, config, namespace, log, command))
+        return asyncio.run(_serve(settings, config, command))
     import shutil  # with tempfile: modules that ``run`` does not load
     import tempfile
 
@@ -54,18 +52,13 @@ def _main(settings: RunSettings, command: LockSettings | None = None) -> int:
         )
     try:
         settings = dataclasses.replace(settings, state_dir=scratch)
-        return asyncio.run(_serve(settings, config, namespace, log, command))
+        return asyncio.run(_serve(settings, config, command))
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
 
 
-async def _serve(
-    settings: RunSettings,
-    config: ApiConfig,
-    namespace: str,
-    log: Logger,
-    command: LockSettings | None = None,
-) -> int:
+async def _serve(settings: RunSettings, config: ApiConfig, command: LockSettings | None) -> int:
+    log, namespace = Logger(settings.log_level), resolve_namespace(settings.namespace, config)
     # Requests are bounded by the retry period, so a slow answer is retried in time.
     timeout = max(2.0, settings.timing.retry_period * 2)
     store = LeaseStore(config, namespace, request_timeout=timeout)
