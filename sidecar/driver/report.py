@@ -91,9 +91,7 @@ class LogReport(Observer):
 
     def _check_clock(self) -> None:
         offset = self.offset()
-        if offset is None:
-            return
-        if offset.beyond(self.tolerated):
+        if offset is not None and offset.beyond(self.tolerated):
             self.log.once(
                 "clock-skew",
                 "warning",
@@ -102,5 +100,5 @@ class LogReport(Observer):
                 tolerated_seconds=self.tolerated,
                 fix="sync the node's clock (NTP); grelmicro peers and valid_until readers use wall clocks",
             )
-        elif not offset.beyond(self.tolerated / 2):
+        elif offset is not None and not offset.beyond(self.tolerated / 2):
             self.log.forget("clock-skew")
