@@ -120,7 +120,6 @@ class Election:
             return None
         return self.renewed_wall + dt.timedelta(seconds=self.timing.renew_deadline)
 
-    # ---- decisions --------------------------------------------------------
     def next_action(self, now: float) -> Action:
         if self.resigned:
             return Wait(math.inf)

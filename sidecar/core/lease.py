@@ -175,14 +175,11 @@ def _base(record: LeaseRecord | None, name: str, namespace: str) -> dict[str, An
     obj.setdefault("apiVersion", API_VERSION)
     obj.setdefault("kind", "Lease")
     meta = obj.setdefault("metadata", {})
-    if not isinstance(meta.get("labels"), dict):
-        meta["labels"] = {}
-    meta["labels"][MANAGED_BY_LABEL] = MANAGED_BY_VALUE
+    meta["labels"] = {**_dict(meta.get("labels")), MANAGED_BY_LABEL: MANAGED_BY_VALUE}
     meta["resourceVersion"] = record.resource_version
     if isinstance(meta.get("annotations"), dict):
         meta["annotations"].pop(HANDOFF_ANNOTATION, None)  # it marks one release, never a claim
-    if not isinstance(obj.get("spec"), dict):
-        obj["spec"] = {}
+    obj["spec"] = _dict(obj.get("spec"))
     return obj
 
 
@@ -196,12 +193,9 @@ def claim(
     now: dt.datetime,
     acquire: bool = True,
 ) -> dict[str, Any]:
-    """The object that makes ``identity`` the holder.
-
-    ``acquire``: a new leadership term (we were not leading), so
-    ``leaseTransitions`` moves on even when the record already names us (it
-    counts terms, as Kubernetes means it; contract §2). A renew keeps it.
-    """
+    """The object that makes ``identity`` the holder. ``acquire``: a new term (we were not
+    leading), so ``leaseTransitions`` moves on even when the record names us already (it counts
+    terms, contract §2); a renew keeps it."""
     obj, stamp = _base(record, name, namespace), format_microtime(now)
     renew = record is not None and record.holder == identity and not acquire
     acquired = record.acquire_time if record is not None and renew else None
@@ -225,7 +219,6 @@ def vacate(
     obj["spec"].update(spec, renewTime=format_microtime(now), leaseTransitions=record.transitions)
     if successor:
         meta = obj["metadata"]
-        if not isinstance(meta.get("annotations"), dict):
-            meta["annotations"] = {}
-        meta["annotations"][HANDOFF_ANNOTATION] = record.holder or ""
+        meta["annotations"] = notes = _dict(meta.get("annotations"))
+        notes[HANDOFF_ANNOTATION] = record.holder or ""
     return obj
