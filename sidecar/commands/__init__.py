@@ -10,10 +10,10 @@ from ..core.defaults import PROG
 from ..kit import held_signals
 
 
-def main() -> int:
+def main(argv: list[str] | None = None) -> int:
     """The console script: a SIGTERM while ``run`` or ``lock`` is still importing is held
     (it becomes the graceful exit of contract §5, not Python's 143), so hold first."""
-    argv = sys.argv[1:]
+    argv = sys.argv[1:] if argv is None else argv
     if argv[:1] in (["run"], ["lock"]):
         held_signals.hold()
     from .cli import command

@@ -11,7 +11,6 @@ import argparse
 import asyncio
 import datetime as dt
 import json
-import os
 import sys
 from collections.abc import Callable, Coroutine, Mapping
 from typing import Any
@@ -19,7 +18,8 @@ from typing import Any
 from .. import __version__
 from ..core.defaults import PROG
 from ..core.lease import LeaseRecord, election_of
-from ..kit import held_signals, options
+from ..driver.sweep import SELECTOR, Sightings, sweep
+from ..kit import options
 from ..kit.logs import Logger
 from ..kit.options import SIDECAR_ENV, Parser, SettingsError, Source, add_settings, env_note
 from ..kube.config import ConfigError, load
@@ -27,6 +27,7 @@ from ..kube.errors import RBAC_FIX, ApiError, Forbidden
 from ..kube.leases import LeaseStore
 from ..kube.namespace import resolve_namespace
 from . import fail
+from . import main as main  # the console script, also as ``python -m sidecar.commands.cli``
 from .settings import ALL_NAMESPACES, COMMANDS, OUTPUT, WATCH
 
 COLUMNS = {"ELECTION": "election", "LEASE": "lease", "HOLDER": "holder",  # header: row key
@@ -51,13 +52,6 @@ def build_parser() -> argparse.ArgumentParser:
         "injector", help="run the admission webhook that injects the sidecar", add_help=False
     )
     return parser
-
-
-def main(argv: list[str] | None = None) -> int:
-    argv = sys.argv[1:] if argv is None else argv
-    if argv[:1] in (["run"], ["lock"]):
-        held_signals.hold()  # a SIGTERM during start-up becomes a graceful exit
-    return command(argv, os.environ)
 
 
 def command(argv: list[str], environ: Mapping[str, str]) -> int:
@@ -131,11 +125,8 @@ def cleanup(src: Source) -> int:
     level, margin = src.get(options.LOG_LEVEL), src.get(options.MARGIN)
 
     async def go(store: LeaseStore, namespace: str) -> int:
-        from ..driver.sweep import Sightings, sweep
-
         log, sightings = Logger(level, namespace=namespace), Sightings()
-        # No clock is trusted (contract §5): a Lease that looks expired is
-        # watched until it has stayed unchanged for its duration + margin.
+        # No clock is trusted (contract §5): what looks expired is watched for duration + margin.
         result = await sweep(store, log, sightings=sightings, margin=margin)
         if result.kept_unconfirmed:
             # At most 5 minutes: a longer Lease is left to the injector's sweep or a later run.
@@ -188,15 +179,13 @@ def _on_leases(src: Source, go: Go, failed: str, every: bool = False, ctrl_c: in
 
 
 async def _rows(store: LeaseStore) -> list[dict[str, Any]]:
-    from ..driver.sweep import SELECTOR
-
     items, _ = await store.list(label_selector=SELECTOR)
     now = dt.datetime.now(dt.UTC)
-    rows = (_row(LeaseRecord.from_object(obj), obj, now) for obj in items)
+    rows = (_row(LeaseRecord.from_object(obj), now) for obj in items)
     return sorted(rows, key=lambda r: (r["namespace"], r["lease"]))
 
 
-def _row(record: LeaseRecord, obj: dict[str, Any], now: dt.datetime) -> dict[str, Any]:
+def _row(record: LeaseRecord, now: dt.datetime) -> dict[str, Any]:
     def ago(when: dt.datetime | None) -> str:
         return "-" if when is None else _human((now - when).total_seconds())
 
@@ -207,7 +196,7 @@ def _row(record: LeaseRecord, obj: dict[str, Any], now: dt.datetime) -> dict[str
         left = (expiry - now).total_seconds()
         expires_in = _human(left) if left > 0 else f"expired {_human(-left)} ago"
     return {
-        "namespace": str((obj.get("metadata") or {}).get("namespace", "")),
+        "namespace": record.namespace,
         "election": election_of(record.name),
         "lease": record.name,
         "holder": record.holder,

@@ -12,7 +12,7 @@ from ..core import defaults
 from ..kit import held_signals
 from ..kit.logs import Logger
 from ..kit.options import Source
-from ..kube.api import api_poster
+from ..kube.api import PodLabel, api_poster
 from ..kube.config import ApiConfig, ConfigError, load
 from ..kube.leases import LeaseStore
 from ..kube.namespace import resolve_namespace
@@ -23,64 +23,47 @@ from .wiring import Sidecar, wire
 
 
 def run(src: Source) -> int:
-    settings = run_settings(src)  # SettingsError -> exit 2 in cli
-    log = Logger(settings.log_level)
-    try:
-        config = load(settings.kubeconfig)
-    except ConfigError as err:
-        return fail(str(err), 2)
-    namespace = resolve_namespace(settings.namespace, config)
-    return asyncio.run(_serve(settings, config, namespace, log))
+    return _main(run_settings(src))  # a SettingsError is exit 2 in cli
 
 
 def lock(src: Source) -> int:
     """``lock``: ``run`` with a command that runs only while leading (``driver.lock``)."""
+    settings = lock_settings(src)
+    return _main(settings.run, settings)
+
+
+def _main(settings: RunSettings, command: LockSettings | None = None) -> int:
+    try:
+        config = load(settings.kubeconfig)
+    except ConfigError as err:
+        return fail(str(err), 2)
+    if command is None or not command.scratch_state_dir:
+        return asyncio.run(_serve(settings, config, command))
     import shutil  # with tempfile: modules that ``run`` does not load
     import tempfile
 
-    settings = lock_settings(src)  # SettingsError -> exit 2 in cli
-    log = Logger(settings.run.log_level)
+    try:  # lock without --state-dir: a state dir of its own, removed at exit
+        scratch = Path(tempfile.mkdtemp(prefix="grelmicro-lock-"))
+    except OSError as err:
+        return fail(
+            f"lock: cannot create a state directory in {tempfile.gettempdir()} "
+            f"({err.strerror}); mount a writable emptyDir and pass --state-dir",
+            1,
+        )
     try:
-        config = load(settings.run.kubeconfig)
-    except ConfigError as err:
-        return fail(str(err), 2)
-    namespace = resolve_namespace(settings.run.namespace, config)
-    scratch = None
-    run_settings_ = settings.run
-    if settings.scratch_state_dir:  # a state dir of its own, removed at exit
-        try:
-            scratch = Path(tempfile.mkdtemp(prefix="grelmicro-lock-"))
-        except OSError as err:
-            return fail(
-                f"lock: cannot create a state directory in {tempfile.gettempdir()} "
-                f"({err.strerror}); mount a writable emptyDir and pass --state-dir",
-                1,
-            )
-        run_settings_ = dataclasses.replace(run_settings_, state_dir=scratch)
-    try:
-        return asyncio.run(_serve(run_settings_, config, namespace, log, settings))
+        settings = dataclasses.replace(settings, state_dir=scratch)
+        return asyncio.run(_serve(settings, config, command))
     finally:
-        if scratch is not None:
-            shutil.rmtree(scratch, ignore_errors=True)
+        shutil.rmtree(scratch, ignore_errors=True)
 
 
-async def _serve(
-    settings: RunSettings,
-    config: ApiConfig,
-    namespace: str,
-    log: Logger,
-    command: LockSettings | None = None,
-) -> int:
+async def _serve(settings: RunSettings, config: ApiConfig, command: LockSettings | None) -> int:
+    log, namespace = Logger(settings.log_level), resolve_namespace(settings.namespace, config)
     # Requests are bounded by the retry period, so a slow answer is retried in time.
-    store = LeaseStore(
-        config, namespace, request_timeout=max(2.0, settings.timing.retry_period * 2)
-    )
-    from ..kube.api import PodLabel
-
-    pod = settings.pod or ""
-    this_pod = PodLabel(
-        store.api, namespace, pod, defaults.LEADER_LABEL, defaults.LEADER_LABEL_VALUE
-    )
+    timeout = max(2.0, settings.timing.retry_period * 2)
+    store = LeaseStore(config, namespace, request_timeout=timeout)
+    pod, label = settings.pod or "", (defaults.LEADER_LABEL, defaults.LEADER_LABEL_VALUE)
+    this_pod = PodLabel(store.api, namespace, pod, *label)
     sidecar = wire(
         settings,
         namespace,
@@ -109,9 +92,7 @@ async def _serve(
         namespace=namespace,
         identity=settings.identity,
         source=config.source,
-        lease_duration=settings.timing.lease_duration,
-        renew_deadline=settings.timing.renew_deadline,
-        retry_period=settings.timing.retry_period,
+        **dataclasses.asdict(settings.timing),  # lease_duration, renew_deadline, retry_period
         port=server.bound_port if server is not None else 0,
     )
     code = await sidecar.elector.run()

@@ -121,14 +121,13 @@ def run_settings(src: Source, lock: bool = False) -> RunSettings:
         release="now" if lock else src.get(RELEASE),  # lock's command is gone first
         pod=pod,
     )
-    if lock or not src.get(LABEL_LEADER):
-        return settings
-    if not pod:  # the pod to label is this one
+    label = not lock and src.get(LABEL_LEADER)
+    if label and not pod:  # the pod to label is this one
         raise SettingsError(
             f"{src.where('label-leader')} needs $POD_NAME, this pod's name: add env POD_NAME "
             "with valueFrom fieldRef metadata.name (the injector does)"
         )
-    return replace(settings, label_pod=pod)
+    return replace(settings, label_pod=pod) if label else settings
 
 
 @dataclass(frozen=True)

@@ -1,39 +1,29 @@
 """The election state machine: pure, clock injected, no I/O of its own.
 
-Safety model
-------------
-Guarantee: at no instant do two candidates *publish* leadership, provided the
-candidates' monotonic clocks run at about the same rate (the margin is
-``lease_duration - renew_deadline``, 5 s of 15 s by default) and the API server
-offers optimistic writes on one object (it does: every write carries the
-``resourceVersion`` it read, and a stale one gets 409).
+Safety model. Guarantee: at no instant do two candidates *publish* leadership,
+provided their monotonic clocks run at about the same rate (the margin is
+``lease_duration - renew_deadline``) and the API server's writes are
+optimistic (each carries the ``resourceVersion`` it read; a stale one gets 409).
+Why: a leader publishes only while ``now < S + renew_deadline``, ``S`` being
+the local monotonic instant at which its last *successful* write *started*.
+Any other candidate saw that write after ``S``, and takes over only once
+``lease_duration`` has passed on its own monotonic clock since it last saw the
+record change: no earlier than ``S + lease_duration > S + renew_deadline``.
+Wall-clock ``renewTime`` is never trusted for takeover (node clocks disagree).
+A release, naming a successor or not (contract §2), is written only after the
+holder stopped publishing; whoever claims next publishes only from the start
+of its own successful write.
 
-Why it holds: a leader publishes "leader" only while ``now < S + renew_deadline``,
-where ``S`` is the local monotonic instant at which its last *successful* write
-*started*. Any other candidate can only have seen that write after ``S``, and
-takes the lease over only once ``lease_duration`` has passed on its own
-monotonic clock since it last saw the record change, so no earlier than
-``S + lease_duration > S + renew_deadline``. Wall-clock ``renewTime`` is never
-trusted for takeover: node clocks disagree.
-
-A graceful release may name a successor (a hand-off): the Lease names it for
-one second and says who released. The successor may claim at once, as anyone
-may claim an emptied Lease: the releasing holder stopped publishing before it
-wrote the release. Everyone else waits the second out, so a dead successor
-delays the handover by one second, and never claims anything itself: it must
-still write, and publishes only from the start of its own successful write.
-
-Not guaranteed: that the application stops its work at that instant. The
-sidecar publishes; the application must honour ``valid_until`` (or gate on the
-probe). For resources that can check it, the fencing token (the resourceVersion
-of the write that began the term) orders leaders, also across a deletion of
-the Lease: a later term begins with a later write.
+Not guaranteed: that the application stops its work at that instant; it must
+honour ``valid_until`` (or gate on the probe). The fencing token (the
+resourceVersion of the write that began the term) orders leaders, across a
+deletion of the Lease too: a later term begins with a later write.
 
 Shape: the elector asks ``next_action(now)`` (a ``Read``, a ``Write`` or a
 ``Wait``), does it and reports back (``on_read``, ``on_written``,
-``on_conflict``, ``on_error``); watch events go to ``observe``. What the
-Lease says and when a claim ends is ``Sighting``'s; ``is_leader(now)`` is the
-only truth the observers use.
+``on_conflict``, ``on_error``); watch events go to ``observe``. What the Lease
+says and when a claim ends is ``Sighting``'s; ``is_leader(now)`` is the only
+truth the observers use.
 """
 
 from __future__ import annotations
@@ -116,28 +106,20 @@ class Election:
         return self.seen.holder
 
     def is_leader(self, now: float) -> bool:
-        return (
-            self.leading
-            and not self.resigned
-            and now < self.renewed_at + self.timing.renew_deadline
-        )
+        deadline = self.renewed_at + self.timing.renew_deadline
+        return self.leading and not self.resigned and now < deadline
 
     def valid_until(self, now: float) -> float | None:
         """Monotonic instant until which leadership is vouched for (None when not leading)."""
         return self.renewed_at + self.timing.renew_deadline if self.is_leader(now) else None
 
     def vouched_until(self, now: float) -> dt.datetime | None:
-        """Wall-clock form of ``valid_until`` for the application (contract §4).
-
-        Anchored to the wall time of the claim behind the last successful
-        renew, taken before the write was sent, so it is never later than the
-        monotonic deadline and stays put between renews (no rewrite per step).
-        """
+        """Wall-clock ``valid_until`` for the application (contract §4): anchored to the wall time
+        taken before the last successful claim was sent, so never later than the monotonic one."""
         if not self.is_leader(now) or self.renewed_wall is None:
             return None
         return self.renewed_wall + dt.timedelta(seconds=self.timing.renew_deadline)
 
-    # ---- decisions --------------------------------------------------------
     def next_action(self, now: float) -> Action:
         if self.resigned:
             return Wait(math.inf)
@@ -194,8 +176,7 @@ class Election:
 
     def on_read(self, obj: dict[str, Any] | None, now: float, first_term: bool = False) -> None:
         """A quorum read; ``first_term``: the Lease is absent and the election never had one."""
-        # ``failures`` stays: a read that works before a write that fails again
-        # (a missing namespace) must not restart the backoff from its first step.
+        # ``failures`` stay: a write that fails again (no namespace) must not restart the backoff.
         self.not_before = -math.inf
         if obj is None and first_term:
             self.seen.absent(now, first_term=True)
@@ -204,25 +185,18 @@ class Election:
 
     def on_written(self, obj: dict[str, Any], started_at: float, now: float) -> None:
         """A write succeeded; ``started_at`` is when it was sent (the safety clock starts there)."""
-        self.failures = 0
-        self.not_before = -math.inf
-        replaced = self.record
+        self.failures, self.not_before, replaced = 0, -math.inf, self.record
         self.observe(obj, now)
         if self.record is not None and self.record.holder == self.identity and not self.resigned:
             self.written_version = self.record.resource_version
             if not self.leading:
                 self.leading = True
                 # The token is the version of the write that began this term (contract §2).
-                self.fencing_token = version_number(self.record.resource_version)
-                if self.fencing_token is None:
+                token = self.fencing_token = version_number(self.record.resource_version)
+                if token is None:
                     self.seen.problem("resourceVersion is not a positive integer: no fencing token")
                 self.events.append(
-                    Event(
-                        "leading",
-                        "acquired the Lease",
-                        fencing_token=self.fencing_token,
-                        replaced=replaced,
-                    )
+                    Event("leading", "acquired the Lease", fencing_token=token, replaced=replaced)
                 )
             if started_at >= self.renewed_at:
                 self.renewed_at = started_at
@@ -255,20 +229,13 @@ class Election:
         self.not_before = now + delay
 
     def may_release(self, current: LeaseRecord) -> bool:
-        """Whether ``current`` is a claim this process wrote and nobody has touched since.
-
-        Releasing lets a successor take over at once: safe only for our own
-        writes (a hand edit or a crashed earlier run naming us is waited out).
-        Ours are the last one answered (its resourceVersion) and the last one
-        sent, answered or not (a shutdown cancels a renew in flight): the API
-        server applied it only if the Lease was as we read it, and it carries
-        the renewTime we stamped, to the microsecond.
-        """
-        if current.holder != self.identity:
-            return False
-        if current.resource_version == self.written_version:
-            return True
-        return self.sent_renew_time is not None and current.renew_time == self.sent_renew_time
+        """Whether ``current`` is a claim this process wrote and nobody has touched since (contract
+        §2, release): the last one answered, by resourceVersion, or the last one sent, answered or
+        not (a shutdown cancels a renew in flight), by its renewTime to the microsecond."""
+        return current.holder == self.identity and (
+            current.resource_version == self.written_version
+            or (self.sent_renew_time is not None and current.renew_time == self.sent_renew_time)
+        )
 
     @property
     def holding(self) -> bool:
@@ -276,18 +243,14 @@ class Election:
         return self.written_version is not None
 
     def settled_claim(self) -> LeaseRecord | None:
-        """Our last answered claim, if a release may be written against it without a re-read.
-
-        Its resourceVersion makes the API server check what a re-read would.
-        Not while a claim is in flight: the server may have applied it, and a
-        release against the version before would be refused and written twice.
-        """
+        """Our last answered claim, if a release may be written against it without a re-read
+        (its resourceVersion makes the API server check what a re-read would); None while a
+        claim is in flight: the server may have applied it, and the release would be refused."""
         record = self.record
         if record is None or record.holder != self.identity:
             return None
-        if record.resource_version != self.written_version:
-            return None
-        return record if record.renew_time == self.sent_renew_time else None
+        last = (self.written_version, self.sent_renew_time)
+        return record if (record.resource_version, record.renew_time) == last else None
 
     def resign(self) -> None:
         """Stop claiming leadership now (shutdown); nothing is written here."""

@@ -17,7 +17,7 @@ from collections.abc import Callable
 from ..core.election import Event
 from ..core.timing import Timing
 from ..kube.skew import ClockOffset
-from ..publish.exposition import Exposition, Histogram
+from ..publish.exposition import Exposition, Histogram, Labels
 from .observer import Call, Control, Observer, View
 
 RENEW_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
@@ -35,6 +35,10 @@ def process_start_time() -> float:
         return time.time()
 
 
+def _rounded(value: float | None) -> float:
+    return round(value, 3) if value is not None and math.isfinite(value) else math.nan
+
+
 class Metrics(Observer):
     def __init__(
         self,
@@ -42,19 +46,16 @@ class Metrics(Observer):
         offset: Callable[[], ClockOffset | None] = lambda: None,
         timing: Timing | None = None,
     ):
-        self.lease = lease
-        self.offset = offset
+        self.lease, self.offset = lease, offset
         #: The election's timing, so alerts compare skew and silence with what it tolerates.
         self.timing = timing
         #: Seconds since this candidate last saw the Lease change, read at scrape time.
         self.lease_unchanged: Callable[[], float] = lambda: math.nan
         self.started = process_start_time()
         self.leader = False
-        self.acquisitions = 0
-        self.lease_transitions = 0
+        self.acquisitions = self.lease_transitions = self.swept = 0
         self.renews = Histogram(RENEW_BUCKETS)
         self.api_errors: Counter[str] = Counter()
-        self.swept = 0
         #: This node's clock minus the API server's, once measured.
         self.clock_skew: float | None = None
 
@@ -67,91 +68,58 @@ class Metrics(Observer):
             self.lease_transitions = view.record.transitions
 
     def on_event(self, event: Event, view: View) -> None:
-        if event.kind == "leading":
-            self.acquisitions += 1
+        self.acquisitions += event.kind == "leading"
 
     def on_call(self, call: Call) -> None:
         if call.error is not None:
             self.api_errors[str(call.error.status)] += 1
         elif call.kind == "renew":
             self.renews.observe(call.seconds)
-        offset = self.offset()
-        if offset is not None:
+        if (offset := self.offset()) is not None:
             self.clock_skew = offset.estimate
 
     def count_swept(self) -> None:
         self.swept += 1
 
     def render(self) -> str:
-        name = {"name": self.lease}
-        out = Exposition()
-        out.family(
-            "gauge",
-            "leader_election_master_status",
-            "Whether this candidate leads (1) or not (0).",
-            [(name, int(self.leader))],
+        name, out, timing = {"name": self.lease}, Exposition(), self.timing
+        duration, deadline = (
+            (timing.lease_duration, timing.renew_deadline) if timing else (math.nan,) * 2
         )
-        out.family(
-            "counter",
-            "grelmicro_sidecar_leader_acquisitions_total",
-            "Times this candidate became leader.",
-            [(name, self.acquisitions)],
-        )
-        out.family(
-            "gauge",
-            "grelmicro_sidecar_lease_transitions",
-            "leaseTransitions of the Lease as last seen.",
-            [(name, self.lease_transitions)],
-        )
-        out.histogram(
-            "grelmicro_sidecar_renew_duration_seconds",
-            "Latency of successful Lease writes by the leader.",
-            self.renews,
-            name,
-        )
-        out.family(
-            "counter",
-            "grelmicro_sidecar_api_errors_total",
-            "Failed API requests, by HTTP status (0: no answer).",
-            [({**name, "code": code}, n) for code, n in sorted(self.api_errors.items())],
-        )
-        out.family(
-            "counter",
-            "grelmicro_sidecar_swept_leases_total",
-            "Expired managed Leases deleted by the sweep.",
-            [(name, self.swept)],
-        )
-        skew = math.nan if self.clock_skew is None else round(self.clock_skew, 3)
-        timing = self.timing
-        unchanged = self.lease_unchanged()
-        for metric, help_, value in (
-            (
-                "clock_skew_seconds",
-                "This node's wall clock minus the API server's (its Date header; about 1 s resolution).",
-                skew,
-            ),
-            (
-                "lease_duration_seconds",
-                "The election's lease duration.",
-                timing.lease_duration if timing else math.nan,
-            ),
-            (
-                "renew_deadline_seconds",
-                "The election's renew deadline.",
-                timing.renew_deadline if timing else math.nan,
-            ),
-            (
-                "lease_unchanged_seconds",
-                "Seconds since this candidate last saw the Lease change (a write, or found gone), "
-                "on its monotonic clock; NaN before.",
-                round(unchanged, 3) if math.isfinite(unchanged) else math.nan,
-            ),
-        ):
-            out.family("gauge", f"grelmicro_sidecar_{metric}", help_, [(name, value)])
-        out.family(
-            "gauge",
-            "process_start_time_seconds",
-            "Start time of the process since unix epoch in seconds.",
-            [({}, round(self.started, 3))],
-        )
+        errors: list[tuple[Labels, float]] = [
+            ({**name, "code": code}, n) for code, n in sorted(self.api_errors.items())
+        ]
+        # fmt: off
+        families: list[tuple[str, str, float | Histogram | list[tuple[Labels, float]], str]] = [
+            ("gauge", "leader_election_master_status", int(self.leader),
+             "Whether this candidate leads (1) or not (0)."),
+            ("counter", "grelmicro_sidecar_leader_acquisitions_total", self.acquisitions,
+             "Times this candidate became leader."),
+            ("gauge", "grelmicro_sidecar_lease_transitions", self.lease_transitions,
+             "leaseTransitions of the Lease as last seen."),
+            ("histogram", "grelmicro_sidecar_renew_duration_seconds", self.renews,
+             "Latency of successful Lease writes by the leader."),
+            ("counter", "grelmicro_sidecar_api_errors_total", errors,
+             "Failed API requests, by HTTP status (0: no answer)."),
+            ("counter", "grelmicro_sidecar_swept_leases_total", self.swept,
+             "Expired managed Leases deleted by the sweep."),
+            ("gauge", "grelmicro_sidecar_clock_skew_seconds", _rounded(self.clock_skew),
+             "This node's wall clock minus the API server's (its Date header; about 1 s resolution)."),
+            ("gauge", "grelmicro_sidecar_lease_duration_seconds", duration,
+             "The election's lease duration."),
+            ("gauge", "grelmicro_sidecar_renew_deadline_seconds", deadline,
+             "The election's renew deadline."),
+            ("gauge", "grelmicro_sidecar_lease_unchanged_seconds", _rounded(self.lease_unchanged()),
+             "Seconds since this candidate last saw the Lease change (a write, or found gone), "
+             "on its monotonic clock; NaN before."),
+            ("gauge", "process_start_time_seconds", [({}, round(self.started, 3))],
+             "Start time of the process since unix epoch in seconds."),
+        ]
+        # fmt: on
+        for kind, metric, value, help_ in families:
+            if isinstance(value, Histogram):
+                out.histogram(metric, help_, value, name)
+            else:
+                samples = value if isinstance(value, list) else [(name, value)]
+                out.family(kind, metric, help_, samples)
         return out.text()

@@ -1,26 +1,21 @@
 """What reacts to the election from outside: the observer protocol, and what an observer sees.
 
 The elector runs the election and nothing else. Everything that reacts to it
-(the state file and the HTTP endpoints, metrics, the leader label, Events,
-logs, the hand-off's roster, the sweep duty, ``lock``) is an ``Observer``
-wired in one place (``commands.wiring``), in a list whose order is the order
-of every call below. Adding a feature that reacts to the election is one
-observer and one line of wiring; the elector does not change.
+(state file and HTTP, metrics, leader label, Events, logs, the hand-off's
+roster, the sweep duty, ``lock``) is an ``Observer`` wired in one place
+(``commands.wiring``), in a list whose order is the order of every call below:
+a new feature is one observer and one line of wiring. The elector guarantees:
 
-Guarantees the elector gives every observer:
-
-- ``on_state`` is called with every state that differs from the last one
-  (``updated_at`` aside), and once more, forced, at shutdown with "not leader";
-- ``on_event`` gets every election event (acquired, stepped down, holder
-  changed, a problem with the Lease, the store rolled back) once, in order,
-  before the ``on_state`` of the step that caused it;
-- ``on_call`` gets the end of every API request the elector makes (the watch
+- ``on_state`` gets every state that differs from the last one (``updated_at``
+  aside), and once more, forced, at shutdown with "not leader";
+- ``on_event`` gets every election event once, in order, before the
+  ``on_state`` of the step that caused it;
+- ``on_call`` gets the end of every API request of the elector (the watch
   included), failed or not;
 - at shutdown, after the forced "not leader": every ``before_release`` (in
-  order), then the release of the Lease, then every ``after_release`` (in
-  order, within the shutdown budget). The first step is where an observer
-  makes sure nobody acts on this process's leadership any more: the
-  release lets a successor lead at once.
+  order; where an observer makes sure nobody acts on this leadership any more,
+  since the release lets a successor lead at once), then the release, then
+  every ``after_release`` (in order, within the shutdown budget).
 
 Callbacks are synchronous and must not block: anything slow runs in a task
 (``Control.spawn`` for one whose end would be a bug).
@@ -67,23 +62,16 @@ class Call:
 
 
 class Control(Protocol):
-    """What an observer may ask of the elector."""
+    """What an observer may ask of the elector: ``view``, the election now (computed at the
+    call, from the live state and the clock); ``healthy``, liveness (every task of the elector
+    and every spawned task still runs); ``stop``, the graceful shutdown (contract §5);
+    ``spawn``, to run ``work`` for the process's life (its end before shutdown is a bug, exit 1).
+    """
 
-    def view(self) -> View:
-        """The election now (computed at the call, from the live state and the clock)."""
-        ...
-
-    def healthy(self) -> bool:
-        """Liveness: every task of the elector and every spawned task still runs."""
-        ...
-
-    def stop(self) -> None:
-        """Begin the graceful shutdown (contract §5)."""
-        ...
-
-    def spawn(self, work: Coroutine[Any, Any, None], name: str) -> asyncio.Task[None]:
-        """Run ``work`` for the process's life; its end before shutdown is a bug (exit 1)."""
-        ...
+    def view(self) -> View: ...
+    def healthy(self) -> bool: ...
+    def stop(self) -> None: ...
+    def spawn(self, work: Coroutine[Any, Any, None], name: str) -> asyncio.Task[None]: ...
 
 
 class Observer:

@@ -1,26 +1,15 @@
 """The sweep of expired managed Leases (contract §5 step 3), shared by the sidecar, ``cleanup`` and the injector.
 
-Deletes only what is provably abandoned, whatever any node's clock says:
-
-- labelled ``managed-by: grelmicro`` (checked again on the object, not only
-  trusted to the label selector);
-- **seen by this process at the same ``resourceVersion`` for
-  ``leaseDurationSeconds + margin`` of its own monotonic clock** (``Sightings``).
-  A holder's claim ends ``leaseDurationSeconds`` after the write that renewed
-  it at the latest, and that write came before we first saw it, so the claim
-  ended at least ``margin`` ago. No wall clock enters this rule: a sweeper
-  whose clock runs ten minutes ahead sees a renewed Lease's version move and
-  keeps it;
-- and also ``renewTime + leaseDurationSeconds`` in the past by more than the
-  margin on the wall clock, the rule grelmicro and client-go peers apply (a
-  sweep never deletes what they would still call live);
-- a caller's ``still_needed`` check does not keep it (the injector keeps a
-  Lease whose holder pod still exists) and does not fail.
-
-Each delete carries the ``resourceVersion`` that was judged, so a Lease
-renewed between the list and the delete survives (409), and two sweepers at
-once are harmless (404/409). A Lease whose times cannot be read is never
-deleted: when in doubt, keep it.
+Deletes only what is provably abandoned, whatever any node's clock says: a
+Lease labelled ``managed-by: grelmicro`` (checked again on the object, not
+only trusted to the label selector), **seen by this process at the same
+``resourceVersion`` for ``leaseDurationSeconds + margin`` of its own monotonic
+clock** (``Sightings``; why no wall clock is needed: contract §5), expired by
+more than the margin by the wall-clock rule grelmicro and client-go peers
+apply too, and not kept by the caller's ``still_needed`` (the injector keeps a
+Lease whose holder pod exists). Each delete carries the ``resourceVersion``
+judged, so a Lease renewed since survives (409) and two sweepers at once are
+harmless (404/409). A Lease whose times cannot be read is never deleted.
 """
 
 from __future__ import annotations
@@ -42,9 +31,7 @@ SELECTOR = f"{MANAGED_BY_LABEL}={MANAGED_BY_VALUE}"
 class Leases(Protocol):
     """The Lease reads and deletes a sweep needs (``LeaseStore``, or the official client's)."""
 
-    async def list(
-        self, label_selector: str = "", field_selector: str = "", timeout: float | None = None
-    ) -> tuple[list[dict[str, Any]], str]: ...
+    async def list(self, label_selector: str = "") -> tuple[list[dict[str, Any]], str]: ...
 
     async def delete(self, name: str, resource_version: str) -> None: ...
 
@@ -69,10 +56,8 @@ class SweepResult:
 class Sightings:
     """When this process first saw each managed Lease at its current resourceVersion.
 
-    Times are this process's monotonic clock, so a judgement built on them
-    holds whatever the wall clocks of this node or the holders' nodes say
-    (the only assumption: clocks tick at about the same rate). A Lease missing
-    from a list is forgotten; one seen again at a new version starts over.
+    On this process's monotonic clock; a Lease missing from a list is
+    forgotten, one seen again at a new version starts over.
     """
 
     def __init__(self, monotonic: Callable[[], float] = time.monotonic):
@@ -81,11 +66,9 @@ class Sightings:
 
     def record(self, objects: Iterable[dict[str, Any]]) -> None:
         """Remember what one complete list showed (and nothing it did not show)."""
-        now = self._monotonic()
-        seen: dict[tuple[str, str], tuple[str, float]] = {}
-        for obj in objects:
-            record = LeaseRecord.from_object(obj)
-            key = (_namespace(obj), record.name)
+        now, seen = self._monotonic(), {}
+        for record in map(LeaseRecord.from_object, objects):
+            key = (record.namespace, record.name)
             first = self._first.get(key)
             if first is None or first[0] != record.resource_version:
                 first = (record.resource_version, now)
@@ -104,16 +87,6 @@ def _utcnow() -> dt.datetime:
     return dt.datetime.now(dt.UTC)
 
 
-def is_expired(record: LeaseRecord, now: dt.datetime, margin: float) -> bool:
-    expiry = record.wall_expiry()
-    return expiry is not None and now - expiry > dt.timedelta(seconds=margin)
-
-
-def _namespace(obj: dict[str, Any]) -> str:
-    meta = obj.get("metadata")
-    return str(meta.get("namespace", "")) if isinstance(meta, dict) else ""
-
-
 async def sweep_objects(
     objects: Iterable[dict[str, Any]],
     delete: Delete,
@@ -129,41 +102,32 @@ async def sweep_objects(
     objects = list(objects)
     sightings.record(objects)
     result = SweepResult()
-    for obj in objects:
-        record = LeaseRecord.from_object(obj)
-        namespace = _namespace(obj)
+    for record in map(LeaseRecord.from_object, objects):
+        namespace, expiry = record.namespace, record.wall_expiry()
+        where = {"namespace": namespace, "lease": record.name}
         if not record.managed or not record.name:
             continue
-        expiry = record.wall_expiry()
         if expiry is None:
             result.kept_unreadable += 1
             continue
-        if not is_expired(record, now(), margin):
+        if now() - expiry <= dt.timedelta(seconds=margin):  # not expired by the wall clock
             result.kept_live += 1
             continue
-        unconfirmed = (
-            (record.lease_duration or 0) + margin - sightings.unchanged_for(namespace, record)
-        )
-        if unconfirmed > 0:
+        unseen = (record.lease_duration or 0) + margin - sightings.unchanged_for(namespace, record)
+        if unseen > 0:
             result.kept_unconfirmed += 1
-            result.confirm_in = max(result.confirm_in, unconfirmed)
+            result.confirm_in = max(result.confirm_in, unseen)
             continue
-        if still_needed is not None:
-            try:
-                needed = await still_needed(namespace, record)
-            except ApiError as err:
-                result.errors += 1
-                log.warning(
-                    "sweep: cannot tell whether the lease is still needed; keeping it",
-                    namespace=namespace,
-                    lease=record.name,
-                    holder=record.holder,
-                    error=str(err),
-                )
-                continue
-            if needed:
-                result.kept_needed += 1
-                continue
+        try:
+            needed = still_needed is not None and await still_needed(namespace, record)
+        except ApiError as err:
+            result.errors += 1
+            msg = "sweep: cannot tell whether the lease is still needed; keeping it"
+            log.warning(msg, **where, holder=record.holder, error=str(err))
+            continue
+        if needed:
+            result.kept_needed += 1
+            continue
         try:
             await delete(namespace, record.name, record.resource_version)
         except (NotFound, Conflict):
@@ -171,20 +135,12 @@ async def sweep_objects(
             continue
         except ApiError as err:
             result.errors += 1
-            log.warning(
-                "sweep: could not delete an expired lease",
-                namespace=namespace,
-                lease=record.name,
-                error=str(err),
-            )
+            log.warning("sweep: could not delete an expired lease", **where, error=str(err))
             continue
         result.deleted.append((namespace, record.name))
+        ago = round((now() - expiry).total_seconds(), 1)
         log.info(
-            "sweep: deleted expired lease",
-            namespace=namespace,
-            lease=record.name,
-            holder=record.holder,
-            expired_seconds_ago=round((now() - expiry).total_seconds(), 1),
+            "sweep: deleted expired lease", **where, holder=record.holder, expired_seconds_ago=ago
         )
         if on_delete is not None:
             on_delete(namespace, record)
@@ -193,8 +149,7 @@ async def sweep_objects(
 
 async def sight(store: Leases, sightings: Sightings) -> None:
     """Record the namespace's managed Leases, so a later sweep can judge them (the sidecar at start)."""
-    items, _ = await store.list(label_selector=SELECTOR)
-    sightings.record(items)
+    sightings.record((await store.list(label_selector=SELECTOR))[0])
 
 
 async def sweep(
@@ -212,12 +167,7 @@ async def sweep(
     async def delete(_namespace: str, name: str, resource_version: str) -> None:
         await store.delete(name, resource_version)
 
+    deleted = (lambda _ns, record: on_delete(record)) if on_delete is not None else None
     return await sweep_objects(
-        items,
-        delete,
-        log,
-        sightings=sightings,
-        margin=margin,
-        now=now,
-        on_delete=(lambda _ns, record: on_delete(record)) if on_delete is not None else None,
+        items, delete, log, sightings=sightings, margin=margin, now=now, on_delete=deleted
     )
