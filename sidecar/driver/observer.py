@@ -10,7 +10,7 @@ observer and one line of wiring; the elector does not change.
 Guarantees the elector gives every observer:
 
 - ``on_state`` is called with every state that differs from the last one
-  (``updated_at`` aside), and once more, forced, at shutdown with "not leader";
+  (``State.comparable``), and once more, forced, at shutdown with "not leader";
 - ``on_event`` gets every election event (acquired, stepped down, holder
   changed, a problem with the Lease, the store rolled back) once, in order,
   before the ``on_state`` of the step that caused it;
