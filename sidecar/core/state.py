@@ -53,9 +53,11 @@ class State:
         return dataclasses.asdict(self)
 
     def comparable(self) -> dict[str, Any]:
-        """Every field but ``updated_at``: two states that differ only in when they were taken are one."""
+        """All but ``updated_at`` and ``renewed_at``: what makes a new version (contract §4).
+
+        A renew a follower sees is none (issue 28 item 3); a leader's moves ``valid_until``."""
         fields = self.as_dict()
-        del fields["updated_at"]
+        del fields["updated_at"], fields["renewed_at"]
         return fields
 
 

@@ -6,8 +6,8 @@ roster, the sweep duty, ``lock``) is an ``Observer`` wired in one place
 (``commands.wiring``), in a list whose order is the order of every call below:
 a new feature is one observer and one line of wiring. The elector guarantees:
 
-- ``on_state`` gets every state that differs from the last one (``updated_at``
-  aside), and once more, forced, at shutdown with "not leader";
+- ``on_state`` gets every state that differs from the last one
+  (``State.comparable``), and once more, forced, at shutdown with "not leader";
 - ``on_event`` gets every election event once, in order, before the
   ``on_state`` of the step that caused it;
 - ``on_call`` gets the end of every API request of the elector (the watch

@@ -1,7 +1,7 @@
 """Change notifications: a numbered sequence of published states that readers can wait on.
 
 Guarantees: the version grows by one exactly when the published state differs
-from the previous one (``updated_at`` aside: the same rule as the state file),
+from the previous one (``State.comparable``: the same rule as the state file),
 so a reader that remembers the version it last saw cannot miss a change, even
 one that happened between two of its requests. Waiting never blocks the
 election: ``offer`` only stores the state and wakes waiters.

@@ -1,8 +1,8 @@
 """``<state-dir>/state.json``, replaced atomically (write, fsync, rename, fsync dir).
 
 A reader sees either the previous file or the next one, never a torn one. The
-file is rewritten on every change of what it says, including every renew of a
-leader, because ``valid_until`` moves on with each renew.
+file is rewritten on every change (``State.comparable``): every renew of a
+leader (``valid_until`` moves), none a follower sees (``renewed_at`` alone).
 """
 
 from __future__ import annotations

@@ -86,6 +86,10 @@ def test_a_long_poll_answers_at_the_change_and_304_when_nothing_changed(
     b = spawn("pod-b")
     wait_for(lambda: (b.state() or {}).get("holder") == "pod-a", 20, what="pod-b to follow")
     answer = long_poll(b.port, "0s")
+    # pod-a renews every second: no change to pod-b (issue 28 item 3), whose /status has it.
+    quiet = long_poll(b.port, "3s", answer.etag)
+    assert (quiet.status, quiet.etag) == (304, answer.etag) and quiet.seconds > 2.9, quiet
+    assert b.http("/status")[1]["renewed_at"] > b.state()["renewed_at"]  # type: ignore[index]
     stop = threading.Timer(0.5, a.signal, (signal.SIGTERM,))
     stop.start()
     polls = 0

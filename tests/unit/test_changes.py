@@ -30,13 +30,17 @@ def run(coro):  # type: ignore[no-untyped-def]
     return asyncio.run(asyncio.wait_for(coro, 10))
 
 
-def test_a_state_that_differs_only_in_when_it_was_taken_is_no_change() -> None:
+def test_a_state_that_differs_only_in_when_it_was_taken_or_renewed_is_no_change() -> None:
     changes = Changes(FOLLOWER)
     assert not changes.offer(dataclasses.replace(FOLLOWER, updated_at="2026-11-23T10:00:03Z"))
+    # Issue 28 item 3: a renew seen by a follower is no change (a leader's moves valid_until).
+    assert not changes.offer(dataclasses.replace(FOLLOWER, renewed_at="2026-11-23T10:00:04Z"))
     assert changes.version == 1
-    assert changes.offer(dataclasses.replace(FOLLOWER, renewed_at="2026-11-23T10:00:04Z"))
+    assert changes.offer(dataclasses.replace(FOLLOWER, acquired_at="2026-11-23T10:00:05Z"))
     assert changes.offer(LEADER)
-    assert changes.version == 3 and changes.state is LEADER
+    assert not changes.offer(dataclasses.replace(LEADER, renewed_at="2026-11-23T10:00:06Z"))
+    assert changes.offer(dataclasses.replace(LEADER, valid_until="2026-11-23T10:00:16Z"))
+    assert changes.version == 4 and changes.state.valid_until == "2026-11-23T10:00:16Z"
 
 
 def test_a_reader_behind_is_answered_at_once_and_a_current_one_waits_for_the_change() -> None:

@@ -207,6 +207,27 @@ def test_a_follower_takes_over_through_the_watch_when_the_leader_releases(tmp_pa
     run(scenario)
 
 
+def test_a_follower_publishes_nothing_new_for_the_leaders_renewals(tmp_path: Path) -> None:
+    """Issue 28 item 3: no file rewrite, no notification; the live view (/status) has the renew."""
+
+    async def scenario() -> None:
+        store = FakeLeases()
+        a, b = await _leader_and_follower(store, tmp_path)
+        changes = b.sidecar.published.changes
+        assert changes is not None
+        published, version = b.state(), changes.version
+        assert published["holder"] == "a" and not published["is_leader"]
+        await asyncio.sleep(20)  # four renewals of a's
+        assert b.state() == published and changes.version == version  # updated_at included
+        assert str(b.elector.view().state.renewed_at) > str(published["renewed_at"])
+        assert await a.stop() == 0
+        await until(b.leads, 15, "b takes over")
+        assert changes.version > version
+        await b.stop()
+
+    run(scenario)
+
+
 def test_a_handover_among_many_costs_two_lease_writes_and_goes_to_the_last_to_join(
     tmp_path: Path,
 ) -> None:
