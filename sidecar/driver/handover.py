@@ -100,9 +100,9 @@ class Handover(Observer):
                 error=str(err),
             )
 
-    async def forget(self, identity: str) -> None:
+    async def forget(self, identity: str, timeout: float | None = None) -> None:
         """Take ``identity`` out (it left, or was named and never claimed); raises ``errors``."""
-        await self.shared.merge({roster.entry_key(self.lease, identity): None})
+        await self.shared.merge({roster.entry_key(self.lease, identity): None}, timeout=timeout)
 
     async def successor(self, timeout: float | None = None) -> str | None:
         """Who to hand over to (the release asks); raises ``errors`` classes."""

@@ -9,8 +9,8 @@ cached object; a 409, or a claim in flight, sends it to read what is there.
 It names a successor when one is given (the hand-off), looked up alongside,
 so a handover waits one round trip more at most; when the successor has not
 claimed once the hand-off's second is over (it died, or was stopping too: a
-scale to zero), the release empties the Lease itself, so nobody gone is left
-named as its holder.
+scale to zero), the release empties the Lease itself and takes the name out of
+the roster, so nobody gone is left named as its holder or named again.
 """
 
 from __future__ import annotations
@@ -43,6 +43,10 @@ class Roster(Protocol):
 
     async def first_term(self, timeout: float) -> bool:
         """Whether an absent Lease was never created: no term of it can still be vouched for."""
+        ...
+
+    async def forget(self, identity: str, timeout: float) -> None:
+        """Take a name that did not claim out of the roster."""
         ...
 
 
@@ -86,24 +90,32 @@ async def release(
             log.info(
                 "released lease", lease=lock.name, transitions=record.transitions, successor=who
             )
-            if who:
-                await _until_claimed(lock, LeaseRecord.from_object(written), clock, log)
+            handoff = LeaseRecord.from_object(written)
+            if who and roster and not await _until_claimed(lock, handoff, clock, log):
+                with contextlib.suppress(ApiError, TimeoutError):
+                    await roster.forget(who, left())
             return
     finally:
         named.cancel()
 
 
-async def _until_claimed(lock: LeaseLock, handoff: LeaseRecord, clock: Clock, log: Logger) -> None:
-    """Until the named successor claims (any write will do); past the hand-off's second, empty it."""
+async def _until_claimed(lock: LeaseLock, handoff: LeaseRecord, clock: Clock, log: Logger) -> bool:
+    """Until the named successor claims (any write will do); past the hand-off's second, empty it.
+
+    False when it emptied the hand-off: the successor never claimed.
+    """
     until = clock.monotonic() + HANDOFF_SECONDS
     while clock.monotonic() < until:
         await asyncio.sleep(POLL)
         obj = await lock.read(POLL * 5)
         if obj is None or LeaseRecord.from_object(obj).resource_version != handoff.resource_version:
-            return
-    with contextlib.suppress(Conflict):  # written meanwhile: a claim after all
+            return True
+    try:
         await lock.replace(vacate(handoff, now=clock.wall()), HANDOFF_SECONDS)
-        log.info("the named successor did not claim; released to anyone", successor=handoff.holder)
+    except Conflict:  # written meanwhile: a claim after all
+        return True
+    log.info("the named successor did not claim; released to anyone", successor=handoff.holder)
+    return False
 
 
 async def _releasable(

@@ -73,9 +73,12 @@ def test_demo_shows_the_handovers_and_cleans_up() -> None:
     assert code == 0, output
     assert re.search(r"pod-\w took over \d+\.\d+s after the crash", output), output
     assert re.search(r"pod-\w took over \d+\.\d+s after the SIGTERM", output), output
-    assert re.search(r"NAME\s+HOLDER\s+AGE\nleader-demo\s+pod-\w", output), (
-        output
-    )  # kubectl get leases
+    # Plain kubectl get leases: the election with its leader, and one coordination Lease.
+    listed = re.search(r"NAME\s+HOLDER\s+AGE\n((?:\S.*\n)+)", output)
+    assert listed, output
+    rows = [line.split() for line in listed.group(1).splitlines()]
+    assert [r[0] for r in rows] == ["grelmicro-sidecar", "leader-demo"], output
+    assert len(rows[0]) == 2 and re.fullmatch(r"pod-\w", rows[1][1]), output
     assert re.search(r"ELECTION\s+LEASE\s+HOLDER", output), output  # grelmicro-sidecar status
     assert '"is_leader": true' in output  # the state file an app reads
     workdir = _workdir(output)
