@@ -29,7 +29,7 @@ from pathlib import Path
 
 from tests.cluster import ControlPlane
 from tests.sidecar.proc import SidecarProcess
-from tests.sidecar.trees import kill_survivors, survivors, tree
+from tests.sidecar.trees import describe, kill_survivors, survivors, tree
 
 from .proxy import FaultProxy, proxy_loop
 
@@ -63,11 +63,15 @@ class LockReport:
     tracebacks: list[str] = field(default_factory=list)
     #: processes of the commands' trees still running once every lock process exited
     leftovers: list[int] = field(default_factory=list)
+    #: how each lock process ended at the teardown, and what was left (state, parent, argv)
+    teardown: list[str] = field(default_factory=list)
 
     def summary(self) -> str:
         return (
             f"{len(self.runs)} command runs, {len(self.overlaps)} overlaps, "
-            f"{len(self.leftovers)} leftover processes, faults "
+            f"{len(self.leftovers)} leftover processes"
+            + (f" {self.teardown}" if self.leftovers else "")
+            + ", faults "
             + ", ".join(f"{k} {v}" for k, v in sorted(self.faults.items()))
             + "; lock exit codes "
             + ", ".join(f"{k}: {v}" for k, v in sorted(self.exits.items()))
@@ -210,6 +214,7 @@ class LockChaos:
             proc.start()
         supervisor = threading.Thread(target=self._supervise, daemon=True)
         supervisor.start()
+        teardown: list[str] = []
         try:
             deadline = time.monotonic() + seconds
             while time.monotonic() < deadline:
@@ -222,15 +227,17 @@ class LockChaos:
                 if proc.proc is not None and proc.proc.poll() is None:
                     proc.signal(signal.SIGCONT)
                     proc.signal(signal.SIGTERM)
-            for proc in self.procs.values():
+            for who, proc in self.procs.items():
                 try:
-                    proc.wait(20)
+                    teardown.append(f"{who} exited {proc.wait(20)}")
                 except subprocess.TimeoutExpired:
+                    teardown.append(f"{who} SIGKILLed after 20 s")
                     proc.stop()
             for proxy in self.proxies.values():
                 proxy.close()
             self.loop.close()
         leftovers = [pid for path in self.beats.values() for pid in survivors(path)]
+        teardown += [describe(pid) for pid in leftovers]
         for path in self.beats.values():
             kill_survivors(path)
         runs = [r for who, path in self.beats.items() for r in runs_of(who, path)]
@@ -239,4 +246,6 @@ class LockChaos:
             for who, p in self.procs.items()
             if "Traceback" in (log := p.raw_log())
         ]
-        return LockReport(runs, overlaps(runs), self.faults, self.exits, tracebacks, leftovers)
+        return LockReport(
+            runs, overlaps(runs), self.faults, self.exits, tracebacks, leftovers, teardown
+        )

@@ -25,7 +25,7 @@ def test_no_two_commands_ever_run_at_once_under_faults(
     assert not report.overlaps, (seed, report.overlaps)
     assert len(report.runs) >= 5, (seed, report.summary())
     assert sum(report.faults.values()) >= 10, (seed, report.summary())
-    assert not report.tracebacks, (seed, report.tracebacks)
+    assert not report.tracebacks, f"seed {seed}:\n" + "\n".join(report.tracebacks)
     assert not report.leftovers, (seed, report.summary())
 
 

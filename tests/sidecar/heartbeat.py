@@ -28,23 +28,26 @@ def main() -> int:
     token = os.environ.get("LEADER_ELECTION_FENCING_TOKEN", "-")
     out = open(args.file, "a", buffering=1)  # noqa: SIM115
     termed: list[float] = []
+    # Handlers only note the signal; the loop writes it. A handler that wrote to ``out``
+    # itself could run inside the loop's own write: "reentrant call", a traceback, no beats.
+    received: list[tuple[str, float]] = []
 
-    def on_term(_sig: int, _frame: object) -> None:
-        out.write(f"term {time.time()!r} {token}\n")
-        termed.append(time.monotonic())
+    def on_signal(sig: int, _frame: object) -> None:
+        received.append((signal.Signals(sig).name, time.time()))
+        if sig == signal.SIGTERM:
+            termed.append(time.monotonic())
 
-    signal.signal(signal.SIGTERM, on_term)
-    for other in (signal.SIGHUP, signal.SIGUSR1, signal.SIGUSR2):  # recorded, then beats on
-        signal.signal(
-            other,
-            lambda sig, _frame: out.write(f"{signal.Signals(sig).name} {time.time()!r} {token}\n"),
-        )
+    for sig in (signal.SIGTERM, signal.SIGHUP, signal.SIGUSR1, signal.SIGUSR2):
+        signal.signal(sig, on_signal)  # SIGTERM: "term", then exits or beats on; others recorded
     print(f"heartbeat: started with fencing token {token}", flush=True)  # lock's stdout is ours
     out.write(
         f"start {time.time()!r} {token} {os.environ.get('LEADER_ELECTION_STATE_FILE', '-')}\n"
     )
     start = time.monotonic()
     while True:
+        while received:
+            name, at = received.pop(0)
+            out.write(f"{'term' if name == 'SIGTERM' else name} {at!r} {token}\n")
         out.write(f"beat {time.time()!r} {token}\n")
         now = time.monotonic()
         if termed and args.on_term == "exit" and now - termed[0] > 0.2:

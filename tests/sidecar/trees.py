@@ -65,6 +65,17 @@ def state(pid: int) -> str:
         return ""
 
 
+def describe(pid: int) -> str:
+    """``pid`` for a failure message: its state letter, its parent and its command line."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            ppid = f.read().rpartition(b")")[2].split()[1].decode()
+    except (OSError, IndexError):
+        ppid = "?"
+    argv = b" ".join(_cmdline(pid)).decode(errors="replace")
+    return f"{pid} state {state(pid) or 'gone'} parent {ppid}: {argv[:160]}"
+
+
 def heartbeat(out: Path) -> int:
     """The PID of the live heartbeat process writing ``out`` (exactly one)."""
     wanted = [str(HEARTBEAT).encode(), str(out).encode()]
