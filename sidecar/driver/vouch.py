@@ -26,7 +26,6 @@ from ..kit.logs import Logger
 from ..kube.errors import ApiError
 from .observer import Observer, View
 
-POLICIES = ("auto", "now", "after-valid-until")
 #: How long ``auto`` waits for the answer about its pod.
 ASK_BUDGET = 1.0
 
