@@ -65,9 +65,7 @@ class Sighting:
         write it, is waited out for its own duration.
         """
         record = self.record
-        if record is None:
-            free = self.expires_at  # deleted: the last holder's expiry still stands
-        elif not _released(record):
+        if record is None or not _released(record):  # deleted: the last expiry still stands
             free = self.expires_at
         elif self._released_from_seen(record):
             free = -math.inf if record.holder in (None, self.identity) else self.expires_at
