@@ -13,9 +13,8 @@ from ..kit import held_signals
 from ..kit.logs import Logger
 from ..kit.options import Source
 from ..kube.api import PodLabel, api_poster
-from ..kube.config import ApiConfig, ConfigError, load
+from ..kube.config import ApiConfig, ConfigError, load, resolve_namespace
 from ..kube.leases import LeaseStore
-from ..kube.namespace import resolve_namespace
 from ..publish.statefile import StateDirError
 from . import fail
 from .settings import LockSettings, RunSettings, lock_settings, run_settings
