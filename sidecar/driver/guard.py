@@ -166,8 +166,7 @@ def main(argv: list[str]) -> int:
 def watch(proc: subprocess.Popen[bytes], ending: Ending, control: int) -> int:
     """Until nothing of the tree is left: the command's exit code."""
     code: int | None = None
-    pending = b""
-    reading = True
+    pending, reading = b"", True
     while True:
         ended, left = reap_children()
         if proc.pid in ended:

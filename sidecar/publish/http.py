@@ -206,9 +206,7 @@ class StatusServer:
         if not stayed:
             return None
         version = self.changes.version
-        if answer is None:
-            answer = self.answer(method, target)
-        status, ctype, body = answer
+        status, ctype, body = answer or self.answer(method, target)
         headers = [("Content-Length", str(len(body))), ("Cache-Control", "no-store")]
         if ctype:
             headers.insert(0, ("Content-Type", ctype))
