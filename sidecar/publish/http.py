@@ -37,6 +37,7 @@ MAX_REQUEST_BYTES = 16 * 1024
 TOO_LARGE = b"HTTP/1.1 431 Request Header Fields Too Large\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
 NOT_RUNNING = b"election loop not running\n"
 NOT_FOUND = b"not found: try /leader, /status, /events, /healthz or /metrics\n"
+CLOSING = (h11.MUST_CLOSE, h11.CLOSED)
 #: The status port listens on IPv4 and IPv6 everywhere (IPv6 only where the kernel has it).
 EVERY_INTERFACE = ("0.0.0.0", "::")
 
@@ -173,10 +174,7 @@ class StatusServer:
                 conn.start_next_cycle()
                 deadline, received = loop.time() + REQUEST_DEADLINE, 0
                 self._idle[writer] = None
-            elif isinstance(event, h11.ConnectionClosed) or conn.our_state in (
-                h11.MUST_CLOSE,
-                h11.CLOSED,
-            ):
+            elif isinstance(event, h11.ConnectionClosed) or conn.our_state in CLOSING:
                 return
 
     async def _respond(
