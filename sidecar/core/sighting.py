@@ -100,12 +100,8 @@ class Sighting:
             self.quarantine_until = now + self.lease_duration
         for problem in record.problems:
             self.problem(problem)
-        if (
-            rolled_back
-            or known is None
-            or record.resource_version != known.resource_version
-            or not record.same_content(known)
-        ):
+        moved = known is None or record.resource_version != known.resource_version
+        if rolled_back or moved or not record.same_content(known):
             self.observed_at = now
             if record.holder != self.holder:
                 self.events.append(Event("holder", record.holder or ""))

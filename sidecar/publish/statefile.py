@@ -24,8 +24,7 @@ class StateDirError(Exception):
 
 class StateFile:
     def __init__(self, directory: Path):
-        self.directory = directory
-        self.path = directory / STATE_FILE
+        self.directory, self.path = directory, directory / STATE_FILE
         self._last: dict[str, Any] | None = None
 
     def check_writable(self) -> None:
