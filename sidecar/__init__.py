@@ -6,7 +6,7 @@ checks it: the ``layers`` contract of ``[tool.importlinter]`` in pyproject.toml)
 - ``core``: the pure core. The Lease record and the bodies written, the
   election state machine, the timing rules, the published ``State``. No I/O.
 - ``kit``: small tools every layer above shares: JSON logs, the settings
-  toolkit (flag, env, default, one-line errors), held start-up signals.
+  toolkit (flag, env, default, one-line errors), the clocks, asyncio idioms.
 - ``kube`` | ``publish`` (independent of each other): the API server (one
   kubeconfig loader, one call path, the Lease store and its watch), and what
   the application sees (state file, change notifications, HTTP endpoints).

@@ -4,18 +4,22 @@ settings in, exit code out; the only package that builds and wires objects (``wi
 from __future__ import annotations
 
 import os
+import signal
 import sys
 
 from ..core.defaults import PROG
-from ..kit import held_signals
+
+_held: list[int] = []
 
 
 def main(argv: list[str] | None = None) -> int:
-    """The console script: a SIGTERM while ``run`` or ``lock`` is still importing is held
-    (it becomes the graceful exit of contract §5, not Python's 143), so hold first."""
+    """The console script: a SIGTERM while ``run`` or ``lock`` is still importing would end it
+    with 143, not contract §5's 0, so it is held first, for ``run`` to replay once its
+    handlers are installed (``take_held``), as the ordinary graceful shutdown."""
     argv = sys.argv[1:] if argv is None else argv
     if argv[:1] in (["run"], ["lock"]):
-        held_signals.hold()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            signal.signal(sig, lambda sig, _frame: _held.append(sig))
     from .cli import command
 
     return command(argv, os.environ)
@@ -25,3 +29,9 @@ def fail(message: str, code: int) -> int:
     """One line on stderr, then ``code`` (2: bad configuration, 1: runtime failure)."""
     print(f"{PROG}: {message}", file=sys.stderr)
     return code
+
+
+def take_held() -> list[int]:
+    """The signals held so far, oldest first; each is returned once."""
+    taken, _held[:] = _held[:], []
+    return taken

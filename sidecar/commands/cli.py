@@ -22,10 +22,9 @@ from ..driver.sweep import SELECTOR, Sightings, sweep
 from ..kit import options
 from ..kit.logs import Logger
 from ..kit.options import SIDECAR_ENV, Parser, SettingsError, Source, add_settings, env_note
-from ..kube.config import ConfigError, load
+from ..kube.config import ConfigError, load, resolve_namespace
 from ..kube.errors import RBAC_FIX, ApiError, Forbidden
 from ..kube.leases import LeaseStore
-from ..kube.namespace import resolve_namespace
 from . import fail
 from . import main as main  # the console script, also as ``python -m sidecar.commands.cli``
 from .settings import ALL_NAMESPACES, COMMANDS, OUTPUT, WATCH

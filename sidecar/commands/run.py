@@ -9,15 +9,13 @@ import signal
 from pathlib import Path
 
 from ..core import defaults
-from ..kit import held_signals
 from ..kit.logs import Logger
 from ..kit.options import Source
 from ..kube.api import PodLabel, api_poster
-from ..kube.config import ApiConfig, ConfigError, load
+from ..kube.config import ApiConfig, ConfigError, load, resolve_namespace
 from ..kube.leases import LeaseStore
-from ..kube.namespace import resolve_namespace
 from ..publish.statefile import StateDirError
-from . import fail
+from . import fail, take_held
 from .settings import LockSettings, RunSettings, lock_settings, run_settings
 from .wiring import Sidecar, wire
 
@@ -121,5 +119,5 @@ def _handle_signals(sidecar: Sidecar, log: Logger) -> None:
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, on_signal, sig)
-    for held in held_signals.take():
+    for held in take_held():
         on_signal(held)

@@ -21,10 +21,7 @@ def parse_duration(text: str) -> float:
 def format_duration(seconds: float) -> str:
     """The shortest exact spelling: ``15s``, ``1500ms``, ``2m``, ``24h``."""
     millis = round(seconds * 1000)
-    if millis % 3600000 == 0 and millis:
-        return f"{millis // 3600000}h"
-    if millis % 60000 == 0 and millis:
-        return f"{millis // 60000}m"
-    if millis % 1000 == 0:
-        return f"{millis // 1000}s"
+    for unit, size in (("h", 3600000), ("m", 60000), ("s", 1000)):
+        if millis % size == 0 and (millis or unit == "s"):
+            return f"{millis // size}{unit}"
     return f"{millis}ms"

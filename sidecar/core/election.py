@@ -264,6 +264,5 @@ class Election:
         self.events.append(Event("stepped_down", reason))
 
     def drain_events(self) -> list[Event]:
-        events = list(self.events)
-        self.events.clear()  # the sighting appends to this same list
+        events, self.events[:] = self.events[:], []  # in place: the sighting appends to it
         return events

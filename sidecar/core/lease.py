@@ -67,6 +67,10 @@ def version_number(resource_version: str) -> int | None:
     return None
 
 
+#: The fields that make a record the same claim, whatever its resourceVersion.
+_CONTENT = ("holder", "lease_duration", "acquire_time", "renew_time", "transitions")
+
+
 def _dict(value: Any) -> dict[str, Any]:
     return value if isinstance(value, dict) else {}
 
@@ -138,17 +142,7 @@ class LeaseRecord:
 
     def same_content(self, other: LeaseRecord | None) -> bool:
         """Whether ``other`` is the same record for expiry purposes (client-go compares the record, not the resourceVersion)."""
-        return other is not None and self._content == other._content
-
-    @property
-    def _content(self) -> tuple[Any, ...]:
-        return (
-            self.holder,
-            self.lease_duration,
-            self.acquire_time,
-            self.renew_time,
-            self.transitions,
-        )
+        return other is not None and all(getattr(self, f) == getattr(other, f) for f in _CONTENT)
 
     def wall_expiry(self) -> dt.datetime | None:
         """``renewTime + leaseDurationSeconds``; only for cleanup and display, never for takeover."""

@@ -65,9 +65,7 @@ class Sighting:
         write it, is waited out for its own duration.
         """
         record = self.record
-        if record is None:
-            free = self.expires_at  # deleted: the last holder's expiry still stands
-        elif not _released(record):
+        if record is None or not _released(record):  # deleted: the last expiry still stands
             free = self.expires_at
         elif self._released_from_seen(record):
             free = -math.inf if record.holder in (None, self.identity) else self.expires_at
@@ -102,12 +100,8 @@ class Sighting:
             self.quarantine_until = now + self.lease_duration
         for problem in record.problems:
             self.problem(problem)
-        if (
-            rolled_back
-            or known is None
-            or record.resource_version != known.resource_version
-            or not record.same_content(known)
-        ):
+        moved = known is None or record.resource_version != known.resource_version
+        if rolled_back or moved or not record.same_content(known):
             self.observed_at = now
             if record.holder != self.holder:
                 self.events.append(Event("holder", record.holder or ""))

@@ -45,11 +45,9 @@ class Command:
         self.argv, self.grace, self.log = argv, grace, log
         self.guard: asyncio.subprocess.Process | None = None
         self.ending: guard.Ending | None = None
-        self.not_started = False
+        self.not_started, self.report_due, self._report_buf = False, math.inf, b""
         self._control: asyncio.WriteTransport | None = None
         self._report_fd: int | None = None
-        self._report_buf = b""
-        self.report_due = math.inf
         self._token: int | None = None
 
     @property
@@ -70,20 +68,11 @@ class Command:
         # Two pipes of their own: the command shares lock's stdin, stdout and stderr.
         control_r, control_w = os.pipe()
         report_r, report_w = os.pipe()
+        argv = [sys.executable, "-I", "-S", str(GUARD), repr(self.grace), repr(deadline)]
+        argv += [str(control_r), str(report_w), "--", *self.argv]
         try:
             self.guard = await asyncio.create_subprocess_exec(
-                sys.executable,
-                "-I",
-                "-S",
-                str(GUARD),
-                repr(self.grace),
-                repr(deadline),
-                str(control_r),
-                str(report_w),
-                "--",
-                *self.argv,
-                pass_fds=(control_r, report_w),
-                env={**os.environ, **env},
+                *argv, pass_fds=(control_r, report_w), env={**os.environ, **env}
             )
         finally:
             os.close(control_r)

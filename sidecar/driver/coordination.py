@@ -25,8 +25,7 @@ Change = Callable[[dict[str, str]], dict[str, str] | None]
 
 class Coordination:
     def __init__(self, store: LeaseStore, namespace: str):
-        self.store = store
-        self.namespace = namespace
+        self.store, self.namespace = store, namespace
         self._first: asyncio.Future[dict[str, Any] | None] | None = None
 
     async def read(

@@ -41,6 +41,7 @@ TICK = 0.02  # how often the tree's exits and the deadline are checked
 #: (a process forked while the previous round ran); at most this many rounds a call
 ROUNDS = 8
 PR_SET_CHILD_SUBREAPER = 36  # <linux/prctl.h>
+DEAD = ("Z", "X")  # the /proc states of a process that has exited
 
 
 class Ending:
@@ -109,7 +110,7 @@ class Ending:
                 os.killpg(self.group, sig)
             return
         for pid, (state, group) in descendants(self.root).items():
-            if group == self.group and state not in ("Z", "X"):
+            if group == self.group and state not in DEAD:
                 with contextlib.suppress(ProcessLookupError):
                     os.kill(pid, sig)
 
@@ -128,7 +129,7 @@ class Ending:
                 and pid not in self.spare
                 and (only is None or pid in only)
                 and group != whole  # the group was signalled as a whole
-                and state not in ("Z", "X")
+                and state not in DEAD
             ]
             if not new:
                 break
@@ -166,8 +167,7 @@ def main(argv: list[str]) -> int:
 def watch(proc: subprocess.Popen[bytes], ending: Ending, control: int) -> int:
     """Until nothing of the tree is left: the command's exit code."""
     code: int | None = None
-    pending = b""
-    reading = True
+    pending, reading = b"", True
     while True:
         ended, left = reap_children()
         if proc.pid in ended:
@@ -269,9 +269,7 @@ def descendants(root: int) -> dict[int, tuple[str, int]]:
 def alive(root: int, spare: frozenset[int] = frozenset()) -> list[int]:
     """The descendants of ``root`` that still run (zombies are dead), but ``spare``."""
     return [
-        pid
-        for pid, (state, _) in descendants(root).items()
-        if state not in ("Z", "X") and pid not in spare
+        p for p, (state, _) in descendants(root).items() if state not in DEAD and p not in spare
     ]
 
 

@@ -16,7 +16,7 @@ from collections.abc import Callable
 
 from ..core.election import Event
 from ..core.timing import Timing
-from ..kube.skew import ClockOffset
+from ..kube.skew import Offset
 from ..publish.exposition import Exposition, Histogram, Labels
 from .observer import Call, Control, Observer, View
 
@@ -40,12 +40,7 @@ def _rounded(value: float | None) -> float:
 
 
 class Metrics(Observer):
-    def __init__(
-        self,
-        lease: str,
-        offset: Callable[[], ClockOffset | None] = lambda: None,
-        timing: Timing | None = None,
-    ):
+    def __init__(self, lease: str, offset: Offset = lambda: None, timing: Timing | None = None):
         self.lease, self.offset = lease, offset
         #: The election's timing, so alerts compare skew and silence with what it tolerates.
         self.timing = timing

@@ -24,10 +24,7 @@ from .observer import Control, Observer, View
 
 class Published(Observer):
     def __init__(self, state_dir: Path, port: int, metrics: Callable[[], str], log: Logger):
-        self.file = StateFile(state_dir)
-        self.port = port
-        self.metrics = metrics
-        self.log = log
+        self.file, self.port, self.metrics, self.log = StateFile(state_dir), port, metrics, log
         self.changes: Changes | None = None
         self.server: StatusServer | None = None
 
@@ -38,13 +35,9 @@ class Published(Observer):
         self.file.write(state, force=True)
         self.changes = Changes(state)
         if self.port:
+            live, healthy = (lambda: control.view().state), control.healthy
             self.server = StatusServer(
-                self.port,
-                lambda: control.view().state,
-                control.healthy,
-                self.metrics,
-                self.log,
-                self.changes,
+                self.port, live, healthy, self.metrics, self.log, self.changes
             )
             await self.server.start()
 

@@ -13,14 +13,13 @@ clock comes back within half of that.
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import Any
 
 from ..core.election import Event
 from ..core.timing import Timing
 from ..kit.logs import Logger
 from ..kube.errors import RBAC_FIX, Forbidden, NotFound, Unauthorized
-from ..kube.skew import ClockOffset
+from ..kube.skew import Offset
 from .observer import Call, Observer, View
 
 ROLLED_BACK = (
@@ -34,14 +33,7 @@ UNAUTHORIZED = (
 
 
 class LogReport(Observer):
-    def __init__(
-        self,
-        log: Logger,
-        lease: str,
-        namespace: str,
-        timing: Timing,
-        offset: Callable[[], ClockOffset | None],
-    ):
+    def __init__(self, log: Logger, lease: str, namespace: str, timing: Timing, offset: Offset):
         self.log, self.lease, self.namespace, self.offset = log, lease, namespace, offset
         self.tolerated = timing.lease_duration - timing.renew_deadline
 

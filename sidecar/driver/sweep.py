@@ -159,7 +159,7 @@ async def sweep(
     sightings: Sightings,
     margin: float = SWEEP_MARGIN,
     now: Now = _utcnow,
-    on_delete: Callable[[LeaseRecord], None] | None = None,
+    on_delete: Callable[[str, LeaseRecord], None] | None = None,
 ) -> SweepResult:
     """The sweep of one namespace, as the sidecar does on shutdown and ``cleanup`` does once."""
     items, _ = await store.list(label_selector=SELECTOR)
@@ -167,7 +167,6 @@ async def sweep(
     async def delete(_namespace: str, name: str, resource_version: str) -> None:
         await store.delete(name, resource_version)
 
-    deleted = (lambda _ns, record: on_delete(record)) if on_delete is not None else None
     return await sweep_objects(
-        items, delete, log, sightings=sightings, margin=margin, now=now, on_delete=deleted
+        items, delete, log, sightings=sightings, margin=margin, now=now, on_delete=on_delete
     )

@@ -95,19 +95,12 @@ class ExitSweep(Observer):
             self.log.info("sweep left to the sweep duty's holder", sweeper=self.holder or None)
             return
         if self.sighted:
+            on_delete, now = lambda *_: self.on_delete(), self.clock.wall
             result = await sweep.sweep(
-                self.store,
-                self.log,
-                sightings=self.sightings,
-                now=self.clock.wall,
-                on_delete=lambda _r: self.on_delete(),
+                self.store, self.log, sightings=self.sightings, now=now, on_delete=on_delete
             )
-            self.log.info(
-                "sweep done",
-                deleted=len(result.deleted),
-                kept_live=result.kept_live,
-                kept_unconfirmed=result.kept_unconfirmed,
-            )
+            kept = {"kept_live": result.kept_live, "kept_unconfirmed": result.kept_unconfirmed}
+            self.log.info("sweep done", deleted=len(result.deleted), **kept)
         await self.shared.swap(self._give_back)
         self.held = False
 

@@ -26,19 +26,18 @@ from ..kit.logs import Logger
 from ..kube.errors import ApiError
 from .observer import Observer, View
 
-POLICIES = ("auto", "now", "after-valid-until")
+#: ``deleting(timeout)``: whether this pod is being deleted (``kube.api.PodLabel.deleting``).
+Deleting = Callable[[float], Awaitable[bool]]
 #: How long ``auto`` waits for the answer about its pod.
 ASK_BUDGET = 1.0
+UNKNOWN = (
+    "cannot tell whether this pod is being deleted; holding the release until "
+    "valid_until (grant get on pods to the pod's ServiceAccount: manifests/rbac.yaml)"
+)
 
 
 class Vouch(Observer):
-    def __init__(
-        self,
-        policy: str,
-        deleting: Callable[[float], Awaitable[bool]] | None,
-        clock: Clock,
-        log: Logger,
-    ):
+    def __init__(self, policy: str, deleting: Deleting | None, clock: Clock, log: Logger):
         self.policy, self.deleting, self.clock, self.log = policy, deleting, clock, log
         #: The last ``valid_until`` published, on the monotonic clock (-inf: none yet).
         self.until = -math.inf
@@ -64,11 +63,5 @@ class Vouch(Observer):
         try:
             return await self.deleting(ASK_BUDGET)
         except ApiError as err:
-            self.log.once(
-                "vouch",
-                "warning",
-                "cannot tell whether this pod is being deleted; holding the release until "
-                "valid_until (grant get on pods to the pod's ServiceAccount: manifests/rbac.yaml)",
-                error=str(err),
-            )
+            self.log.once("vouch", "warning", UNKNOWN, error=str(err))
             return False

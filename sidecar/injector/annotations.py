@@ -174,12 +174,10 @@ def read_settings(pod: Mapping[str, Any], defaults: Timing) -> PodSettings | lis
     timing = Timing(**times)
 
     def origin(setting: str, seconds: float) -> str:  # as contract §3's rules name a value
-        key = PREFIX + setting
+        key, spelled = PREFIX + setting, format_duration(seconds)
         if setting in given:
-            return f"{key}={show(format_duration(seconds))}"
-        return (
-            f"{setting} {format_duration(seconds)} (the injector's default; set {key} to change it)"
-        )
+            return f"{key}={show(spelled)}"
+        return f"{setting} {spelled} (the injector's default; set {key} to change it)"
 
     if len(problems) == before:  # the rules between them only mean something once each parses
         problems += timing.problems(origin)

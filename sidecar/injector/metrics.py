@@ -33,34 +33,17 @@ class InjectorMetrics:
 
     def render(self) -> str:
         out = Exposition()
-        out.family(
-            "counter",
-            "grelmicro_injector_admissions_total",
-            "Admission requests answered, by outcome.",
-            [({"outcome": o}, self.admissions[o]) for o in OUTCOMES],
-        )
-        out.histogram(
-            "grelmicro_injector_admission_duration_seconds",
-            "Time to answer an admission request.",
-            self.latency,
-            {},
-        )
-        out.family(
-            "counter",
-            "grelmicro_injector_swept_leases_total",
-            "Expired managed Leases deleted by the sweep.",
-            [({}, self.swept)],
-        )
-        out.family(
-            "counter",
-            "grelmicro_injector_sweeps_total",
-            "Sweep runs, by result.",
-            [({"result": r}, self.sweeps[r]) for r in ("ok", "error")],
-        )
-        out.family(
-            "counter",
-            "grelmicro_injector_rbac_objects_created_total",
-            "Roles and RoleBindings created by --auto-rbac.",
-            [({}, self.rbac_created)],
-        )
+        # fmt: off
+        out.family("counter", "grelmicro_injector_admissions_total",
+                   "Admission requests answered, by outcome.",
+                   [({"outcome": o}, self.admissions[o]) for o in OUTCOMES])
+        out.histogram("grelmicro_injector_admission_duration_seconds",
+                      "Time to answer an admission request.", self.latency, {})
+        out.family("counter", "grelmicro_injector_swept_leases_total",
+                   "Expired managed Leases deleted by the sweep.", [({}, self.swept)])
+        out.family("counter", "grelmicro_injector_sweeps_total", "Sweep runs, by result.",
+                   [({"result": r}, self.sweeps[r]) for r in ("ok", "error")])
+        out.family("counter", "grelmicro_injector_rbac_objects_created_total",
+                   "Roles and RoleBindings created by --auto-rbac.", [({}, self.rbac_created)])
+        # fmt: on
         return out.text()

@@ -50,7 +50,8 @@ async def sweep_every(
 ) -> None:
     """Sweep every ``interval`` (± 10 %) until cancelled; each run counted, its failures logged."""
     leases = LeaseStore(config, "")  # every namespace
-    sightings = Sightings()  # kept across sweeps: a Lease is judged on what this replica saw
+    # Sightings kept across sweeps: a Lease is judged on what this replica saw.
+    options = {"sightings": Sightings(), "margin": margin, "on_delete": metrics.count_swept}
 
     async def pod_exists(namespace: str, name: str) -> bool:
         return await exists(leases.api, path(CORE, "pods", namespace, name), "get pods")
@@ -58,14 +59,7 @@ async def sweep_every(
     while True:
         await asyncio.sleep(interval * random.uniform(0.9, 1.1))
         try:
-            result = await sweep_cluster(
-                leases,
-                pod_exists,
-                log,
-                sightings=sightings,
-                margin=margin,
-                on_delete=metrics.count_swept,
-            )
+            result = await sweep_cluster(leases, pod_exists, log, **options)
         except ApiError as err:
             metrics.sweeps["error"] += 1
             if isinstance(err, Forbidden):

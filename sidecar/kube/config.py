@@ -61,6 +61,13 @@ def load(
     return config
 
 
+def resolve_namespace(explicit: str | None, config: ApiConfig) -> str:
+    """Which namespace a command works in (contract §7, "Namespace"): the flag; the service
+    account's; $POD_NAMESPACE; the kubeconfig's; else ``default``."""
+    own = config.namespace if config.in_cluster else None
+    return explicit or own or os.environ.get("POD_NAMESPACE") or config.namespace or "default"
+
+
 def from_kubeconfig(path: Path | str, context: str | None = None) -> ApiConfig:
     """One kubeconfig file, nothing else."""
     return load(str(path), context)

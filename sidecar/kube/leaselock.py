@@ -70,8 +70,7 @@ class LeaseLock:
     async def create(self, body: Obj, timeout: float) -> Obj:
         return await self.store.create(body, timeout=timeout)
 
-    async def replace(self, body: Obj, timeout: float) -> Obj:
-        """PUT with the body's resourceVersion: ``Conflict`` when someone wrote since."""
+    async def replace(self, body: Obj, timeout: float) -> Obj:  # ``Conflict``: someone wrote since
         return await self.store.replace(body, timeout=timeout)
 
     async def events(self) -> AsyncIterator[Changed | Deleted | Lost | Failed | Healthy]:

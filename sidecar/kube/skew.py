@@ -8,6 +8,7 @@ alarm raised on it is never a false one.
 from __future__ import annotations
 
 import datetime as dt
+from collections.abc import Callable
 from dataclasses import dataclass
 
 # Not email.utils.parsedate_to_datetime: the email package, in every sidecar, for one format.
@@ -29,6 +30,10 @@ class ClockOffset:
     def beyond(self, tolerance: float) -> bool:
         """Whether the clock is certainly off by more than ``tolerance`` (either way)."""
         return self.low > tolerance or self.high < -tolerance
+
+
+#: Where an observer reads the last offset measured (None: none yet).
+Offset = Callable[[], ClockOffset | None]
 
 
 def offset_from_date(date: str | None, sent: float, received: float) -> ClockOffset | None:

@@ -10,6 +10,7 @@ election: ``offer`` only stores the state and wakes waiters.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections import deque
 
 from ..core.state import State
@@ -20,11 +21,8 @@ HISTORY = 64
 
 class Changes:
     def __init__(self, first: State):
-        self.version = 1
-        self.state = first
-        self._comparable = first.comparable()
-        self._changed = asyncio.Event()
-        self.closed = False
+        self.version, self.state, self.closed = 1, first, False
+        self._comparable, self._changed = first.comparable(), asyncio.Event()
         self._recent: deque[tuple[int, State]] = deque([(1, first)], maxlen=HISTORY)
 
     def offer(self, state: State) -> bool:
@@ -53,13 +51,9 @@ class Changes:
 
     async def wait(self, seen: int | None, timeout: float) -> int:
         """The version once it differs from ``seen`` (None: the version now), or after ``timeout``."""
-        if seen is None:
-            seen = self.version
         changed = self._changed
-        if self.version == seen and not self.closed:
-            try:
+        if seen in (None, self.version) and not self.closed:
+            with contextlib.suppress(TimeoutError):
                 async with asyncio.timeout(timeout):
                     await changed.wait()
-            except TimeoutError:
-                pass
         return self.version

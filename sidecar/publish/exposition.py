@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 Labels = Mapping[str, str]
+_ESCAPE = str.maketrans({"\\": "\\\\", '"': '\\"', "\n": "\\n"})  # label values
 
 
 @dataclass
@@ -61,13 +62,8 @@ class Exposition:
 
 
 def _labels(labels: Labels) -> str:
-    if not labels:
-        return ""
-    return "{" + ",".join(f'{k}="{_escape(v)}"' for k, v in labels.items()) + "}"
-
-
-def _escape(value: str) -> str:
-    return value.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
+    pairs = ",".join(f'{k}="{v.translate(_ESCAPE)}"' for k, v in labels.items())
+    return "{" + pairs + "}" if labels else ""
 
 
 def _number(value: float | str) -> str:

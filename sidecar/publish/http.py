@@ -23,6 +23,7 @@ import h11
 from ..core.state import State
 from ..kit.logs import Logger
 from .changes import Changes
+from .exposition import CONTENT_TYPE
 from .notify import Answer, Notifications, Waiter
 
 StateFn = Callable[[], State]
@@ -34,6 +35,9 @@ MAX_CONNECTIONS = 32
 REQUEST_DEADLINE = 5.0
 MAX_REQUEST_BYTES = 16 * 1024
 TOO_LARGE = b"HTTP/1.1 431 Request Header Fields Too Large\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
+NOT_RUNNING = b"election loop not running\n"
+NOT_FOUND = b"not found: try /leader, /status, /events, /healthz or /metrics\n"
+CLOSING = (h11.MUST_CLOSE, h11.CLOSED)
 #: The status port listens on IPv4 and IPv6 everywhere (IPv6 only where the kernel has it).
 EVERY_INTERFACE = ("0.0.0.0", "::")
 
@@ -48,12 +52,8 @@ class StatusServer:
         log: Logger,
         changes: Changes,
     ):
-        self.port = port
-        self.state = state
-        self.healthy = healthy
-        self.metrics = metrics
-        self.log = log
-        self.changes = changes
+        self.port, self.state, self.healthy, self.metrics = port, state, healthy, metrics
+        self.log, self.changes = log, changes
         self.notify = Notifications(changes)
         self.server: asyncio.Server | None = None
         # Open connections, and those waiting for a request, oldest first (dicts keep order).
@@ -88,11 +88,7 @@ class StatusServer:
             return 405, "text/plain", b"method not allowed\n"
         if path == "/healthz":
             ok = self.healthy()
-            return (
-                (200 if ok else 500),
-                "text/plain",
-                b"ok\n" if ok else b"election loop not running\n",
-            )
+            return (200, "text/plain", b"ok\n") if ok else (500, "text/plain", NOT_RUNNING)
         if path == "/leader":
             state = self.state()
             return (200 if state.is_leader else 503), "application/json", _json(state.as_dict())
@@ -100,22 +96,16 @@ class StatusServer:
             state = self.state()
             return 200, "application/json", _json({**state.as_dict(), "name": state.holder})
         if path == "/metrics":
-            return 200, "text/plain; version=0.0.4; charset=utf-8", self.metrics().encode()
+            return 200, CONTENT_TYPE, self.metrics().encode()
         if path == "/events":  # HEAD: what a GET would start with
             return 200, "text/event-stream", b""
-        return (
-            404,
-            "text/plain",
-            b"not found: try /leader, /status, /events, /healthz or /metrics\n",
-        )
+        return 404, "text/plain", NOT_FOUND
 
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         self._admit(writer)
         try:
             await self._converse(reader, writer)
-        except (h11.RemoteProtocolError, ConnectionError, TimeoutError, OSError):
-            pass
-        except asyncio.CancelledError:
+        except (h11.RemoteProtocolError, OSError, asyncio.CancelledError):
             # Only our own close() or the loop's shutdown cancels a connection; Python
             # 3.11's stream callback prints a traceback for a handler that ends cancelled.
             pass
@@ -184,10 +174,7 @@ class StatusServer:
                 conn.start_next_cycle()
                 deadline, received = loop.time() + REQUEST_DEADLINE, 0
                 self._idle[writer] = None
-            elif isinstance(event, h11.ConnectionClosed) or conn.our_state in (
-                h11.MUST_CLOSE,
-                h11.CLOSED,
-            ):
+            elif isinstance(event, h11.ConnectionClosed) or conn.our_state in CLOSING:
                 return
 
     async def _respond(
@@ -200,7 +187,7 @@ class StatusServer:
         refused: Answer | None = None
         stayed = True
 
-        async def wait(work: Coroutine[Any, Any, None]) -> None:
+        async def wait(work: Coroutine[Any, Any, Any]) -> None:
             """Hold a long poll in its pool's slot, or refuse it (429)."""
             nonlocal refused, stayed
             if (refused := self.notify.too_many(who.local)) is None:
@@ -217,9 +204,7 @@ class StatusServer:
         if not stayed:
             return None
         version = self.changes.version
-        if answer is None:
-            answer = self.answer(method, target)
-        status, ctype, body = answer
+        status, ctype, body = answer or self.answer(method, target)
         headers = [("Content-Length", str(len(body))), ("Cache-Control", "no-store")]
         if ctype:
             headers.insert(0, ("Content-Type", ctype))
@@ -242,10 +227,7 @@ def _is_stream(request: h11.Request) -> bool:
 
 
 def _header(request: h11.Request, name: bytes) -> str | None:
-    for key, value in request.headers:
-        if key == name:
-            return value.decode(errors="replace")
-    return None
+    return next((v.decode(errors="replace") for k, v in request.headers if k == name), None)
 
 
 def _json(data: dict[str, Any]) -> bytes:

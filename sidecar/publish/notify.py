@@ -82,7 +82,7 @@ class Notifications:
 
     async def waiter(
         self,
-        waiting: Callable[[Waiter], Coroutine[Any, Any, None]],
+        waiting: Callable[[Waiter], Coroutine[Any, Any, Any]],
         who: Waiter,
         reader: asyncio.StreamReader,
         conn: h11.Connection,
@@ -108,7 +108,7 @@ class Notifications:
             del self._waiting[task]
 
     async def conditional(
-        self, query: str, seen: str | None, wait: Callable[[Coroutine[Any, Any, None]], Any]
+        self, query: str, seen: str | None, wait: Callable[[Coroutine[Any, Any, Any]], Any]
     ) -> Answer | None:
         """``?wait=`` and ``If-None-Match`` on /leader: an answer of their own (400, 304) or None.
 
@@ -123,11 +123,8 @@ class Notifications:
                 return seconds
             known = self.changes.version
             if seen is None or seen == self.etag(known):  # else the client is behind: answer now
-                await wait(self._until_changed(known, seconds))
+                await wait(self.changes.wait(known, seconds))
         return (304, "", b"") if seen == self.etag(self.changes.version) else None
-
-    async def _until_changed(self, known: int, seconds: float) -> None:
-        await self.changes.wait(known, seconds)
 
     async def stream(self, conn: h11.Connection, who: Waiter) -> None:
         """Server-Sent Events: the state now, then every change, until shutdown."""

@@ -24,8 +24,7 @@ class StateDirError(Exception):
 
 class StateFile:
     def __init__(self, directory: Path):
-        self.directory = directory
-        self.path = directory / STATE_FILE
+        self.directory, self.path = directory, directory / STATE_FILE
         self._last: dict[str, Any] | None = None
 
     def check_writable(self) -> None:
@@ -50,12 +49,10 @@ class StateFile:
         data = (json.dumps(state.as_dict(), indent=2, sort_keys=False) + "\n").encode()
         tmp = self.directory / f".{STATE_FILE}.{os.getpid()}.tmp"
         try:
-            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
-            try:
-                os.write(fd, data)
-                os.fsync(fd)
-            finally:
-                os.close(fd)
+            with os.fdopen(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644), "wb") as fh:
+                fh.write(data)
+                fh.flush()
+                os.fsync(fh.fileno())
             os.replace(tmp, self.path)
             with contextlib.suppress(OSError):
                 dfd = os.open(self.directory, os.O_RDONLY)
