@@ -34,7 +34,8 @@ RETRY_MAX = 30.0
 SETTLE_BUDGET = 3.0
 POLICY_FIX = (
     "apply manifests/leader-label.yaml (the Role that grants it and the admission policy "
-    "that limits it to this label on this pod), or the chart's leaderLabel settings"
+    "that limits it to this label on this pod) and run the pod as its ServiceAccount "
+    "grelmicro-sidecar, or the chart's leaderLabel settings"
 )
 
 
