@@ -14,7 +14,7 @@ Guarantees:
 - an API error never touches the election: it is logged once with its fix and
   retried with backoff until the label is what the state says; a label that
   should be off (or may be on) is retried as soon as any API call of the
-  elector succeeds, not at the next backoff step (up to 30 s).
+  elector succeeds, and one known to be on at least every ``RETRY_OFF``.
 """
 
 from __future__ import annotations
@@ -30,6 +30,8 @@ from .observer import Call, Control, Observer, View
 
 RETRY_FIRST = 0.5
 RETRY_MAX = 30.0
+#: A label known to be on while this pod does not lead is retried at least this often.
+RETRY_OFF = 1.0
 #: How long the release waits for the label to come off.
 SETTLE_BUDGET = 3.0
 POLICY_FIX = (
@@ -104,8 +106,9 @@ class LeaderLabel(Observer):
                     await self._put(want)
                 except ApiError as err:
                     self._failed(err, retry)
+                    stale = self.have and not want  # on, and it should not be: cheap, one pod
                     with contextlib.suppress(TimeoutError):
-                        async with asyncio.timeout(retry):
+                        async with asyncio.timeout(min(retry, RETRY_OFF) if stale else retry):
                             await self._news.wait()
                     self._news.clear()
                     retry = min(retry * 2, RETRY_MAX)

@@ -68,9 +68,9 @@ def test_other_workloads_on_default_are_left_alone_and_a_pod_of_another_uid_is_r
     assert patch_as(cluster, bound_to_a, namespace, "w", set_label("true")) == 403
     assert patch_as(cluster, bound_to_a, namespace, "b", set_label("true")) == 403
 
-    # Pod a deleted and created again: another pod under the same name. The API server
-    # refuses the old token itself (401); the policy refuses a request that names the
-    # new pod with the old uid (made here by impersonation, as an admin can).
+    # Pod a deleted and created again: another pod under the same name. Its old token
+    # must not label it, and a request that names the new pod with the old uid (made
+    # here by impersonation, as an admin can, so the policy decides) is refused.
     client.CoreV1Api(api).delete_namespaced_pod("a", namespace, grace_period_seconds=0)
     deadline = time.monotonic() + 30
     while True:
@@ -80,7 +80,16 @@ def test_other_workloads_on_default_are_left_alone_and_a_pod_of_another_uid_is_r
         except client.ApiException as err:
             assert err.status == 409 and time.monotonic() < deadline, err
             time.sleep(0.1)
-    assert patch_as(cluster, bound_to_a, namespace, "a", set_label("true")) == 401
+    with accounts.token_client(cluster, bound_to_a) as api_client:
+        try:
+            client.CoreV1Api(api_client).patch_namespaced_pod("a", namespace, set_label("true"))
+            stale = "200"
+        except client.ApiException as err:
+            stale = f"{err.status} {err.body}"
+    # The API server caches a token's authentication for a few seconds: the old token
+    # may still authenticate (seen on v1.36: then the policy's uid rule refuses it) or
+    # be refused (401). Never accepted.
+    assert stale.startswith("401") or (stale.startswith("403") and "uid" in stale), stale
     with cluster_admin(cluster) as admin:
         admin.set_default_header("Impersonate-User", f"system:serviceaccount:{namespace}:{SA}")
         for key, value in (("pod-name", "a"), ("pod-uid", uid_a)):
