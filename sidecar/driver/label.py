@@ -12,7 +12,9 @@ Guarantees:
   safety step, consumers gate on ``valid_until``, and a terminating pod leaves
   the Service's ready endpoints anyway);
 - an API error never touches the election: it is logged once with its fix and
-  retried with backoff until the label is what the state says.
+  retried with backoff until the label is what the state says; a label that
+  should be off (or may be on) is retried as soon as any API call of the
+  elector succeeds, and one known to be on at least every ``RETRY_OFF``.
 """
 
 from __future__ import annotations
@@ -24,15 +26,18 @@ from collections.abc import Awaitable, Callable
 from ..kit import aio
 from ..kit.logs import Logger
 from ..kube.errors import ApiError, Forbidden, NotFound
-from .observer import Control, Observer, View
+from .observer import Call, Control, Observer, View
 
 RETRY_FIRST = 0.5
 RETRY_MAX = 30.0
+#: A label known to be on while this pod does not lead is retried at least this often.
+RETRY_OFF = 1.0
 #: How long the release waits for the label to come off.
 SETTLE_BUDGET = 3.0
 POLICY_FIX = (
     "apply manifests/leader-label.yaml (the Role that grants it and the admission policy "
-    "that limits it to this label on this pod), or the chart's leaderLabel settings"
+    "that limits it to this label on this pod) and run the pod as its ServiceAccount "
+    "grelmicro-sidecar, or the chart's leaderLabel settings"
 )
 
 
@@ -60,6 +65,11 @@ class LeaderLabel(Observer):
 
     def on_state(self, view: View) -> None:
         self.offer(view.state.is_leader)
+
+    def on_call(self, call: Call) -> None:
+        """The API answers again: a label that should be off (or may be on) is retried now."""
+        if call.error is None and not self.want and self.have is not False:
+            self._news.set()
 
     async def before_release(self) -> None:
         """Wait (bounded) for the label to come off, then stop following."""
@@ -96,8 +106,9 @@ class LeaderLabel(Observer):
                     await self._put(want)
                 except ApiError as err:
                     self._failed(err, retry)
+                    stale = self.have and not want  # on, and it should not be: cheap, one pod
                     with contextlib.suppress(TimeoutError):
-                        async with asyncio.timeout(retry):
+                        async with asyncio.timeout(min(retry, RETRY_OFF) if stale else retry):
                             await self._news.wait()
                     self._news.clear()
                     retry = min(retry * 2, RETRY_MAX)

@@ -10,8 +10,8 @@ a new feature is one observer and one line of wiring. The elector guarantees:
   (``State.comparable``), and once more, forced, at shutdown with "not leader";
 - ``on_event`` gets every election event once, in order, before the
   ``on_state`` of the step that caused it;
-- ``on_call`` gets the end of every API request of the elector (the watch
-  included), failed or not;
+- ``on_call`` gets the end of every API request of the elector, failed or not,
+  and the watch's first answer after a failure (the API works again);
 - at shutdown, after the forced "not leader": every ``before_release`` (in
   order; where an observer makes sure nobody acts on this leadership any more,
   since the release lets a successor lead at once), then the release, then

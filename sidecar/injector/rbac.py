@@ -6,7 +6,8 @@ watch on annotated pods, never inside the admission request (``sideEffects:
 None``, safe for dry runs); the sidecar retries on 403 until the binding exists.
 Objects are created, never updated or deleted: a Role someone edited is theirs.
 The leader label's Role (pods ``patch``) is granted only while the admission
-policy that limits it, and its binding, exist (contract §8).
+policy that limits it, and its binding, exist, and never to ``default``: the
+policy limits every pod update of the account it is bound to (contract §8).
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ ROLE_NAME = "grelmicro-sidecar-leases"
 LABEL_ROLE_NAME = "grelmicro-sidecar-leader-label"
 #: The ValidatingAdmissionPolicy (and its binding) that limits the label Role.
 LABEL_POLICY = "grelmicro-sidecar-leader-label"
+LABEL_ACCOUNT_FIX = "serviceAccountName: grelmicro-sidecar (manifests/leader-label.yaml makes it)"
 MANAGED_BY = {"app.kubernetes.io/managed-by": "grelmicro-sidecar-injector"}
 VERBS = ["get", "list", "watch", "create", "update", "patch", "delete"]
 EVENT_VERBS = ["create", "patch"]  # Events on the Lease (kubectl describe lease)
@@ -117,6 +119,16 @@ class Grants:
         key = f"rbac:{namespace}:{account}:{what}"
         where = {"namespace": namespace, "service_account": account}
         name = GRANTS[what][0]
+        if what == "leader-label" and account == "default":
+            self.log.once(
+                key,
+                "warning",
+                "auto-rbac: a pod asks for the leader label but runs as the ServiceAccount "
+                "default; not granting it (its policy would limit every pod that uses default)",
+                **where,
+                fix=f"run the pod as a ServiceAccount only such pods use: {LABEL_ACCOUNT_FIX}",
+            )
+            return
         try:
             if what == "leader-label" and not await label_policy_exists(self.api):
                 self.log.once(

@@ -47,7 +47,7 @@ class Failed:
 
 @dataclass(frozen=True)
 class Healthy:
-    """A watch request ran its course: the watch works."""
+    """A watch request ran its course, or answered after a failure: the watch works."""
 
 
 class LeaseLock:
@@ -84,7 +84,9 @@ class LeaseLock:
             try:
                 seconds = int(WATCH_SECONDS * random.uniform(0.8, 1.2))  # no sidecars in lockstep
                 async for kind, obj in self.store.watch(self.name, version, seconds):
-                    failures = 0
+                    if failures:  # the first answer after a failure: the API works again
+                        failures = 0
+                        yield Healthy()
                     seen = str((obj.get("metadata") or {}).get("resourceVersion", ""))
                     self._version = seen or self._version
                     if kind in ("ADDED", "MODIFIED"):

@@ -123,6 +123,16 @@ def test_auto_rbac_grants_the_leader_label_only_with_its_admission_policy(
         assert [(r.api_groups, r.resources, r.verbs) for r in role.rules] == [
             (r["apiGroups"], r["resources"], r["verbs"]) for r in manifest_role["rules"]
         ]
+        # Never to `default`: the policy would limit every pod of the namespace on it.
+        core.create_namespaced_pod(namespace, annotated_pod("app3", label))
+        deadline = time.monotonic() + 30
+        while "runs as the ServiceAccount default" not in own.tail():
+            assert time.monotonic() < deadline, own.tail()
+            time.sleep(0.2)
+        bindings = client.RbacAuthorizationV1Api(api).list_namespaced_role_binding(namespace)
+        names = {b.metadata.name for b in bindings.items}
+        assert "grelmicro-sidecar-leases-default" in names  # the Leases, as for any pod
+        assert "grelmicro-sidecar-leader-label-default" not in names
     finally:
         own.stop()
         unregister(api, reg.name)

@@ -494,13 +494,28 @@ def test_leader_label_policy_and_role_are_the_same_everywhere() -> None:
     chart_role = find(objects, "Role", injector_rbac.LABEL_ROLE_NAME)
     manifest_role = find(manifest, "Role", injector_rbac.LABEL_ROLE_NAME)
     assert chart_role["rules"] == manifest_role["rules"] == injector_rbac.label_role("x")["rules"]
-    chart_binding = find(objects, "RoleBinding", "grelmicro-sidecar-leader-label-default")
-    manifest_binding = find(manifest, "RoleBinding", "grelmicro-sidecar-leader-label-default")
-    assert chart_binding["roleRef"] == manifest_binding["roleRef"]
-    assert (
-        injector_rbac.binding_name("default", injector_rbac.LABEL_ROLE_NAME)
-        == manifest_binding["metadata"]["name"]
-    )
+    # Bound to a ServiceAccount of its own, never `default` (contract §8, issue 27 item 5),
+    # with the Leases too; the same names as autoRBAC gives that account.
+    account = "grelmicro-sidecar"
+    assert find(manifest, "ServiceAccount", account)
+    team_a = [o for o in objects if o["metadata"].get("namespace") == "team-a"]
+    assert [o["metadata"]["name"] for o in team_a if o["kind"] == "ServiceAccount"] == [account]
+    for role_name in (injector_rbac.LABEL_ROLE_NAME, injector_rbac.ROLE_NAME):
+        name = injector_rbac.binding_name(account, role_name)
+        chart_binding, manifest_binding = (
+            find(objects, "RoleBinding", name),
+            find(manifest, "RoleBinding", name),
+        )
+        assert chart_binding["roleRef"] == manifest_binding["roleRef"]
+        assert chart_binding["roleRef"]["name"] == role_name
+        assert [s["name"] for s in chart_binding["subjects"]] == [account]
+        assert [s["name"] for s in manifest_binding["subjects"]] == [account]
+    label_bindings = [
+        o
+        for o in objects
+        if o["kind"] == "RoleBinding" and o["roleRef"]["name"] == injector_rbac.LABEL_ROLE_NAME
+    ]
+    assert len(label_bindings) == 1, label_bindings
     # No label grant without the policy that limits it.
     refused = template(
         {

@@ -172,6 +172,9 @@ def test_examples_are_admitted_and_injected_in_a_restricted_namespace(
         with LocalInjector(cluster, namespace, fullname, port, tmp_path) as injector:
             ns = workload_namespace
             cluster.kubectl("apply", "-n", ns, "-f", str(MANIFESTS / "rbac.yaml"))
+            # The account the label example runs as (manifests/leader-label.yaml makes it;
+            # its cluster-wide policy is left to the tests that check it).
+            cluster.kubectl("create", "serviceaccount", "-n", ns, "grelmicro-sidecar")
             applied = cluster.kubectl("apply", "-n", ns, "-k", str(EXAMPLES))
             assert "configmap/leader-only-work-" in applied.stdout
             expected = {"worker": 3, "api": 2, "manual": 2}

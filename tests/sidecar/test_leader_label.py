@@ -23,7 +23,7 @@ from tests.sidecar.proc import SidecarProcess, wait_for
 
 ROOT = Path(__file__).resolve().parents[2]
 LABEL = "leader-election.grelmicro.io/leader"
-SA = "default"  # what manifests/leader-label.yaml binds
+SA = "grelmicro-sidecar"  # what manifests/leader-label.yaml creates and binds
 
 
 def policy_only() -> str:
@@ -43,7 +43,7 @@ def label_grant(cluster: ControlPlane, api: Any, namespace: str) -> Iterator[Non
     core = client.CoreV1Api(api)
     while not core.list_namespaced_service_account(namespace).items:  # kcm makes `default`
         assert time.monotonic() < deadline, "no default ServiceAccount"
-        time.sleep(0.1)
+        time.sleep(0.1)  # (other workloads' pods use it)
     cluster.kubectl("apply", "-n", namespace, "-f", str(ROOT / "manifests" / "rbac.yaml"))
     cluster.kubectl("apply", "-n", namespace, "-f", str(ROOT / "manifests" / "leader-label.yaml"))
     try:

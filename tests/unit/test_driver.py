@@ -26,7 +26,8 @@ from sidecar.core.timing import Timing
 from sidecar.driver.coordination import Coordination
 from sidecar.driver.events import EventRecorder
 from sidecar.driver.handover import Handover
-from sidecar.driver.observer import Call
+from sidecar.driver.label import RETRY_OFF
+from sidecar.driver.observer import Call, Observer
 from sidecar.driver.report import LogReport
 from sidecar.driver.sweepduty import DUTY_SECONDS
 from sidecar.kit.logs import Logger
@@ -724,8 +725,10 @@ class FakePod:
         self.latency = latency
         self.labelled: bool | None = None
         self.forbidden = False
+        self.tries = 0
 
     async def put(self, present: bool) -> None:
+        self.tries += 1
         await asyncio.sleep(self.latency)
         if self.forbidden:
             raise Forbidden("pods is forbidden", status=403, verb="patch")
@@ -779,6 +782,68 @@ def test_the_leader_label_comes_off_when_leadership_lapses(tmp_path: Path) -> No
         await a.stop()
 
     run(scenario)
+
+
+def test_a_label_left_on_by_an_outage_comes_off_at_the_first_answer_of_the_api(
+    tmp_path: Path,
+) -> None:
+    """Contract §4 (leader label): after an outage that also refused the label (403), the
+    label comes off as soon as any API call of the process succeeds again, or at its
+    retry every RETRY_OFF, not at the label's next backoff step (up to 30 s)."""
+
+    async def scenario() -> None:
+        loop = asyncio.get_running_loop()
+        store = FakeLeases()
+        order: list[str] = []
+        pod = FakePod(order, latency=0.2)
+        a = await Candidate("a", store, tmp_path, put_label=pod.put).start()
+        await until(lambda: a.leads() and pod.labelled is True, 17, "a leads, labelled")
+        answered: list[float] = []
+        a.elector.observers.append(Answers(answered))
+        store.down = pod.forbidden = True
+        await until(lambda: not a.leads(), 20, "a steps down")
+        holding = asyncio.create_task(hold_for_b(store))  # a stays a follower
+        await asyncio.sleep(60)  # the label's backoff has grown to 30 s
+        tries = pod.tries
+        await until(lambda: pod.tries > tries, 31, "the label retried")
+        await asyncio.sleep(0.5)  # that try refused: the next one 30 s away
+        assert order == ["label off", "label on"]
+        answered.clear()
+        store.down = pod.forbidden = False
+        restored = loop.time()
+        holding.cancel()
+        await until(lambda: "label off" in order[1:], 40, "the label off after the outage")
+        # Off by the retry of a label known to be on (every RETRY_OFF), or sooner: right
+        # after the first answer. Each put takes 0.2 s; one may be in flight (0.45 s).
+        off = loop.time()
+        assert off - restored <= RETRY_OFF + 0.45, off - restored
+        assert not answered or off - answered[0] <= 0.45, (off, answered)
+        await a.stop()
+
+    run(scenario)
+
+
+async def hold_for_b(store: FakeLeases) -> None:
+    """b, which still reaches the API while a does not, claims the Lease and renews it."""
+    while True:
+        store.down = False  # for this write only: nothing here yields before it is set back
+        record = LeaseRecord.from_object(store.objects[LEASE])
+        now = LoopClock().wall()
+        taken = claim(record, name=LEASE, namespace="ns", identity="b", lease_duration=15, now=now)
+        await store.replace(taken)
+        store.down = True
+        await asyncio.sleep(2)
+
+
+class Answers(Observer):
+    """Records when each API call of the elector succeeded."""
+
+    def __init__(self, times: list[float]) -> None:
+        self.times = times
+
+    def on_call(self, call: Call) -> None:
+        if call.error is None:
+            self.times.append(asyncio.get_running_loop().time())
 
 
 def test_a_refused_leader_label_neither_stops_the_election_nor_holds_the_release(
