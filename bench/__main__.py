@@ -49,6 +49,11 @@ class Plan:
     scale_impls: tuple[str, ...]
     pod_rounds: int = 0  # real pods (bench.pods): leader deletions and rollouts per way; 0 skips
     sweep_pods: int = 0  # bench.sweep: pods stopping at once among its LEASES; 0 skips
+    first_runs: int = 3  # bench.first: fresh elections of FIRST_N candidates started at once
+
+
+#: Candidates started at once on a brand-new election (as the pods' 3 replicas).
+FIRST_N = 3
 
 
 FULL = Plan(
@@ -146,15 +151,23 @@ def run(plan: Plan, only: set[str] | None) -> dict[str, Any]:
                 res["startup_create"] = {
                     "sidecar": scenarios.startup(IMPLS["sidecar"], workdir, creds, 2, free=False)
                 }
-            if wanted("scale"):
+            if wanted("first-leader"):
+                from .first import first_leader
+
+                _log(f"first leader: {FIRST_N} fresh candidates at once, brand-new elections ...")
+                res["first_leader"] = {
+                    k: first_leader(IMPLS[k], workdir, creds, n=FIRST_N, runs=plan.first_runs)
+                    for k in plan.scale_impls
+                }
+            if wanted("scale") or wanted("one-election") or wanted("many-elections"):
                 res["scale"] = {"one_election": {}, "many_elections": {}}
-                for k in plan.scale_impls:
+                for k in plan.scale_impls if wanted("scale") or wanted("one-election") else ():
                     _log(f"scale: {plan.big_n} {k} candidates in one election ...")
                     res["scale"]["one_election"][k] = scenarios.one_big_election(
                         IMPLS[k], workdir, creds, audit,
                         n=plan.big_n, window=plan.big_window, count=plan.big_handovers,
                     )  # fmt: skip
-                for k in plan.scale_impls:
+                for k in plan.scale_impls if wanted("scale") or wanted("many-elections") else ():
                     _log(f"scale: {plan.many_elections} {k} elections × 2 candidates ...")
                     res["scale"]["many_elections"][k] = scenarios.many_elections(
                         IMPLS[k], workdir, creds, audit,
@@ -447,6 +460,9 @@ def targets(res: dict[str, Any]) -> list[dict[str, Any]]:
             + (f" (CPython floor {floor:.1f} MB)" if floor else ""),
             fp["rss_mb_leader"] <= peer["rss_mb_leader"],
         )
+    from .targets import against_clientgo
+
+    out += against_clientgo(res)
     loads = (res.get("pods") or {}).get("workloads") or {}
     ours = loads.get("sidecar") or {}
     for key, who in (("clientgo", "client-go"), ("grelmicro", "grelmicro")):
@@ -532,7 +548,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--quick", action="store_true", help="fewer runs, shorter windows (~5 min)")
     parser.add_argument(
         "--only",
-        help="comma-separated subset: handover, failover, steady, startup, scale, injector, sweep, pods",
+        help="comma-separated subset: handover, failover, steady, startup, first-leader, scale "
+        "(or one of its two: one-election, many-elections), injector, sweep, pods",
     )
     parser.add_argument(
         "--report-only", action="store_true", help="redraw from results/latest.json"

@@ -236,6 +236,10 @@ def markdown(res: dict[str, Any]) -> str:
                 + f" (n = {len(created)}); the peers create it at once.\n"
             )
 
+    if res.get("first_leader"):
+        from .first import markdown as first_markdown
+
+        add(first_markdown(res["first_leader"], LABELS))
     sc = res.get("scale")
     if sc:
         add("## 5. Scale\n")
@@ -284,6 +288,9 @@ def markdown(res: dict[str, Any]) -> str:
                     f"{max(c)} |"
                 )
             add("")
+        from .burst import markdown as burst_markdown
+
+        add(burst_markdown(sc.get("many_elections", {}), LABELS))
         many = sc.get("many_elections", {}).get("sidecar")
         if many and many.get("renew_deadline_stepdowns") is not None:
             add(

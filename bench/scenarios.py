@@ -21,6 +21,7 @@ from typing import Any
 
 from sidecar.core.lease import format_microtime
 
+from . import burst
 from .harness import (
     IMPLS,
     AuditLog,
@@ -443,6 +444,8 @@ def many_elections(
     """``elections`` elections side by side: the API request rate, then every leader SIGTERMed at once."""
     pools = [Pool(impl, f"many-{i}", workdir, creds, prefix=f"m{i}") for i in range(elections)]
     latencies: list[float] = []
+    rounds: list[burst.Round] = []
+    cpu_used: dict[str, float] = {}
     missing = 0
     stuck: list[dict[str, Any]] = []
     started = time.monotonic()
@@ -478,6 +481,10 @@ def many_elections(
                 )
             plan.append((pool, leader, others))
         sent_at = {}
+        cpu = burst.Cpu(
+            {"successors": [c.pid for p in plan for c in p[2]], **burst.plane_pids(creds.plane)},
+            [leader.pid for _, leader, _ in plan],
+        )
         for pool, leader, _ in plan:
             sent_at[pool.election] = leader.signal(signal.SIGTERM)
         pending = [p for p in plan if p[2]]
@@ -487,14 +494,26 @@ def many_elections(
             for pool, leader, others in pending:
                 sent = sent_at[pool.election]
                 ts = [
-                    t for c in others if (t := c.leading_since()) is not None and t >= sent - 0.001
+                    (t, c)
+                    for c in others
+                    if (t := c.leading_since()) is not None and t >= sent - 0.001
                 ]
                 if ts:
-                    latencies.append(min(ts) - sent)
+                    t, succ = min(ts, key=lambda x: x[0])
+                    latencies.append(t - sent)
+                    rounds.append(burst.Round(pool.election, sent, leader.user, succ.user, t, None))
                 else:
                     still.append((pool, leader, others))
             pending = still
             time.sleep(0.05)
+        for _, leader, _ in plan:
+            leader.wait(20)
+        cpu_used = cpu.after()
+        leaders = {leader.user: leader for _, leader, _ in plan}
+        for rd in rounds:
+            st = leaders[rd.leader].state()
+            if st and not st.get("is_leader") and st.get("updated_at"):
+                rd.stepdown = parse_time(str(st["updated_at"]))
         missing = len(pending) + sum(1 for p in plan if not p[2])
         for pool, leader, others in pending:
             states = {
@@ -530,7 +549,9 @@ def many_elections(
     reqs = [r for r in audit.requests(offset) if r.user.startswith(prefix)]
     counts = count_in_window(reqs, start, end)
     total = sum(k for verbs in counts.values() for v, k in verbs.items() if v != "watch (open)")
+    profile = burst.profile(rounds, reqs, max((r.led for r in rounds), default=0.0) + 1.0)
     return {
+        "burst": {**profile, "cpu": cpu_used},
         "elections": elections,
         "candidates_per_election": per_election,
         "window_seconds": round(end - start, 1),

@@ -67,7 +67,7 @@ async def _serve(settings: RunSettings, config: ApiConfig, command: LockSettings
         namespace,
         store,
         log,
-        post_event=api_poster(config, namespace, store.request_timeout),
+        post_event=api_poster(store.api, namespace),
         put_label=this_pod.put if settings.label_pod else None,
         pod_deleting=this_pod.deleting if pod else None,
         command=command,

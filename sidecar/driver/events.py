@@ -5,8 +5,10 @@ each step-down ("<pod> stopped leading: <reason>", shutdown included) is one
 core/v1 Event regarding the Lease, reason ``LeaderElection`` (client-go's).
 
 Guarantees: recording an Event never delays the election. Each is posted by
-its own task over a connection of its own, opened on the first Event (a
-follower that never leads never opens it). A token bucket (5 at once, then one
+its own task, held back ``HOLD_SECONDS`` (a shutdown's, until after the
+release): in a mass rollout the claims and releases go first, and the Event
+rides the election's idle keep-alive connection, not a TLS handshake of its
+own, on a machine where hundreds of them compete for the CPU. A token bucket (5 at once, then one
 per 30 s) bounds what a flapping candidate can write. A 403 is reported once
 with the fix and ends recording for this process: a missing permission costs
 nothing else. Any other failure loses that one Event (logged at debug).
@@ -15,6 +17,7 @@ nothing else. Any other failure loses that one Event (logged at debug).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import datetime as dt
 import time
 from collections.abc import Callable
@@ -28,6 +31,8 @@ from ..kube.errors import ApiError, Forbidden
 from .observer import Observer, View
 
 BURST = 5
+#: How long an Event waits before it is posted (``close`` sends the held ones at once).
+HOLD_SECONDS = 1.0
 REFILL_SECONDS = 30.0
 REASON = "LeaderElection"  # client-go's reason for the same Events
 COMPONENT = "grelmicro-sidecar"
@@ -59,6 +64,7 @@ class EventRecorder(Observer):
         self._filled_at = monotonic()
         self._enabled = True
         self._pending: set[asyncio.Task[None]] = set()
+        self._flush = asyncio.Event()
         self.dropped = 0
 
     def on_event(self, event: Event, view: View) -> None:
@@ -125,6 +131,9 @@ class EventRecorder(Observer):
         }
 
     async def _send(self, body: dict[str, Any]) -> None:
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(HOLD_SECONDS):
+                await self._flush.wait()
         try:
             await self._post(body)
         except Forbidden:
@@ -139,7 +148,8 @@ class EventRecorder(Observer):
             self.log.debug("could not record an Event", error=str(err))
 
     async def close(self, timeout: float = 1.0) -> None:
-        """Give queued Events a moment to go out (shutdown), then drop the rest."""
+        """Send the held Events now, give them a moment to go out (shutdown), drop the rest."""
+        self._flush.set()
         if self._pending:
             await asyncio.wait(set(self._pending), timeout=timeout)
         for task in self._pending:

@@ -5,7 +5,10 @@ roster (``core.roster``), dropping the oldest entries of its election beyond
 ``KEEP``, so a releasing leader may name it; the release asks it for a
 successor (the candidate that joined last); after taking over from a hand-off
 whose named successor never claimed, it takes that name out; a stopping
-candidate leaves the roster first, before any release, so it is not named.
+follower leaves the roster first, before any release, so it is not named; a
+stopping holder leaves after its own release (which never names itself), so
+its leave, a write on an object every candidate of the namespace shares, is
+not on the handover's path when a whole namespace stops at once.
 It also keeps the mark that says this election has had a Lease (written
 once any Lease of it is seen), and answers ``first_term``: whether an absent
 Lease was never created, so no term can still be vouched for.
@@ -46,13 +49,14 @@ class Handover(Observer):
         self.joined = False
         #: Whether the election is known to be marked (None until the first read).
         self.marked: bool | None = None
-        self.seen_lease = False
+        self.seen_lease = self.holding = False
         self._tasks: set[asyncio.Task[None]] = set()
 
     async def start(self, control: Control) -> None:
         self._background(self.join())
 
     def on_state(self, view: View) -> None:
+        self.holding = view.record is not None and view.record.holder == self.identity
         if view.record is not None and not self.seen_lease:
             self.seen_lease = True
             if self.marked is False:  # the first read is in: mark now, else join will
@@ -67,9 +71,13 @@ class Handover(Observer):
             self._background(self._forgotten(over.holder))
 
     async def before_release(self) -> None:
-        """Leave the roster first, so no release names a candidate that is stopping."""
+        """A follower leaves the roster first, so no release names a candidate that is stopping."""
         for task in self._tasks:
             task.cancel()
+        if not self.holding:
+            await self.after_release()
+
+    async def after_release(self) -> None:
         if self.joined:
             with contextlib.suppress(ApiError, TimeoutError):
                 async with asyncio.timeout(LEAVE_BUDGET):

@@ -119,15 +119,12 @@ async def create(api: KubeApi, url: str, what: str, body: dict[str, Any]) -> boo
     return True
 
 
-def api_poster(config: ApiConfig, namespace: str, request_timeout: float) -> Post:
-    """POST core/v1 Events over a connection of their own, opened on the first one: a
-    follower that never leads never records an Event, so never opens it."""
-    opened: list[KubeApi] = []
+def api_poster(api: KubeApi, namespace: str) -> Post:
+    """POST core/v1 Events through ``api``: the election's, whose kept-alive connection an
+    Event held back until the election is idle rides, with no TLS handshake of its own."""
 
     async def post(body: dict[str, Any]) -> Any:
-        if not opened:
-            opened.append(KubeApi(config, request_timeout))
-        return await opened[0].call("POST", path(CORE, "events", namespace), "create events", body)
+        return await api.call("POST", path(CORE, "events", namespace), "create events", body)
 
     return post
 

@@ -61,7 +61,10 @@ class Connection:
                         sock=sock, ssl=ssl_context, server_hostname=hostname
                     )
                 except BaseException as err:
-                    sock.close()
+                    # Not close(): a transport may own it (a timeout after the handshake
+                    # leaves TLS shutting down), and its fd reused under it crashes the loop.
+                    with contextlib.suppress(OSError):
+                        sock.shutdown(socket.SHUT_RDWR)
                     if isinstance(err, ssl.SSLCertVerificationError):
                         why = err.verify_message
                         raise Unreachable(f"TLS verification of {at} failed: {why}") from None

@@ -24,7 +24,7 @@ from sidecar.core import roster
 from sidecar.core.lease import LeaseRecord, claim
 from sidecar.core.timing import Timing
 from sidecar.driver.coordination import Coordination
-from sidecar.driver.events import EventRecorder
+from sidecar.driver.events import HOLD_SECONDS, EventRecorder
 from sidecar.driver.handover import Handover
 from sidecar.driver.label import RETRY_OFF
 from sidecar.driver.observer import Call, Observer
@@ -603,7 +603,7 @@ def test_events_are_rate_limited_and_a_403_ends_them() -> None:
         lease = {"metadata": {"name": "leader-main", "uid": "u-1"}}
         for i in range(10):  # a flapping candidate
             events.record(lease, "leader-main", "Acquire", f"pod-a became leader ({i})")
-        await asyncio.sleep(0)
+        await asyncio.sleep(HOLD_SECONDS + 0.01)
         assert len(posted) == 5 and events.dropped == 5  # the burst, then nothing
         assert posted[0]["involvedObject"] == {
             "apiVersion": "coordination.k8s.io/v1",
@@ -615,17 +615,74 @@ def test_events_are_rate_limited_and_a_403_ends_them() -> None:
         clock[0] += 30  # one more after the refill period
         events.record(lease, "leader-main", "StepDown", "pod-a stopped leading")
         events.record(lease, "leader-main", "StepDown", "pod-a stopped leading")
-        await asyncio.sleep(0)
+        await asyncio.sleep(HOLD_SECONDS + 0.01)
         assert len(posted) == 6
         deny[0], clock[0] = True, 1000.0
         for _ in range(3):
             events.record(lease, "leader-main", "Acquire", "pod-a became leader")
-            await asyncio.sleep(0)
+            await asyncio.sleep(HOLD_SECONDS + 0.01)
         await events.close()
         warnings = [json.loads(line) for line in log.stream.getvalue().splitlines()]  # type: ignore[union-attr]
         assert [w["msg"] for w in warnings] == [
             "cannot record Events on the Lease: forbidden; leadership is unaffected"
         ]
+
+    run(scenario)
+
+
+def test_events_are_held_back_and_a_shutdowns_goes_out_after_the_release(tmp_path: Path) -> None:
+    """Issue 28: in a mass rollout an Event's own request competed with the claims and releases."""
+
+    async def scenario() -> None:
+        store, loop = FakeLeases(), asyncio.get_running_loop()
+        store.latency = 0.005
+        posted: list[tuple[float, str, str]] = []  # (when, action, the Lease's holder then)
+
+        async def post(body: dict[str, Any]) -> None:
+            holder = store.objects[LEASE]["spec"].get("holderIdentity") or ""
+            posted.append((loop.time(), body["action"], holder))
+
+        a = await Candidate("a", store, tmp_path, post_event=post).start()
+        await until(a.leads, 16, "a leads")
+        led = loop.time()
+        await asyncio.sleep(3)
+        assert [(act, who) for _, act, who in posted] == [("Acquire", "a")]
+        assert posted[0][0] - led >= HOLD_SECONDS - 0.02, "held back, not sent at once"
+        assert await a.stop() == 0
+        assert posted[-1][1:] == ("StepDown", ""), "sent once the Lease was released"
+
+    run(scenario)
+
+
+def test_a_stopping_leader_leaves_the_roster_after_its_release(tmp_path: Path) -> None:
+    """Issue 28: its leave, a write on the namespace's shared object, was on the handover's path."""
+
+    async def scenario() -> None:
+        store = FakeLeases()
+        calls: list[str] = []
+        patch, replace = store.patch, store.replace
+
+        async def patched(name: str, body: dict[str, Any], timeout: float | None = None) -> Any:
+            calls.append(f"patch {name}")
+            return await patch(name, body, timeout)
+
+        async def replaced(body: dict[str, Any], timeout: float | None = None) -> Any:
+            calls.append(f"update {body['metadata']['name']}")
+            return await replace(body, timeout)
+
+        store.patch, store.replace = patched, replaced  # type: ignore[method-assign]
+        a, b = await _leader_and_follower(store, tmp_path)
+        c = await Candidate("c", store, tmp_path).start()
+        await asyncio.sleep(2)
+        del calls[:]
+        assert await c.stop() == 0  # a follower: leaves, releases nothing
+        assert calls == [f"patch {roster.NAME}"]
+        del calls[:]
+        assert await a.stop() == 0
+        assert calls.index(f"update {LEASE}") < calls.index(f"patch {roster.NAME}"), calls
+        assert listed(store) == ["b"]
+        await until(b.leads, 2, "b takes over")
+        await b.stop()
 
     run(scenario)
 

@@ -297,3 +297,35 @@ def test_each_failure_is_one_unreachable_message(
                     srv.close()
 
     asyncio.run(go())
+
+
+def test_a_timeout_as_the_handshake_completes_leaves_no_socket_closed_under_its_transport(
+    contexts: Contexts, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Seen at 400 sidecars on 2 cores: the timeout landed after the TLS handshake, before
+    ``open`` resumed; asyncio then shuts TLS down gracefully on a transport that still owns the
+    socket, and closing that socket here freed its fd under it. The next socket got the same fd
+    and ``sock_connect`` raised RuntimeError ("used by transport"): the sidecar exited 1."""
+    real = asyncio.open_connection
+
+    async def cancelled_after_the_handshake(
+        *args: object, **kwargs: object
+    ) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+        _, writer = await real(*args, **kwargs)  # type: ignore[arg-type]
+        writer.close()  # what asyncio does with the new transport when the cancel lands then
+        raise asyncio.CancelledError
+
+    async def go() -> None:
+        srv, port = await _serve(contexts[0], _answer)
+        monkeypatch.setattr(asyncio, "open_connection", cancelled_after_the_handshake)
+        try:
+            with pytest.raises(asyncio.CancelledError):
+                await Connection.open("127.0.0.1", port, contexts[1], 5)
+            monkeypatch.undo()
+            http = HttpClient("127.0.0.1", port, contexts[1])
+            assert (await http.request("GET", "/x", [], timeout=5)).body == b"ok"
+            http.close()
+        finally:
+            srv.close()
+
+    asyncio.run(go())
