@@ -224,16 +224,16 @@ def markdown(res: dict[str, Any]) -> str:
         add(
             "RSS: the largest `VmRSS` sampled every 5 s during the N = 3 steady-state window; CPU: "
             "`utime + stime` over that window. Start: from `Popen` to the `updated_at` of the first "
-            '"leading" state file, the Lease existing and free (released, as a graceful exit '
-            "leaves it).\n"
+            '"leading" state file, on a brand-new election (no Lease yet, as after `kubectl apply`).\n'
         )
-        created = [x["seconds"] for x in (res.get("startup_create") or {}).get("sidecar", [])]
-        if created:
+        free = [x["seconds"] for x in (res.get("startup_free") or {}).get("sidecar", [])]
+        if free:
             add(
-                "With no Lease at all the sidecar first waits one lease duration (someone may "
-                "have led under a Lease that was deleted; contract §2), by design: start → leading "
-                + ", ".join(ms(x) for x in created)
-                + f" (n = {len(created)}); the peers create it at once.\n"
+                "A Lease found released by a process that did not see the release is waited out "
+                "for one lease duration, by design (a restore may have brought back a release "
+                "while whoever led since still publishes; contract §2): start → leading "
+                + ", ".join(ms(x) for x in free)
+                + f" (n = {len(free)}); the peers claim it at once.\n"
             )
 
     if res.get("first_leader"):

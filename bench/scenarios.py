@@ -301,14 +301,15 @@ def _mean_verbs(items: list[dict[str, float]]) -> dict[str, float]:
 
 # ---- start-up ---------------------------------------------------------------
 def startup(
-    impl: Impl, workdir: Path, creds: Credentials, runs: int, *, free: bool = True
+    impl: Impl, workdir: Path, creds: Credentials, runs: int, *, free: bool = False
 ) -> list[dict[str, float]]:
     """Process start to leading, and the RSS once leading.
 
-    ``free``: the Lease exists and is free (released: no holder, as a graceful
-    exit leaves it), what the target names. Otherwise no Lease exists yet (the
-    create path), where the sidecar waits one lease duration first by design
-    (contract §2: someone may have led under a Lease that was deleted).
+    Without ``free``: a brand-new election, no Lease yet (what a user meets after
+    ``kubectl apply``), which the sidecar claims at once (a first term, contract
+    §2). ``free``: the Lease exists and is released, as a graceful exit leaves it;
+    the sidecar, which did not see that release, waits it out for one lease
+    duration (a restore may have brought it back, contract §2).
     """
     out = []
     kind = "free" if free else "none"
