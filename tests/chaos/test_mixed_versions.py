@@ -21,6 +21,7 @@ from __future__ import annotations
 import os
 import signal
 import time
+from functools import partial
 from pathlib import Path
 
 import pytest
@@ -105,7 +106,7 @@ def test_the_fencing_token_rises_across_a_handover_between_versions(
             tokens.append((leaving.identity, int(state["fencing_token"])))
             leaving.signal(signal.SIGTERM)
             assert leaving.wait(20) == 0
-            wait_for(lambda t=taking: leaders(procs) == [t.identity], 30, what=taking.identity)
+            wait_for(partial(_leads_alone, procs, taking.identity), 30, what=taking.identity)
             leaving.start()  # back as a follower, as the kubelet restarts it
             time.sleep(1.0)
         state = old.state()
@@ -117,3 +118,7 @@ def test_the_fencing_token_rises_across_a_handover_between_versions(
     print(f"\nfencing tokens in order of the terms: {tokens}")
     values = [t for _, t in tokens]
     assert values == sorted(values) and len(set(values)) == 3, tokens
+
+
+def _leads_alone(procs: list[SidecarProcess], identity: str) -> bool:
+    return leaders(procs) == [identity]
