@@ -233,10 +233,22 @@ class ChaosRun:
         for proc in self.procs.values():
             proc.start()
         deadline = time.monotonic() + 30
-        while self.recorder.leader_now() is None:
+        while self.recorder.leader_now() is None or not self._all_published():
             if time.monotonic() > deadline:
-                raise AssertionError("no leader 30 s after start")
+                raise AssertionError(
+                    "no leader, or a sidecar without a state file, 30 s after start"
+                )
             time.sleep(0.05)
+
+    def _all_published(self) -> bool:
+        """Every sidecar has published a holder (it has read the Lease) before any fault.
+
+        (A loaded machine starts them seconds apart: a Lease deleted under the first
+        leader before the last one even started is a different scenario, a candidate
+        that never saw the Lease, and an older sidecar creates it at once there.)
+        """
+        seen = {v.who for v in list(self.recorder.versions) if v.holder}
+        return seen >= set(self.procs)
 
     def run(
         self,

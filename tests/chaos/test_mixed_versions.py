@@ -13,7 +13,7 @@ tokens are ``leaseTransitions`` (issue 12 made them resourceVersions), so they
 are not comparable with today's: the run counts how often the token went back
 across versions, and docs/contract.md §2 says what that means for fencing.
 
-``GRELMICRO_CHAOS_MIXED_SECONDS`` (default 60) and ``GRELMICRO_CHAOS_SEED`` tune it.
+``GRELMICRO_CHAOS_MIXED_SECONDS`` (default 50) and ``GRELMICRO_CHAOS_SEED`` tune it.
 """
 
 from __future__ import annotations
@@ -32,7 +32,7 @@ from tests.sidecar.proc import SidecarProcess, leaders, wait_for
 from .harness import CHEAP_KINDS, ChaosRun, Timings
 from .versions import OLD_COMMIT, old_command, unavailable_reason
 
-SECONDS = float(os.environ.get("GRELMICRO_CHAOS_MIXED_SECONDS", "60"))
+SECONDS = float(os.environ.get("GRELMICRO_CHAOS_MIXED_SECONDS", "50"))
 SEED = int(os.environ["GRELMICRO_CHAOS_SEED"]) if os.environ.get("GRELMICRO_CHAOS_SEED") else None
 
 
