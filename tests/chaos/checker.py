@@ -111,6 +111,9 @@ class Fault:
     start: float
     end: float
     detail: str = ""
+    #: a restore: when the old store could no longer be written (the API server
+    #: stopped); every claim that starts later was made on the restored store
+    pivot: float | None = None
 
 
 @dataclass(frozen=True)
@@ -319,7 +322,8 @@ def probe_conflicts(claims: list[Claim], probes: Iterable[Probe]) -> list[Violat
 def fencing(
     claims: list[Claim], restores: Iterable[float] = (), untokened: Collection[str] = ()
 ) -> list[Violation]:
-    """Violation 3. ``restores``: when an etcd restore without ``--bump-revision`` ended.
+    """Violation 3. ``restores``: when an etcd restore without ``--bump-revision`` cut the
+    old store off (its API server stopped; ``Fault.pivot``).
 
     ``untokened``: sidecars whose tokens are not comparable with the others'
     (an older version whose token is ``leaseTransitions``): their claims are
@@ -499,7 +503,7 @@ def check(
     the final shutdown, after which nobody is meant to lead), violations to ``end``.
     ``lazy``: see ``claims_of``; ``untokened``: see ``fencing``."""
     claims = claims_of(versions, lazy)
-    restores = [f.end for f in faults if f.kind == "restore"]
+    restores = [f.pivot or f.end for f in faults if f.kind == "restore"]
     violations = (
         overlaps(claims) + probe_conflicts(claims, probes) + fencing(claims, restores, untokened)
     )

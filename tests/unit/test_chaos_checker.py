@@ -214,3 +214,19 @@ def test_an_older_versions_tokens_are_left_out_of_the_fencing_order_and_counted(
         untokened={"old"},
     )
     assert [(x.kind, x.who) for x in report.violations] == [("fencing", ("b", "a"))]
+
+
+def test_tokens_start_over_when_an_unbumped_restore_cut_the_old_store_off() -> None:
+    # a led at 0 (token 400) and 3 (450); the API server stopped at 5 (the pivot), the
+    # backup came back, and b led at 8 with 400 again, before the fault's end at 9.
+    versions = [
+        v("a", 0, True, 2, token=400),
+        v("a", 2, False),
+        v("a", 3, True, 4, token=450),
+        v("a", 4, False),
+        v("b", 8, True, 10, token=400),
+    ]
+    restore = Fault("restore", "cluster", T + 1, T + 9, pivot=T + 5)
+    assert run(versions, faults=[restore]).violations == []
+    late = Fault("restore", "cluster", T + 1, T + 9)  # judged from the fault's end: too late
+    assert [x.kind for x in run(versions, faults=[late]).violations] == ["fencing"]
