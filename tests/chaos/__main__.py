@@ -9,6 +9,14 @@ the work directory, which is kept with ``--keep``).
 ``--lock`` runs ``lock``'s chaos (``lock_run``) instead, for the given time:
 three lock processes whose commands are process trees, faults on the one whose
 command runs; exit 1 on an overlap, a leftover process or a traceback.
+``--with-lock`` runs that beside the election, in a namespace of its own, so
+the control-plane faults (restarts, restores) hit the lock processes too.
+
+``--old N``: N of the candidates run the sidecar of ``versions.OLD_COMMIT``
+(the first release of the election) beside today's: the mixed-version run.
+``--lazy-apps``: today's sidecars release only after their last
+``valid_until`` and their apps are judged as re-reading the file now and then
+(sidecar-only restarts, issue 27 item 2).
 """
 
 from __future__ import annotations
@@ -17,12 +25,14 @@ import argparse
 import shutil
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 
 from tests.cluster import ControlPlane
 
-from .harness import CHEAP_KINDS, LONG_KINDS, ChaosRun, Timings
+from .harness import CHEAP_KINDS, LONG_KINDS, SLOW_KINDS, ChaosRun, Timings
+from .lock_run import LockReport
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -61,6 +71,29 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--lock", action="store_true", help="lock's chaos (commands as process trees) instead"
     )
+    parser.add_argument(
+        "--with-lock",
+        action="store_true",
+        help="lock's chaos beside the election, under the same control-plane faults",
+    )
+    parser.add_argument(
+        "--old",
+        type=int,
+        default=0,
+        help="candidates that run the sidecar of the first release (versions.OLD_COMMIT)",
+    )
+    parser.add_argument(
+        "--lazy-apps",
+        action="store_true",
+        help="today's sidecars release after their last valid_until; apps re-read now and then",
+    )
+    parser.add_argument(
+        "--cheap-weight",
+        type=int,
+        default=1,
+        help="draw each kind that takes seconds N times as often as the slow ones "
+        "(control-plane restarts and restores)",
+    )
     args = parser.parse_args(argv)
     if args.lock:
         return lock_chaos(args.minutes, args.seed, args.report, args.keep)
@@ -72,6 +105,13 @@ def main(argv: list[str] | None = None) -> int:
     namespace = "chaos"
     plane.kubectl("create", "namespace", namespace)
     timings = Timings(args.lease, args.renew, args.retry)
+    old_command = None
+    if args.old:
+        from .versions import OLD_COMMIT
+        from .versions import old_command as make_old_command
+
+        old_command = make_old_command()
+        print(f"{args.old} candidates run the sidecar of {OLD_COMMIT[:7]}", flush=True)
     run = ChaosRun(
         plane,
         namespace,
@@ -82,6 +122,9 @@ def main(argv: list[str] | None = None) -> int:
         log=lambda line: print(f"{time.strftime('%H:%M:%S')} {line}", flush=True),
         leader_bias=args.leader_bias,
         gap=(args.gap[0], args.gap[1]),
+        old=args.old,
+        old_command=old_command,
+        lazy_apps=args.lazy_apps,
     )
     print(
         f"seed {run.seed}; {args.sidecars} sidecars; lease {args.lease:g}s / renew {args.renew:g}s / "
@@ -90,17 +133,26 @@ def main(argv: list[str] | None = None) -> int:
         f"gap {args.gap[0]:g}-{args.gap[1]:g}s",
         flush=True,
     )
+    if args.cheap:
+        menu = CHEAP_KINDS
+    else:
+        menu = tuple(
+            kind
+            for kind in LONG_KINDS
+            for _ in range(1 if kind in SLOW_KINDS else args.cheap_weight)
+        )
+    lock = LockBeside(plane, run.seed, workdir, args.minutes * 60) if args.with_lock else None
     try:
         run.start()
-        run.run(
-            args.minutes * 60,
-            every_kind_first=True,
-            menu=CHEAP_KINDS if args.cheap else LONG_KINDS,
-            kinds=LONG_KINDS,
-        )
+        if lock is not None:
+            lock.start()
+        run.run(args.minutes * 60, every_kind_first=True, menu=menu, kinds=LONG_KINDS)
         outcome = run.finish()
+        lock_report = lock.join() if lock is not None else None
     except BaseException:
         run.abort()
+        if lock is not None:
+            lock.join()
         plane.stop()
         raise
     plane.stop()
@@ -113,7 +165,15 @@ def main(argv: list[str] | None = None) -> int:
         or (worst is not None and worst.recovery > bound)
         or any(t.fd_growth > 3 or t.rss_growth_kb > 4096 for t in outcome.report.trends)
     )
-    text = f"seed {run.seed}\n{outcome.summary()}\nrecovery bound {bound:g}s\nresult: {'FAIL' if failed else 'ok'}"
+    text = f"seed {run.seed}\n{outcome.summary()}\nrecovery bound {bound:g}s"
+    if lock_report is not None:
+        failed = failed or bool(
+            lock_report.overlaps or lock_report.leftovers or lock_report.tracebacks
+        )
+        text += f"\nlock beside it: {lock_report.summary()}"
+        text += "".join(f"\nlock overlap: {a} / {b}" for a, b in lock_report.overlaps)
+        text += "".join(f"\n{t}" for t in lock_report.tracebacks)
+    text += f"\nresult: {'FAIL' if failed else 'ok'}"
     print(text)
     report = args.report or workdir / "chaos-report.txt"
     report.write_text(text + "\n")
@@ -121,6 +181,38 @@ def main(argv: list[str] | None = None) -> int:
     if not args.keep and args.report is not None:
         shutil.rmtree(workdir, ignore_errors=True)
     return 1 if failed else 0
+
+
+class LockBeside:
+    """``LockChaos`` in a thread, in namespace ``chaos-lock``, for as long as the election's run."""
+
+    def __init__(self, plane: ControlPlane, seed: int, workdir: Path, seconds: float):
+        from .lock_run import LockChaos
+
+        plane.kubectl("create", "namespace", "chaos-lock")
+        lock_dir = workdir / "lock"
+        lock_dir.mkdir()
+        self.chaos = LockChaos(plane, "chaos-lock", lock_dir, seed + 1000)
+        self.seconds = seconds
+        self.report: LockReport | None = None
+        self.error: BaseException | None = None
+        self.thread = threading.Thread(target=self._run, name="lock-chaos", daemon=True)
+
+    def _run(self) -> None:
+        try:
+            self.report = self.chaos.run(self.seconds)
+        except BaseException as err:  # reported by join()
+            self.error = err
+
+    def start(self) -> None:
+        self.thread.start()
+
+    def join(self) -> LockReport:
+        self.thread.join()
+        if self.error is not None:
+            raise self.error
+        assert self.report is not None
+        return self.report
 
 
 def lock_chaos(minutes: float, seed: int | None, report: Path | None, keep: bool) -> int:

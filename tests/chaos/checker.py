@@ -49,7 +49,7 @@ import datetime as dt
 import itertools
 import statistics
 from collections import Counter
-from collections.abc import Iterable
+from collections.abc import Collection, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -111,6 +111,9 @@ class Fault:
     start: float
     end: float
     detail: str = ""
+    #: a restore: when the old store could no longer be written (the API server
+    #: stopped); every claim that starts later was made on the restored store
+    pivot: float | None = None
 
 
 @dataclass(frozen=True)
@@ -195,6 +198,9 @@ class Report:
     step_downs: Counter[str]
     torn_reads: int
     probes: Counter[str] = field(default_factory=Counter)
+    #: with sidecars whose tokens are not judged: how often the token went back
+    #: once theirs are counted too (an older version's token means something else)
+    unjudged_fencing: int | None = None
 
     @property
     def max_gap(self) -> Gap | None:
@@ -214,6 +220,11 @@ class Report:
             "probes: " + ", ".join(f"{k}={v}" for k, v in sorted(self.probes.items())),
             f"violations: {len(self.violations)} (torn reads: {self.torn_reads})",
         ]
+        if self.unjudged_fencing is not None:
+            lines.append(
+                f"not judged: {self.unjudged_fencing} fencing-token steps back across versions "
+                "(an older sidecar's token is leaseTransitions, not a resourceVersion)"
+            )
         gap, rec = self.max_gap, self.max_recovery
         if gap is not None and rec is not None:
             lines.append(
@@ -240,8 +251,13 @@ class Report:
 # ---- the analysis ------------------------------------------------------------
 
 
-def claims_of(versions: Iterable[FileVersion]) -> list[Claim]:
-    """Claim intervals of one or many sidecars, by the rule in the module docstring."""
+def claims_of(versions: Iterable[FileVersion], lazy: Collection[str] = ()) -> list[Claim]:
+    """Claim intervals of one or many sidecars, by the rule in the module docstring.
+
+    ``lazy``: sidecars whose app re-reads the file only now and then, so it may
+    act on a claiming version until that version's ``valid_until`` whatever
+    the sidecar wrote after it (a restart's "not leader" included): their
+    claims are not cut at the next version."""
     by_who: dict[str, list[FileVersion]] = {}
     for v in versions:
         by_who.setdefault(v.who, []).append(v)
@@ -252,7 +268,7 @@ def claims_of(versions: Iterable[FileVersion]) -> list[Claim]:
             if not v.is_leader or v.valid_until is None:
                 continue
             end = v.valid_until
-            if i + 1 < len(seq):
+            if i + 1 < len(seq) and v.who not in lazy:
                 end = min(end, seq[i + 1].updated_at)
             if end > v.updated_at:
                 out.append(Claim(v.who, v.updated_at, end, v))
@@ -303,8 +319,15 @@ def probe_conflicts(claims: list[Claim], probes: Iterable[Probe]) -> list[Violat
     return out
 
 
-def fencing(claims: list[Claim], restores: Iterable[float] = ()) -> list[Violation]:
-    """Violation 3. ``restores``: when an etcd restore without ``--bump-revision`` ended.
+def fencing(
+    claims: list[Claim], restores: Iterable[float] = (), untokened: Collection[str] = ()
+) -> list[Violation]:
+    """Violation 3. ``restores``: when an etcd restore without ``--bump-revision`` cut the
+    old store off (its API server stopped; ``Fault.pivot``).
+
+    ``untokened``: sidecars whose tokens are not comparable with the others'
+    (an older version whose token is ``leaseTransitions``): their claims are
+    left out, and the others' tokens must still rise across them.
 
     Such a restore takes the cluster's revision back, and with it the tokens:
     the contract assumes restores bump the revision, and the harness cannot
@@ -315,7 +338,7 @@ def fencing(claims: list[Claim], restores: Iterable[float] = ()) -> list[Violati
     highest: int | None = None
     previous: Claim | None = None
     pending = sorted(restores)
-    for c in sorted(claims, key=lambda c: c.start):
+    for c in sorted((c for c in claims if c.who not in untokened), key=lambda c: c.start):
         while pending and pending[0] <= c.start:
             pending.pop(0)
             highest, previous = None, None
@@ -473,12 +496,18 @@ def check(
     lease_duration: float,
     torn_reads: int = 0,
     gaps_until: float | None = None,
+    lazy: Collection[str] = (),
+    untokened: Collection[str] = (),
 ) -> Report:
     """Judge a run. Leaderless gaps are counted up to ``gaps_until`` (the start of
-    the final shutdown, after which nobody is meant to lead), violations to ``end``."""
-    claims = claims_of(versions)
-    restores = [f.end for f in faults if f.kind == "restore"]
-    violations = overlaps(claims) + probe_conflicts(claims, probes) + fencing(claims, restores)
+    the final shutdown, after which nobody is meant to lead), violations to ``end``.
+    ``lazy``: see ``claims_of``; ``untokened``: see ``fencing``."""
+    claims = claims_of(versions, lazy)
+    restores = [f.pivot or f.end for f in faults if f.kind == "restore"]
+    violations = (
+        overlaps(claims) + probe_conflicts(claims, probes) + fencing(claims, restores, untokened)
+    )
+    unjudged = len(fencing(claims, restores)) - len(fencing(claims, restores, untokened))
     for v in violations:
         v.timeline = timeline(v.start, versions, probes, faults, logs)
     if torn_reads:
@@ -525,4 +554,5 @@ def check(
         step_downs=step_downs,
         torn_reads=torn_reads,
         probes=probe_counts,
+        unjudged_fencing=max(0, unjudged) if untokened else None,
     )

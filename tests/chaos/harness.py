@@ -22,7 +22,25 @@ one fault at a time, with a quiet spell after each, from this menu:
 ``flood``           500 idle half-sent requests on a sidecar's status port for seconds
 ``restore``         (long run only) back up etcd's data, let the election move on,
                     restore it: resourceVersions go back (no ``--bump-revision``)
+``restore-bump``    (long run only) the same restore with the revision bumped past the
+                    one before it and compacted, as ``etcdutl snapshot restore
+                    --bump-revision --mark-compacted`` does
+``lease-rollback``  (long run only) read the Lease, let the election move on, write the
+                    old object back through the API (an old record under a new
+                    resourceVersion: a restore of one object, revision bumped)
 ==================  ==========================================================
+
+Options for the long run (issue 27, items 7 and 8):
+
+- ``old``: that many candidates (``old-1``...) run the sidecar of an older
+  commit (``versions.py``) beside today's, as after an injector upgrade; their
+  fencing tokens (``leaseTransitions`` before issue 12) are not judged against
+  today's (resourceVersions), the overlaps are;
+- ``lazy_apps``: today's sidecars run with ``--release=after-valid-until`` (the
+  sidecar-only restart of §5: its app runs on), and each one's app is taken
+  to act until the ``valid_until`` of any claiming file it may have read,
+  even after a newer file says otherwise (an app that re-reads the file every
+  few seconds): the checker does not cut those claims at the next version.
 
 The short run (CI) first plays every kind once in a random order, then random
 kinds until its time is up; the long run (``python -m tests.chaos``) plays
@@ -68,7 +86,9 @@ KINDS = (
     "skew",
 )
 #: Restoring the shared CI cluster would take other tests' objects back in time.
-LONG_KINDS = (*KINDS, "restore")
+LONG_KINDS = (*KINDS, "restore", "restore-bump", "lease-rollback")
+#: Kinds that restart part of the control plane (tens of seconds each here).
+SLOW_KINDS = ("apiserver", "etcd", "restore", "restore-bump")
 PROCESS_KINDS = ("sigkill", "sigterm", "sigstop", "sigstop-short", "skew")
 #: Kinds that take seconds, not tens of seconds (a kube-apiserver restart takes 10-25 s here).
 CHEAP_KINDS = tuple(k for k in KINDS if k not in ("apiserver", "etcd"))
@@ -140,10 +160,16 @@ class ChaosRun:
         log: Callable[[str], None] = print,
         leader_bias: float | None = None,
         gap: tuple[float, float] = (1.5, 4.0),
+        old: int = 0,
+        old_command: list[str] | None = None,
+        lazy_apps: bool = False,
     ):
         """``leader_bias``: how often a process or network fault picks the current
         leader (default: 0.6 for process faults, 0.5 for network ones); a higher
-        one means more handovers per hour. ``gap``: seconds between faults."""
+        one means more handovers per hour. ``gap``: seconds between faults.
+        ``old``: how many candidates run ``old_command`` (an older sidecar's
+        argv prefix, ``versions.old_command()``) instead of today's; the witness
+        never does. ``lazy_apps``: see the module docstring."""
         self.cluster = cluster
         self.leader_bias = leader_bias
         self.gap = gap
@@ -162,17 +188,28 @@ class ChaosRun:
         self.expected_exit: set[int] = set()  # pids we killed on purpose
         self.shutdown_seconds: dict[str, float] = {}
         admin = json.loads(Path(cluster.kubeconfig).read_text())
+        assert old < sidecars and (old == 0 or old_command), "old sidecars need a command"
+        self.old: set[str] = set()
+        self.lazy: set[str] = set()
         for i in range(sidecars):
-            who = f"pod-{i}"
+            is_old = i >= sidecars - old
+            who = f"old-{i}" if is_old else f"pod-{i}"
             proxy = FaultProxy(self.loop, "127.0.0.1", upstream_port, seed=self.seed + i).start()
             kubeconfig = workdir / f"{who}.kubeconfig"
             doc = json.loads(json.dumps(admin))
             doc["clusters"][0]["cluster"]["server"] = f"https://127.0.0.1:{proxy.port}"
             kubeconfig.write_text(json.dumps(doc))
             self.proxies[who] = proxy
-            self.procs[who] = SidecarProcess(
-                workdir, kubeconfig, namespace, who, extra=self.timings.flags
-            )
+            extra = self.timings.flags
+            if lazy_apps and not is_old:
+                extra = (*extra, "--release=after-valid-until")
+                self.lazy.add(who)
+            proc = SidecarProcess(workdir, kubeconfig, namespace, who, extra=extra)
+            if is_old:
+                assert old_command is not None
+                proc.args[:1] = old_command
+                self.old.add(who)
+            self.procs[who] = proc
         self.witness = "pod-0"
         self.recorder = Recorder(
             [
@@ -196,10 +233,22 @@ class ChaosRun:
         for proc in self.procs.values():
             proc.start()
         deadline = time.monotonic() + 30
-        while self.recorder.leader_now() is None:
+        while self.recorder.leader_now() is None or not self._all_published():
             if time.monotonic() > deadline:
-                raise AssertionError("no leader 30 s after start")
+                raise AssertionError(
+                    "no leader, or a sidecar without a state file, 30 s after start"
+                )
             time.sleep(0.05)
+
+    def _all_published(self) -> bool:
+        """Every sidecar has published a holder (it has read the Lease) before any fault.
+
+        (A loaded machine starts them seconds apart: a Lease deleted under the first
+        leader before the last one even started is a different scenario, a candidate
+        that never saw the Lease, and an older sidecar creates it at once there.)
+        """
+        seen = {v.who for v in list(self.recorder.versions) if v.holder}
+        return seen >= set(self.procs)
 
     def run(
         self,
@@ -265,6 +314,8 @@ class ChaosRun:
             lease_duration=self.timings.lease,
             torn_reads=self.recorder.torn_reads,
             gaps_until=shutdown_started,
+            lazy=self.lazy,
+            untokened=self.old,
         )
         return Outcome(
             report=report,
@@ -294,6 +345,7 @@ class ChaosRun:
         leader = self.recorder.leader_now()
         start = time.time()
         detail = ""
+        pivot: float | None = None
         if kind in PROCESS_KINDS:
             candidates = [w for w in self.procs if w != self.witness]
             bias = 0.6 if self.leader_bias is None else self.leader_bias
@@ -306,7 +358,7 @@ class ChaosRun:
             # The witness takes no process fault: then a follower sleeps through it.
             others = [w for w in self.procs if w != self.witness]
             target = leader if leader in others else rng.choice(others)
-        elif kind in ("apiserver", "etcd", "restore"):
+        elif kind in ("apiserver", "etcd", "restore", "restore-bump", "lease-rollback"):
             target = "cluster"
         else:
             bias = 0.5 if self.leader_bias is None else self.leader_bias
@@ -404,14 +456,22 @@ class ChaosRun:
             hold = rng.uniform(2.0, 5.0)
             opened = _flood(proc.port, FLOOD_CONNECTIONS, hold)
             detail = f"{opened} connections for {hold:.1f}s"
-        elif kind == "restore":
+        elif kind in ("restore", "restore-bump"):
             backup = self.workdir / f"etcd-backup-{len(self.faults)}"
             self.cluster.backup_etcd(backup)
             time.sleep(rng.uniform(2.0, 6.0))  # the election moves on past the backup
             t0 = time.monotonic()
-            self.cluster.restore_etcd(backup)
+            bump = 1000 if kind == "restore-bump" else 0
+            # From here no write reaches the old store: claims after it are on the restored one.
+            self.cluster.stop_apiserver()
+            pivot = time.time()
+            self.cluster.restore_etcd(backup, bump=bump)
             shutil.rmtree(backup, ignore_errors=True)
-            detail = f"restored in {time.monotonic() - t0:.1f}s"
+            detail = f"restored in {time.monotonic() - t0:.1f}s" + (
+                f", revision bumped {bump}" if bump else ""
+            )
+        elif kind == "lease-rollback":
+            detail = self._lease_rollback(rng.uniform(2.0, 6.0))
         elif kind == "skew":
             assert proc is not None
             skew = rng.choice((-1, 1)) * rng.uniform(30, 600)
@@ -429,9 +489,33 @@ class ChaosRun:
         fault = Fault(
             kind, target, start, time.time(), (detail + (" [leader]" if was_leader else "")).strip()
         )
+        if kind in ("restore", "restore-bump"):
+            fault.pivot = pivot
         self.faults.append(fault)
         self.say(f"fault {kind:9} on {target:7} {fault.end - fault.start:5.1f}s {fault.detail}")
         return fault
+
+    def _lease_rollback(self, after: float) -> str:
+        """Read the Lease, wait ``after`` seconds, write that old object back (a new resourceVersion)."""
+        got = self.cluster.kubectl(
+            "get", "lease", "-n", self.namespace, "leader-main", "-o", "json", check=False
+        )
+        if got.returncode != 0:
+            time.sleep(after)
+            return "no Lease to back up"
+        lease = json.loads(got.stdout)
+        time.sleep(after)  # the election moves on past the copy
+        meta = lease["metadata"]
+        for key in ("resourceVersion", "uid", "creationTimestamp", "managedFields", "generation"):
+            meta.pop(key, None)
+        doc = json.dumps(lease)
+        spec = lease.get("spec", {})
+        what = f"holder {spec.get('holderIdentity')!r} transitions {spec.get('leaseTransitions')}"
+        done = self.cluster.kubectl("replace", "-f", "-", input=doc, check=False)
+        if done.returncode == 0:
+            return f"wrote back {what}"
+        done = self.cluster.kubectl("create", "-f", "-", input=doc, check=False)
+        return f"created again {what}" if done.returncode == 0 else f"failed: {done.stderr[:100]}"
 
     def _restart(self, who: str, skew: float) -> None:
         """SIGTERM ``who`` (a graceful exit), then start it with its wall clock ``skew`` off."""

@@ -419,18 +419,59 @@ class ControlPlane:
         shutil.copytree(self.workdir / "etcd", dest)
         self.start_etcd()
 
-    def restore_etcd(self, backup: Path) -> None:
+    def restore_etcd(self, backup: Path, bump: int = 0) -> None:
         """Restore etcd from ``backup`` as an operator does: API server stopped, data replaced.
 
-        Without ``--bump-revision`` (that needs ``etcdutl``): the revision goes
-        back to the backup's, the case the sidecar must survive.
+        ``bump`` 0: the revision goes back to the backup's, the case the sidecar
+        must survive. ``bump`` > 0 does what ``etcdutl snapshot restore
+        --bump-revision --mark-compacted`` does (we have no ``etcdutl``): before
+        the API server starts, the store's revision is moved ``bump`` past the
+        one it had before the restore (writes of one scratch key) and compacted
+        there. Objects keep the resourceVersions of the backup; every later
+        write gets a larger one than any written before the restore.
         """
         self.stop_apiserver()
+        before = self.etcd_revision() if bump else 0
         self.stop_process("etcd")
         shutil.rmtree(self.workdir / "etcd")
         shutil.copytree(backup, self.workdir / "etcd")
         self.start_etcd()
+        if bump:
+            self._bump_etcd_revision(before + bump)
         self.start_apiserver()
+
+    def _etcd(self, path: str, body: dict[str, Any], timeout: float = 5.0) -> dict[str, Any]:
+        """One call to etcd's JSON gateway (``/v3/...``), plain HTTP on localhost."""
+        assert self.state is not None
+        req = urllib.request.Request(
+            f"http://127.0.0.1:{self.state.etcd_port}{path}",
+            data=json.dumps(body).encode(),
+            headers={"Content-Type": "application/json"},
+        )
+        with urllib.request.urlopen(req, timeout=timeout) as resp:
+            answer: dict[str, Any] = json.loads(resp.read())
+        return answer
+
+    def etcd_revision(self, timeout: float = 30.0) -> int:
+        """etcd's current revision (waits for etcd to answer)."""
+        key = base64.b64encode(b"\0").decode()
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                answer = self._etcd("/v3/kv/range", {"key": key, "limit": 1})
+                return int(answer["header"]["revision"])
+            except (OSError, ValueError, KeyError):
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(0.1)
+
+    def _bump_etcd_revision(self, target: int) -> None:
+        key = base64.b64encode(b"/grelmicro-tests/bump-revision").decode()
+        revision = self.etcd_revision()
+        while revision < target:
+            answer = self._etcd("/v3/kv/put", {"key": key, "value": ""})
+            revision = int(answer["header"]["revision"])
+        self._etcd("/v3/kv/compaction", {"revision": revision})
 
     def stop(self) -> None:
         """Stop every process (controller-manager, API server, etcd, in that order)."""

@@ -150,3 +150,83 @@ def test_a_new_leader_must_carry_a_larger_fencing_token() -> None:
     assert violation.kind == "fencing" and violation.who == ("a", "b")
     older = [*ok, v("a", 8, False), v("b", 9, True, 10, token=4)]
     assert [x.kind for x in run(older).violations] == ["fencing"]
+
+
+def test_a_lazy_apps_claim_runs_to_valid_until_whatever_the_sidecar_writes_next() -> None:
+    # a's sidecar restarts (its new process writes "not leader" at 1.0) while its app,
+    # which re-reads now and then, still acts on the file of 0.0 until 2.0.
+    versions = [v("a", 0, True, 2), v("a", 1.0, False), v("b", 1.5, True, 3.5, token=2)]
+    assert run(versions).violations == []
+    lazy = check(
+        versions=versions,
+        probes=[],
+        faults=[],
+        resources=[],
+        logs=[],
+        start=T,
+        end=T + 30,
+        lease_duration=3.0,
+        lazy={"a"},
+    )
+    (violation,) = lazy.violations
+    assert violation.kind == "file/file" and abs(violation.width - 0.5) < 1e-6
+
+
+def test_an_older_versions_tokens_are_left_out_of_the_fencing_order_and_counted() -> None:
+    # "old" publishes leaseTransitions (small), today's sidecars resourceVersions.
+    versions = [
+        v("a", 0, True, 2, token=500),
+        v("a", 2, False),
+        v("old", 3, True, 5, token=7),
+        v("old", 5, False),
+        v("b", 6, True, 8, token=530),
+    ]
+    assert [x.kind for x in run(versions).violations] == ["fencing"]
+    report = check(
+        versions=versions,
+        probes=[],
+        faults=[],
+        resources=[],
+        logs=[],
+        start=T,
+        end=T + 30,
+        lease_duration=3.0,
+        untokened={"old"},
+    )
+    assert report.violations == [] and report.unjudged_fencing == 1
+    assert "not judged: 1" in report.summary()
+    # today's tokens must still rise across the old one's term
+    back = [
+        *versions,
+        v("b", 8, False),
+        v("old", 9, True, 10, token=8),
+        v("a", 11, True, 12, token=520),
+    ]
+    report = check(
+        versions=back,
+        probes=[],
+        faults=[],
+        resources=[],
+        logs=[],
+        start=T,
+        end=T + 30,
+        lease_duration=3.0,
+        untokened={"old"},
+    )
+    assert [(x.kind, x.who) for x in report.violations] == [("fencing", ("b", "a"))]
+
+
+def test_tokens_start_over_when_an_unbumped_restore_cut_the_old_store_off() -> None:
+    # a led at 0 (token 400) and 3 (450); the API server stopped at 5 (the pivot), the
+    # backup came back, and b led at 8 with 400 again, before the fault's end at 9.
+    versions = [
+        v("a", 0, True, 2, token=400),
+        v("a", 2, False),
+        v("a", 3, True, 4, token=450),
+        v("a", 4, False),
+        v("b", 8, True, 10, token=400),
+    ]
+    restore = Fault("restore", "cluster", T + 1, T + 9, pivot=T + 5)
+    assert run(versions, faults=[restore]).violations == []
+    late = Fault("restore", "cluster", T + 1, T + 9)  # judged from the fault's end: too late
+    assert [x.kind for x in run(versions, faults=[late]).violations] == ["fencing"]
