@@ -116,7 +116,14 @@ def test_one_pod_runs_the_command_and_the_other_takes_over_when_it_is_deleted(
     with open(saved, "w") as sink:
         follow = subprocess.Popen(e2e.command("logs", "-f", "-n", ns, first), stdout=sink)
         e2e.kubectl("delete", "pod", "-n", ns, first, "--wait=false")
-        second = wait_for(lambda: _started(logs(other)), 60, what="the other pod's command")
+        try:
+            second = wait_for(lambda: _started(logs(other)), 60, what="the other pod's command")
+        except AssertionError as err:  # say what the other pod and the Lease were doing
+            lease = e2e.kubectl("get", "lease", "-n", ns, "-o", "yaml").stdout
+            previous = e2e.kubectl("logs", "-p", "-n", ns, other, check=False).stdout
+            raise AssertionError(
+                f"{err}\n{lease}\n--- {other}:\n{logs(other)}\n--- before a restart:\n{previous}"
+            ) from None
         follow.wait(60)
     stopped = re.search(r"stopping at ([\d.]+)", saved.read_text())
     assert stopped, saved.read_text()  # the SIGTERM was forwarded to the command
