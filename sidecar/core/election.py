@@ -92,6 +92,8 @@ class Election:
     events: list[Event] = field(default_factory=list)
     seen: Sighting = field(init=False)
     _claimed_wall: dt.datetime | None = None
+    #: The record our last claim was written over (the watch may show our claim first).
+    _claimed_over: LeaseRecord | None = None
 
     def __post_init__(self) -> None:
         self.seen = Sighting(self.identity, self.timing.lease_duration, self.events)
@@ -141,6 +143,7 @@ class Election:
 
     def _claim(self, purpose: Literal["acquire", "renew"]) -> Write:
         self._claimed_wall = self.sent_renew_time = self.wall()
+        self._claimed_over = self.record
         body = claim(
             self.record,
             name=self.lease,
@@ -185,7 +188,7 @@ class Election:
 
     def on_written(self, obj: dict[str, Any], started_at: float, now: float) -> None:
         """A write succeeded; ``started_at`` is when it was sent (the safety clock starts there)."""
-        self.failures, self.not_before, replaced = 0, -math.inf, self.record
+        self.failures, self.not_before, replaced = 0, -math.inf, self._claimed_over
         self.observe(obj, now)
         if self.record is not None and self.record.holder == self.identity and not self.resigned:
             self.written_version = self.record.resource_version

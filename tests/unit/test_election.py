@@ -225,6 +225,27 @@ def test_a_named_successor_that_never_claims_costs_the_others_one_second() -> No
     assert isinstance(action, Write) and b.is_leader(3)
 
 
+def test_the_leading_event_names_the_hand_off_even_if_the_watch_saw_the_claim_first() -> None:
+    # The watch can deliver our own claim before the write's answer: the event must still
+    # name the record the claim replaced (the hand-off to a name that never claimed), so the
+    # roster drops that name (CI: test_handoff's frozen successor stayed listed, 1 run in 5).
+    store, a, b = Store(), make("a"), make("b")
+    step(a, store, 0), step(a, store, 0)
+    step(b, store, 1)
+    hand_off(a, store, "frozen-pod")
+    b.observe(store.read(), 2)
+    b.drain_events()
+    action = b.next_action(3)
+    assert isinstance(action, Write)
+    written = store.write(action)
+    assert isinstance(written, dict)
+    b.observe(store.read(), 3.01)  # the watch event of our own claim, first
+    b.on_written(written, 3, 3.02)
+    (leading,) = [e for e in b.drain_events() if e.kind == "leading"]
+    assert leading.replaced is not None and leading.replaced.holder == "frozen-pod"
+    assert leading.replaced.handoff_from == "a"
+
+
 def test_only_a_hand_off_written_by_someone_else_names_us() -> None:
     # A record naming us that we did not write is waited out (a lost answer, a
     # crashed run with our name), and so is a "hand-off" from ourselves.
