@@ -163,6 +163,32 @@ def test_a_token_bound_to_pod_a_may_only_set_or_remove_the_leader_label_on_pod_a
     )
 
 
+FAST = ("--lease-duration=3s", "--renew-deadline=2s", "--retry-period=500ms")
+
+
+def pod_sidecar(
+    cluster: ControlPlane,
+    api: Any,
+    namespace: str,
+    tmp_path: Path,
+    pod: str,
+    account: str = SA,
+    extra: tuple[str, ...] = ("--label-leader",),
+) -> SidecarProcess:
+    """A started sidecar of ``pod``, with a token of ``account`` bound to that pod."""
+    kubeconfig = accounts.kubeconfig(
+        tmp_path / f"{pod}.kubeconfig",
+        cluster.server,
+        cluster.ca_file,
+        {"token": accounts.token(api, namespace, account, bound_to_pod=pod)},
+        namespace,
+    )
+    proc = SidecarProcess(
+        tmp_path, kubeconfig, namespace, identity=pod, extra=(*FAST, *extra), env={"POD_NAME": pod}
+    )
+    return proc.start()
+
+
 def labelled(api: Any, namespace: str, pods: list[str]) -> list[str]:
     return [p for p in pods if labels_of(api, namespace, p).get(LABEL) == "true"]
 
@@ -180,27 +206,7 @@ def test_sidecars_keep_the_leader_label_on_the_leader_and_take_it_off_before_rel
     procs: dict[str, SidecarProcess] = {}
     try:
         for pod in pods:
-            kubeconfig = accounts.kubeconfig(
-                tmp_path / f"{pod}.kubeconfig",
-                cluster.server,
-                cluster.ca_file,
-                {"token": accounts.token(api, namespace, SA, bound_to_pod=pod)},
-                namespace,
-            )
-            procs[pod] = SidecarProcess(
-                tmp_path,
-                kubeconfig,
-                namespace,
-                identity=pod,
-                extra=(
-                    "--lease-duration=3s",
-                    "--renew-deadline=2s",
-                    "--retry-period=500ms",
-                    "--label-leader",
-                ),
-                env={"POD_NAME": pod},
-            )
-            procs[pod].start()
+            procs[pod] = pod_sidecar(cluster, api, namespace, tmp_path, pod)
             if pod == "a":
                 wait_for(lambda: procs["a"].leads(), 30, what="a to lead")
         leader, follower = "a", "b"

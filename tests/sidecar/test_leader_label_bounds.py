@@ -26,6 +26,7 @@ from tests.sidecar.test_leader_label import (
     labels_of,
     make_pod,
     patch_as,
+    pod_sidecar,
     set_label,
     wait_for_policy,
 )
@@ -118,26 +119,10 @@ def test_a_label_left_on_by_a_403_window_comes_off_as_soon_as_the_api_answers_ag
     make_pod(api, namespace, "a")
     make_pod(api, namespace, "b", sa="other")
     wait_for_policy(cluster, accounts.token(api, namespace, SA, bound_to_pod="a"), namespace)
-    fast = ("--lease-duration=3s", "--renew-deadline=2s", "--retry-period=500ms")
     procs: dict[str, SidecarProcess] = {}
     try:
         for pod, account, extra in (("a", SA, ("--label-leader",)), ("b", "other", ())):
-            kubeconfig = accounts.kubeconfig(
-                tmp_path / f"{pod}.kubeconfig",
-                cluster.server,
-                cluster.ca_file,
-                {"token": accounts.token(api, namespace, account, bound_to_pod=pod)},
-                namespace,
-            )
-            procs[pod] = SidecarProcess(
-                tmp_path,
-                kubeconfig,
-                namespace,
-                identity=pod,
-                extra=(*fast, *extra),
-                env={"POD_NAME": pod},
-            )
-            procs[pod].start()
+            procs[pod] = pod_sidecar(cluster, api, namespace, tmp_path, pod, account, extra)
             if pod == "a":
                 wait_for(lambda: procs["a"].leads(), 30, what="a to lead")
         wait_for(lambda: labelled(api, namespace, ["a"]) == ["a"], 30, what="a labelled")
