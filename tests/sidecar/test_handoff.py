@@ -62,17 +62,17 @@ def _candidates(
     return procs
 
 
-def _listed(api: Any, namespace: str) -> int:
+def _names(api: Any, namespace: str) -> list[str]:
+    """Who the election's roster lists, oldest first (none while the roster is missing)."""
     try:
         obj = client.CoordinationV1Api(api).read_namespaced_lease(ROSTER, namespace)
     except client.ApiException:
-        return 0
-    return len(roster.entries(obj.metadata.annotations or {}, ELECTION_LEASE))
-
-
-def _names(api: Any, namespace: str) -> list[str]:
-    obj = client.CoordinationV1Api(api).read_namespaced_lease(ROSTER, namespace)
+        return []
     return [name for _, name, _ in roster.entries(obj.metadata.annotations or {}, ELECTION_LEASE)]
+
+
+def _listed(api: Any, namespace: str) -> int:
+    return len(_names(api, namespace))
 
 
 def _writes(cluster: ControlPlane, namespace: str, since: float) -> list[tuple[str, str, int]]:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from tests.chaos.checker import (
     Claim,
     Fault,
@@ -39,6 +41,7 @@ def run(
     versions: list[FileVersion],
     probes: list[Probe] | None = None,
     faults: list[Fault] | None = None,
+    **options: Any,  # check's own, e.g. lazy= or untokened=
 ):  # type: ignore[no-untyped-def]
     return check(
         versions=versions,
@@ -49,6 +52,7 @@ def run(
         start=T,
         end=T + 30,
         lease_duration=3.0,
+        **options,
     )
 
 
@@ -157,17 +161,7 @@ def test_a_lazy_apps_claim_runs_to_valid_until_whatever_the_sidecar_writes_next(
     # which re-reads now and then, still acts on the file of 0.0 until 2.0.
     versions = [v("a", 0, True, 2), v("a", 1.0, False), v("b", 1.5, True, 3.5, token=2)]
     assert run(versions).violations == []
-    lazy = check(
-        versions=versions,
-        probes=[],
-        faults=[],
-        resources=[],
-        logs=[],
-        start=T,
-        end=T + 30,
-        lease_duration=3.0,
-        lazy={"a"},
-    )
+    lazy = run(versions, lazy={"a"})
     (violation,) = lazy.violations
     assert violation.kind == "file/file" and abs(violation.width - 0.5) < 1e-6
 
@@ -182,17 +176,7 @@ def test_an_older_versions_tokens_are_left_out_of_the_fencing_order_and_counted(
         v("b", 6, True, 8, token=530),
     ]
     assert [x.kind for x in run(versions).violations] == ["fencing"]
-    report = check(
-        versions=versions,
-        probes=[],
-        faults=[],
-        resources=[],
-        logs=[],
-        start=T,
-        end=T + 30,
-        lease_duration=3.0,
-        untokened={"old"},
-    )
+    report = run(versions, untokened={"old"})
     assert report.violations == [] and report.unjudged_fencing == 1
     assert "not judged: 1" in report.summary()
     # today's tokens must still rise across the old one's term
@@ -202,17 +186,7 @@ def test_an_older_versions_tokens_are_left_out_of_the_fencing_order_and_counted(
         v("old", 9, True, 10, token=8),
         v("a", 11, True, 12, token=520),
     ]
-    report = check(
-        versions=back,
-        probes=[],
-        faults=[],
-        resources=[],
-        logs=[],
-        start=T,
-        end=T + 30,
-        lease_duration=3.0,
-        untokened={"old"},
-    )
+    report = run(back, untokened={"old"})
     assert [(x.kind, x.who) for x in report.violations] == [("fencing", ("b", "a"))]
 
 
