@@ -107,32 +107,36 @@ def test_one_pod_runs_the_command_and_the_other_takes_over_when_it_is_deleted(
         pods = e2e.kubectl("get", "pods", "-n", ns, "-o", "wide").stdout
         raise AssertionError(f"{err}\n{pods}\n" + "\n".join(logs(n) for n in names)) from None
     assert len(leader) == 1, {n: logs(n) for n in names}
-    first, other = leader[0], next(n for n in names if n != leader[0])
+    first = leader[0]
     token, _ = _started(logs(first))  # type: ignore[misc]
     holder = e2e.json("get", "lease", "leader-job", "-n", ns)["spec"]["holderIdentity"]
     assert holder.startswith(f"{first}-"), holder  # <pod>-<pid>: unique per process
+
+    def current() -> list[str]:
+        return [p["metadata"]["name"] for p in e2e.json("get", "pods", "-n", ns)["items"]]
+
+    def successor() -> tuple[str, tuple[int, float]] | None:
+        """The pod, other than the first, whose command started; the release names the
+        candidate that joined last, which may be the first one's replacement."""
+        started = [(n, when) for n in current() if n != first and (when := _started(logs(n)))]
+        return started[0] if started else None
 
     saved = tmp_path / "first.log"
     with open(saved, "w") as sink:
         follow = subprocess.Popen(e2e.command("logs", "-f", "-n", ns, first), stdout=sink)
         e2e.kubectl("delete", "pod", "-n", ns, first, "--wait=false")
         try:
-            second = wait_for(lambda: _started(logs(other)), 60, what="the other pod's command")
-        except AssertionError as err:  # say what the other pod and the Lease were doing
+            other, second = wait_for(successor, 60, what="another pod's command")
+        except AssertionError as err:  # say what the other pods and the Lease were doing
             lease = e2e.kubectl("get", "lease", "-n", ns, "-o", "yaml").stdout
-            previous = e2e.kubectl("logs", "-p", "-n", ns, other, check=False).stdout
-            raise AssertionError(
-                f"{err}\n{lease}\n--- {other}:\n{logs(other)}\n--- before a restart:\n{previous}"
-            ) from None
+            rest = "\n".join(f"--- {n}:\n{logs(n)}" for n in current() if n != first)
+            raise AssertionError(f"{err}\n{lease}\n{rest}") from None
         follow.wait(60)
     stopped = re.search(r"stopping at ([\d.]+)", saved.read_text())
     assert stopped, saved.read_text()  # the SIGTERM was forwarded to the command
     assert second[0] > token
     assert float(stopped.group(1)) < second[1], "the successor's command started first"
 
-    # The replacement pod waits: one command runs.
-    def current() -> list[str]:
-        return [p["metadata"]["name"] for p in e2e.json("get", "pods", "-n", ns)["items"]]
-
+    # The pod left waiting runs nothing: one command runs.
     wait_for(lambda: first not in current() and len(current()) == 2, 60, what="the replacement")
     assert [n for n in current() if _started(logs(n))] == [other]
