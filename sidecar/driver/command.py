@@ -101,6 +101,14 @@ class Command:
         if self.ending is not None:
             self.ending.stop(now)
 
+    def kill_guard(self) -> None:
+        """SIGKILL the tree, then the guard: never the other way round, or a ``lock`` killed
+        (or starved) in between would leave the tree with nobody to end it."""
+        if self.ending is not None:
+            self.ending.kill()
+        if self.guard is not None and self.running:
+            self.guard.kill()
+
     def check_report(self, now: float) -> None:
         """Kill a guard that has not reported the command's start in time, and its tree."""
         if not self.running or now < self.report_due:
@@ -115,8 +123,7 @@ class Command:
             timeout=REPORT_TIMEOUT,
         )
         self.not_started, self.report_due = True, math.inf
-        self.guard.kill()
-        self.ending.kill()
+        self.kill_guard()
 
     def _read_report(self) -> None:
         """What the guard reported so far (never blocks): ``PID <n>`` once the command started."""

@@ -19,7 +19,9 @@ one that called setsid. Guarantees (contract §7):
 - the guard exits only once nothing of the tree is left, with the command's
   exit code (128 + n for a signal; 127 or 126 when it could not be started),
   and writes ``PID <n>`` to REPORT once the command started (``lock`` kills a
-  guard that stays silent).
+  guard that stays silent);
+- a guard that gets to run only after its deadline never starts the command
+  (exit ``LATE_EXIT``).
 
 The helpers at the end are ``lock``'s too, for the same tree when the guard is
 the process that is frozen or killed.
@@ -41,6 +43,9 @@ TICK = 0.02  # how often the tree's exits and the deadline are checked
 #: (a process forked while the previous round ran); at most this many rounds a call
 ROUNDS = 8
 PR_SET_CHILD_SUBREAPER = 36  # <linux/prctl.h>
+#: the guard got to run only after its deadline, and did not start the command (``lock``'s
+#: "leadership lost", EX_TEMPFAIL)
+LATE_EXIT = 75
 DEAD = ("Z", "X")  # the /proc states of a process that has exited
 
 
@@ -146,6 +151,10 @@ def main(argv: list[str]) -> int:
     command = argv[5:] if argv[4:5] == ["--"] else argv[4:]
     if not become_subreaper():
         print("grelmicro-sidecar lock: cannot become a subreaper: orphans escape", file=sys.stderr)
+    if time.monotonic() >= deadline:
+        # Starved past the leadership it was started for (a loaded node): too late to
+        # start anything; a successor may lead already.
+        return LATE_EXIT
     try:
         # close_fds (the default): the command gets stdin, stdout and stderr only.
         proc = subprocess.Popen(command, start_new_session=True)

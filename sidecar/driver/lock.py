@@ -30,11 +30,12 @@ from pathlib import Path
 from typing import Any
 
 from ..kit.logs import Logger
+from . import guard
 from .command import KILL_MARGIN, Command
 from .observer import Control, Observer, View
 
-#: leadership was lost while the command ran (EX_TEMPFAIL)
-LOST_EXIT = 75
+#: leadership was lost while the command ran, or before its guard could start it (EX_TEMPFAIL)
+LOST_EXIT = guard.LATE_EXIT
 #: a guard that has not reported the command's end this long after its SIGKILL is killed
 GUARD_STUCK = 1.0
 #: Passed on to the command and nothing else (SIGTERM and SIGINT stop ``lock`` when no
@@ -76,7 +77,7 @@ class Lock(Observer):
                 async with asyncio.timeout(self.grace + 2 * GUARD_STUCK):
                     await command.guard.wait()
             except TimeoutError:
-                command.guard.kill()
+                command.kill_guard()
         if command.guard is not None and self.code is None:
             self.code = await command.ended()
         asyncio.get_running_loop().remove_signal_handler(signal.SIGCHLD)
@@ -124,8 +125,7 @@ class Lock(Observer):
                 # The tree was SIGKILLed (by us, at the latest); a guard that has not
                 # reported it is frozen or stuck: it goes too.
                 self.log.warning("the guard did not report the command's end; killing it")
-                assert command.guard is not None
-                command.guard.kill()
+                command.kill_guard()
             command.check_report(now)
             pause = ending.enforce(now) if ending is not None else math.inf
             pause = min(pause, max(0.0, command.report_due - now), 1.0)

@@ -111,9 +111,6 @@ class Fault:
     start: float
     end: float
     detail: str = ""
-    #: a restore: when the old store could no longer be written (the API server
-    #: stopped); every claim that starts later was made on the restored store
-    pivot: float | None = None
 
 
 @dataclass(frozen=True)
@@ -320,26 +317,32 @@ def probe_conflicts(claims: list[Claim], probes: Iterable[Probe]) -> list[Violat
 
 
 def fencing(
-    claims: list[Claim], restores: Iterable[float] = (), untokened: Collection[str] = ()
+    claims: list[Claim],
+    restores: Iterable[tuple[float, float]] = (),
+    untokened: Collection[str] = (),
 ) -> list[Violation]:
-    """Violation 3. ``restores``: when an etcd restore without ``--bump-revision`` cut the
-    old store off (its API server stopped; ``Fault.pivot``).
+    """Violation 3. ``restores``: (start, end) of each etcd restore without
+    ``--bump-revision`` (the backup is taken at its start).
 
     ``untokened``: sidecars whose tokens are not comparable with the others'
     (an older version whose token is ``leaseTransitions``): their claims are
     left out, and the others' tokens must still rise across them.
 
-    Such a restore takes the cluster's revision back, and with it the tokens:
-    the contract assumes restores bump the revision, and the harness cannot
-    (it has no ``etcdutl``). So the order of tokens is checked within each
-    stretch between restores; the overlap rules still hold across them.
+    Such a restore takes the cluster's revision back to the backup's, and with it
+    the tokens: the contract assumes restores bump the revision, and the harness
+    cannot (it has no ``etcdutl``). A claim that starts while one runs may have
+    been written to either store (a write answered before the API server stopped
+    can be published after), so it is not judged; the order of tokens is checked
+    within each stretch between restores. The overlap rules hold across them.
     """
     out = []
     highest: int | None = None
     previous: Claim | None = None
     pending = sorted(restores)
     for c in sorted((c for c in claims if c.who not in untokened), key=lambda c: c.start):
-        while pending and pending[0] <= c.start:
+        if any(start <= c.start <= end for start, end in pending):
+            continue
+        while pending and pending[0][1] < c.start:
             pending.pop(0)
             highest, previous = None, None
         token = c.version.fencing_token
@@ -503,7 +506,7 @@ def check(
     the final shutdown, after which nobody is meant to lead), violations to ``end``.
     ``lazy``: see ``claims_of``; ``untokened``: see ``fencing``."""
     claims = claims_of(versions, lazy)
-    restores = [f.pivot or f.end for f in faults if f.kind == "restore"]
+    restores = [(f.start, f.end) for f in faults if f.kind == "restore"]
     violations = (
         overlaps(claims) + probe_conflicts(claims, probes) + fencing(claims, restores, untokened)
     )

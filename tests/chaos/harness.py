@@ -345,7 +345,6 @@ class ChaosRun:
         leader = self.recorder.leader_now()
         start = time.time()
         detail = ""
-        pivot: float | None = None
         if kind in PROCESS_KINDS:
             candidates = [w for w in self.procs if w != self.witness]
             bias = 0.6 if self.leader_bias is None else self.leader_bias
@@ -462,9 +461,7 @@ class ChaosRun:
             time.sleep(rng.uniform(2.0, 6.0))  # the election moves on past the backup
             t0 = time.monotonic()
             bump = 1000 if kind == "restore-bump" else 0
-            # From here no write reaches the old store: claims after it are on the restored one.
             self.cluster.stop_apiserver()
-            pivot = time.time()
             self.cluster.restore_etcd(backup, bump=bump)
             shutil.rmtree(backup, ignore_errors=True)
             detail = f"restored in {time.monotonic() - t0:.1f}s" + (
@@ -489,8 +486,6 @@ class ChaosRun:
         fault = Fault(
             kind, target, start, time.time(), (detail + (" [leader]" if was_leader else "")).strip()
         )
-        if kind in ("restore", "restore-bump"):
-            fault.pivot = pivot
         self.faults.append(fault)
         self.say(f"fault {kind:9} on {target:7} {fault.end - fault.start:5.1f}s {fault.detail}")
         return fault

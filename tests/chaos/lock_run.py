@@ -13,7 +13,8 @@ its guard, SIGKILL and SIGTERM of the lock process, and an API partition
 The proof is the heartbeats: every command appends its wall time every 20 ms,
 so when each run of each command started and ended is known to 20 ms. Two
 runs of different lock processes that overlap in time are a violation, and so
-is any process of a tree still running once every lock process has exited.
+is any process of a tree still running a lease after every lock process has
+exited (a guard whose lock was killed ends its tree at the last deadline).
 """
 
 from __future__ import annotations
@@ -236,7 +237,13 @@ class LockChaos:
             for proxy in self.proxies.values():
                 proxy.close()
             self.loop.close()
-        leftovers = [pid for path in self.beats.values() for pid in survivors(path)]
+        # A lock SIGKILLed by the last fault leaves its guard to end the tree at the last
+        # deadline it was given, up to a lease from now: only what outlives that is left over.
+        settle = time.monotonic() + LEASE + 1.0
+        while (
+            leftovers := [pid for path in self.beats.values() for pid in survivors(path)]
+        ) and time.monotonic() < settle:
+            time.sleep(0.1)
         teardown += [describe(pid) for pid in leftovers]
         for path in self.beats.values():
             kill_survivors(path)

@@ -89,6 +89,27 @@ def test_a_lock_that_died_before_reading_the_report_still_gets_its_command_ended
             os.kill(pid, 9)
 
 
+def test_a_guard_that_runs_only_after_its_deadline_never_starts_the_command(
+    tmp_path: Path,
+) -> None:
+    """The guard was starved (a loaded node) and gets to run only after the leadership it was
+    started for has ended: it must not start the command then, not even for a moment (a long
+    chaos run saw one start 18 s after its deadline, beside the next leader's). It exits with
+    ``lock``'s "leadership lost" code and reports no start."""
+    ran = tmp_path / "ran"
+    proc, control_w, report_r, _ = _start(tmp_path, -0.5, ["sh", "-c", f"touch {ran}"])
+    try:
+        code = proc.wait(timeout=10)
+        os.set_blocking(report_r, False)
+        assert os.read(report_r, 100) == b"", "the command was started"
+        assert not ran.exists(), "the command ran after its deadline"
+        assert code == guard.LATE_EXIT
+        assert "Traceback" not in (tmp_path / "stderr").read_text()
+    finally:
+        os.close(control_w)
+        os.close(report_r)
+
+
 def _lines(path: Path) -> list[tuple[str, float]]:
     """(kind, time) of each complete line a heartbeat wrote."""
     out = []
