@@ -14,6 +14,8 @@ the control-plane faults (restarts, restores) hit the lock processes too.
 
 ``--old N``: N of the candidates run the sidecar of ``versions.OLD_COMMIT``
 (the first release of the election) beside today's: the mixed-version run.
+``--skip KIND...``: kinds never drawn (the mixed run skips the restores, which
+the first release does not survive; contract §2).
 ``--lazy-apps``: today's sidecars release only after their last
 ``valid_until`` and their apps are judged as re-reading the file now and then
 (sidecar-only restarts, issue 27 item 2).
@@ -94,6 +96,15 @@ def main(argv: list[str] | None = None) -> int:
         help="draw each kind that takes seconds N times as often as the slow ones "
         "(control-plane restarts and restores)",
     )
+    parser.add_argument(
+        "--skip",
+        nargs="+",
+        default=(),
+        choices=LONG_KINDS,
+        metavar="KIND",
+        help="kinds never drawn (e.g. the restores, for a mix with the first release, which "
+        "does not survive them: contract §2 'Versions side by side')",
+    )
     args = parser.parse_args(argv)
     if args.lock:
         return lock_chaos(args.minutes, args.seed, args.report, args.keep)
@@ -141,12 +152,16 @@ def main(argv: list[str] | None = None) -> int:
             for kind in LONG_KINDS
             for _ in range(1 if kind in SLOW_KINDS else args.cheap_weight)
         )
+    menu = tuple(kind for kind in menu if kind not in args.skip)
+    kinds = tuple(kind for kind in LONG_KINDS if kind not in args.skip)
+    if args.skip:
+        print(f"never drawn: {' '.join(args.skip)}", flush=True)
     lock = LockBeside(plane, run.seed, workdir, args.minutes * 60) if args.with_lock else None
     try:
         run.start()
         if lock is not None:
             lock.start()
-        run.run(args.minutes * 60, every_kind_first=True, menu=menu, kinds=LONG_KINDS)
+        run.run(args.minutes * 60, every_kind_first=True, menu=menu, kinds=kinds)
         outcome = run.finish()
         lock_report = lock.join() if lock is not None else None
     except BaseException:
