@@ -46,6 +46,7 @@ class Command:
         self.guard: asyncio.subprocess.Process | None = None
         self.ending: guard.Ending | None = None
         self.not_started, self.report_due, self._report_buf = False, math.inf, b""
+        self.started = False  # the guard reported the command's start
         self._control: asyncio.WriteTransport | None = None
         self._report_fd: int | None = None
         self._token: int | None = None
@@ -142,7 +143,7 @@ class Command:
         self._close_report()
         words = line.decode(errors="replace").split()
         if newline and words[:1] == ["PID"] and len(words) == 2:
-            self.report_due = math.inf
+            self.report_due, self.started = math.inf, True
             self.log.info("leading: command started", fencing_token=self._token, pid=words[1])
 
     def _close_report(self) -> None:
@@ -163,7 +164,10 @@ class Command:
         if self.not_started:
             code = NOT_STARTED_EXIT
         await self._until_the_tree_is_gone()
-        self.log.info("command exited", code=code)
+        if code == guard.LATE_EXIT and not self.started:
+            self.log.warning("the guard ran only after the leadership ended; command not started")
+        else:
+            self.log.info("command exited", code=code)
         if self._control is not None:
             self._control.close()
         return code
