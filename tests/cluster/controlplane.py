@@ -23,6 +23,7 @@ import signal
 import socket
 import ssl
 import subprocess
+import tempfile
 import time
 import urllib.request
 from dataclasses import asdict, dataclass, field
@@ -45,6 +46,8 @@ SERVICE_ACCOUNT_ISSUER = "https://kubernetes.default.svc.cluster.local"
 
 #: Ports handed out by this process, so two callers never get the same one.
 _HANDED_OUT: set[int] = set()
+#: Ports handed out by any process on this machine: ``<port>`` holds the PID it went to.
+CLAIMS = Path(tempfile.gettempdir()) / "grelmicro-ports"
 
 
 def free_port() -> int:
@@ -54,10 +57,13 @@ def free_port() -> int:
     is free now but may be taken by the next outgoing connection before the
     process it is meant for listens on it: with hundreds of sidecars starting at
     once (the bench's scale scenario) a few died of "address already in use".
+    A port stays claimed (``CLAIMS``) for as long as the process that got it
+    lives: a sidecar restarted on its port leaves it free for a moment, and a
+    chaos run beside a bench once saw a bench sidecar take it meanwhile.
     """
     for _ in range(1000):
         port = random.randrange(20000, 30000)
-        if port in _HANDED_OUT:
+        if port in _HANDED_OUT or not _claim(port):
             continue
         with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
             try:
@@ -67,6 +73,18 @@ def free_port() -> int:
         _HANDED_OUT.add(port)
         return port
     raise RuntimeError("no free port between 20000 and 29999")
+
+
+def _claim(port: int) -> bool:
+    """Claim ``port`` for this process, unless a live process claimed it."""
+    CLAIMS.mkdir(exist_ok=True)
+    marker = CLAIMS / str(port)
+    with contextlib.suppress(OSError, ValueError):
+        owner = int(marker.read_text())
+        if owner != os.getpid() and Path(f"/proc/{owner}").exists():
+            return False
+    marker.write_text(str(os.getpid()))
+    return True
 
 
 def _kubeconfig(server: str, ca_pem: bytes, cert_pem: bytes, key_pem: bytes, user: str) -> str:
