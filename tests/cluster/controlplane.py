@@ -76,14 +76,16 @@ def free_port() -> int:
 
 
 def _claim(port: int) -> bool:
-    """Claim ``port`` for this process, unless a live process claimed it."""
-    CLAIMS.mkdir(exist_ok=True)
+    """Claim ``port`` for this process, unless a live process claimed it (a process that
+    cannot write the claims, another user's, goes by the bind check alone)."""
     marker = CLAIMS / str(port)
     with contextlib.suppress(OSError, ValueError):
         owner = int(marker.read_text())
         if owner != os.getpid() and Path(f"/proc/{owner}").exists():
             return False
-    marker.write_text(str(os.getpid()))
+    with contextlib.suppress(OSError):
+        CLAIMS.mkdir(mode=0o1777, exist_ok=True)
+        marker.write_text(str(os.getpid()))
     return True
 
 
