@@ -157,6 +157,9 @@ def test_status_watch_prints_each_change_and_ends_on_ctrl_c(
         stderr=subprocess.PIPE,
         text=True,
         env=_plugin_env(cluster),
+        # As from a terminal: a runner started in the background (``make test &``) ignores
+        # SIGINT, and a child would inherit that and never hear the Ctrl-C below.
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
     )
     try:
         assert watch.stdout is not None
