@@ -63,13 +63,15 @@ def free_port() -> int:
     """
     for _ in range(1000):
         port = random.randrange(20000, 30000)
-        if port in _HANDED_OUT or not _claim(port):
+        if port in _HANDED_OUT:
             continue
         with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
             try:
                 s.bind(("", port))
             except OSError:
                 continue
+        if not _claim(port):
+            continue
         _HANDED_OUT.add(port)
         return port
     raise RuntimeError("no free port between 20000 and 29999")
