@@ -37,6 +37,11 @@ def v(
     )
 
 
+def term(who: str, start: float, end: float, token: int) -> list[FileVersion]:
+    """``who`` leads from ``start`` with ``token``, valid until ``end``, and says so at ``end``."""
+    return [v(who, start, True, end, token=token), v(who, end, False)]
+
+
 def run(
     versions: list[FileVersion],
     probes: list[Probe] | None = None,
@@ -168,24 +173,13 @@ def test_a_lazy_apps_claim_runs_to_valid_until_whatever_the_sidecar_writes_next(
 
 def test_an_older_versions_tokens_are_left_out_of_the_fencing_order_and_counted() -> None:
     # "old" publishes leaseTransitions (small), today's sidecars resourceVersions.
-    versions = [
-        v("a", 0, True, 2, token=500),
-        v("a", 2, False),
-        v("old", 3, True, 5, token=7),
-        v("old", 5, False),
-        v("b", 6, True, 8, token=530),
-    ]
+    versions = [*term("a", 0, 2, 500), *term("old", 3, 5, 7), v("b", 6, True, 8, token=530)]
     assert [x.kind for x in run(versions).violations] == ["fencing"]
     report = run(versions, untokened={"old"})
     assert report.violations == [] and report.unjudged_fencing == 1
     assert "not judged: 1" in report.summary()
     # today's tokens must still rise across the old one's term
-    back = [
-        *versions,
-        v("b", 8, False),
-        v("old", 9, True, 10, token=8),
-        v("a", 11, True, 12, token=520),
-    ]
+    back = [*versions, v("b", 8, False), *term("old", 9, 10, 8), v("a", 11, True, 12, token=520)]
     report = run(back, untokened={"old"})
     assert [(x.kind, x.who) for x in report.violations] == [("fencing", ("b", "a"))]
 
@@ -193,11 +187,7 @@ def test_an_older_versions_tokens_are_left_out_of_the_fencing_order_and_counted(
 def test_tokens_start_over_after_an_unbumped_restore() -> None:
     # a led at 0 (token 400); the backup was taken at 1 and restored by 9; b led at 10
     # with 400 again: an unbumped restore repeats tokens (excluded by the contract).
-    versions = [
-        v("a", 0, True, 2, token=400),
-        v("a", 2, False),
-        v("b", 10, True, 12, token=400),
-    ]
+    versions = [*term("a", 0, 2, 400), v("b", 10, True, 12, token=400)]
     restore = Fault("restore", "cluster", T + 1, T + 9)
     assert run(versions, faults=[restore]).violations == []
     bumped = Fault("restore-bump", "cluster", T + 1, T + 9)  # a bumped restore does not
@@ -211,12 +201,6 @@ def test_a_claim_published_while_a_restore_ran_is_not_judged() -> None:
     # The long run's case (a loaded node): a's write reached the old store before the API
     # server stopped, but a published it only later; b then led on the restored store with
     # the same token. Which store a claim made during the restore went to is unknown.
-    versions = [
-        v("a", 0, True, 2, token=393),
-        v("a", 2, False),
-        v("a", 6, True, 7, token=400),
-        v("a", 7, False),
-        v("b", 8, True, 10, token=400),
-    ]
+    versions = [*term("a", 0, 2, 393), *term("a", 6, 7, 400), v("b", 8, True, 10, token=400)]
     restore = Fault("restore", "cluster", T + 1, T + 9)
     assert run(versions, faults=[restore]).violations == []
