@@ -147,6 +147,23 @@ def test_kubectl_plugin_lists_like_kubectl_get(
         core.delete_namespace(other)
 
 
+def _as_from_a_terminal() -> None:
+    """SIGINT as a terminal's Ctrl-C finds it: default action, not blocked. The test
+    runner may have it ignored or blocked (run in the background), and a child inherits
+    both; the full suite twice saw the plugin outlive this Ctrl-C, never the test alone."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
+
+
+def _signal_masks(pid: int) -> str:
+    """The signal masks of ``pid`` from /proc (SigBlk, SigIgn, SigCgt), for a failure message."""
+    try:
+        lines = Path(f"/proc/{pid}/status").read_text().splitlines()
+    except OSError as err:
+        return f"no /proc/{pid}/status: {err}"
+    return ", ".join(line for line in lines if line.startswith(("SigBlk", "SigIgn", "SigCgt")))
+
+
 def test_status_watch_prints_each_change_and_ends_on_ctrl_c(
     api: Any, cluster: ControlPlane, namespace: str, one_lease: str
 ) -> None:
@@ -157,9 +174,7 @@ def test_status_watch_prints_each_change_and_ends_on_ctrl_c(
         stderr=subprocess.PIPE,
         text=True,
         env=_plugin_env(cluster),
-        # As from a terminal: a runner started in the background (``make test &``) ignores
-        # SIGINT, and a child would inherit that and never hear the Ctrl-C below.
-        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+        preexec_fn=_as_from_a_terminal,
     )
     try:
         assert watch.stdout is not None
@@ -175,7 +190,11 @@ def test_status_watch_prints_each_change_and_ends_on_ctrl_c(
         # Later lines stay in the first table's columns, as kubectl get -w prints them.
         assert changed.index("web-1") == header.index("HOLDER"), (header, changed)
         watch.send_signal(signal.SIGINT)
-        assert watch.wait(10) == 0
+        try:
+            code = watch.wait(10)
+        except subprocess.TimeoutExpired:
+            raise AssertionError(f"no exit 10 s after SIGINT; {_signal_masks(watch.pid)}") from None
+        assert code == 0
         assert "Traceback" not in (watch.stderr.read() if watch.stderr else "")
     finally:
         if watch.poll() is None:
