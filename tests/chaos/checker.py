@@ -273,6 +273,11 @@ def claims_of(versions: Iterable[FileVersion], lazy: Collection[str] = ()) -> li
     return out
 
 
+def handovers_of(claims: list[Claim]) -> int:
+    """How often leadership moved to another identity, claims in order of start."""
+    return sum(1 for a, b in itertools.pairwise(claims) if a.who != b.who)
+
+
 def overlaps(claims: list[Claim]) -> list[Violation]:
     out = []
     for i, a in enumerate(claims):
@@ -521,8 +526,6 @@ def check(
     )
 
     acquisitions = 0
-    handovers = 0
-    previous_holder: str | None = None
     # A claim that does not continue the same sidecar's previous one is an acquisition.
     by_who: dict[str, list[Claim]] = {}
     for c in claims:
@@ -531,10 +534,7 @@ def check(
         for i, c in enumerate(seq):
             if i == 0 or c.start > seq[i - 1].end + 1e-6:
                 acquisitions += 1
-    for c in claims:
-        if previous_holder is not None and c.who != previous_holder:
-            handovers += 1
-        previous_holder = c.who
+    handovers = handovers_of(claims)
     step_downs: Counter[str] = Counter()
     for _ts, _who, msg in logs:
         if msg.startswith("stepped down: "):

@@ -66,7 +66,7 @@ from tests.cluster import ControlPlane
 from tests.sidecar.proc import SidecarProcess
 from tests.skew import skewed_clock
 
-from .checker import Fault, Report, check, parse_ts
+from .checker import Fault, Report, check, claims_of, handovers_of, parse_ts
 from .proxy import FaultProxy, proxy_loop
 from .recorder import Recorder, Target
 
@@ -256,22 +256,35 @@ class ChaosRun:
         every_kind_first: bool = True,
         menu: tuple[str, ...] = KINDS,
         kinds: tuple[str, ...] = KINDS,
+        handovers: int = 0,
     ) -> None:
         """Inject faults until ``seconds`` have passed (the last fault may overrun a little).
 
         ``every_kind_first`` plays each of ``kinds`` once (random order) before
         drawing from ``menu``, and all of them even when that takes longer than
         ``seconds`` (a loaded machine makes the cluster restarts slow).
+        ``handovers``: go on past ``seconds`` (up to twice as long again) until
+        leadership has moved that often, so that a seed whose faults happened
+        to miss the leader still exercises what its test claims to.
         """
-        deadline = time.monotonic() + seconds
+        start = time.monotonic()
+        deadline = start + seconds
+        overrun = start + 3 * seconds
         plan = list(kinds) if every_kind_first else []
         self.rng.shuffle(plan)
-        while plan or time.monotonic() < deadline:
+        while (
+            plan
+            or time.monotonic() < deadline
+            or (time.monotonic() < overrun and self._handovers() < handovers)
+        ):
             kind = plan.pop(0) if plan else self.rng.choice(menu)
             self._check_alive()
             self.inject(kind)
             time.sleep(self.rng.uniform(*self.gap))
         self._check_alive()
+
+    def _handovers(self) -> int:
+        return handovers_of(claims_of(self.recorder.snapshot(), self.lazy))
 
     def finish(self) -> Outcome:
         """Heal everything, require a leader, stop every sidecar gracefully, and judge."""

@@ -94,6 +94,11 @@ class Recorder:
             t.join(5)
 
     # ---- live view for the chaos driver ---------------------------------------
+    def snapshot(self) -> list[FileVersion]:
+        """The state-file versions recorded so far (a copy; recording goes on)."""
+        with self._lock:
+            return list(self.versions)
+
     def leader_now(self) -> str | None:
         """The sidecar whose latest file claims right now (None if none or ambiguous)."""
         now = time.time()

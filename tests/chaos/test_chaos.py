@@ -22,7 +22,7 @@ def test_short_chaos_run(cluster: ControlPlane, namespace: str, tmp_path: Path) 
     run = ChaosRun(cluster, namespace, tmp_path, sidecars=4, timings=timings, seed=SEED)
     try:
         run.start()
-        run.run(SECONDS, every_kind_first=True, menu=CHEAP_KINDS)
+        run.run(SECONDS, every_kind_first=True, menu=CHEAP_KINDS, handovers=5)
         outcome = run.finish()
     except BaseException:
         run.abort()

@@ -61,7 +61,7 @@ def test_old_and_new_sidecars_never_lead_at_once_under_faults(
     )
     try:
         run.start()
-        run.run(SECONDS, every_kind_first=False, menu=CHEAP_KINDS)
+        run.run(SECONDS, every_kind_first=False, menu=CHEAP_KINDS, handovers=4)
         outcome = run.finish()
     except BaseException:
         run.abort()
