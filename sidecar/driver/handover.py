@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import random
 from collections.abc import Coroutine
 from typing import Any
 
@@ -29,12 +30,14 @@ from ..core import roster
 from ..core.election import Event
 from ..kit.clock import Clock
 from ..kit.logs import Logger
-from ..kube.errors import ApiError
+from ..kube.errors import ApiError, Forbidden
 from .coordination import Coordination
 from .observer import Control, Observer, View
 
 #: How long a stopping candidate waits to leave the roster before its release goes ahead.
 LEAVE_BUDGET = 1.0
+#: A refused join or mark is retried after this (jittered), doubling up to ``RETRY_MAX``.
+RETRY_FIRST, RETRY_MAX = 1.0, 60.0
 
 
 class Handover(Observer):
@@ -85,25 +88,67 @@ class Handover(Observer):
             self.joined = False
 
     async def join(self) -> None:
-        """List this candidate (and mark the election if a Lease of it was seen)."""
-        try:
-            notes = roster.notes_of(await self.shared.read())
-            self.marked = roster.marked(notes, self.lease)
-            patch: dict[str, str | None] = {
-                **roster.stale(notes, self.lease, self.identity),
-                **roster.entry(self.lease, self.identity, self.clock.wall()),
-            }
-            if self.seen_lease and not self.marked:
-                patch.update(roster.mark(self.lease, self.clock.wall()))
+        """List this candidate (and mark the election if a Lease of it was seen), retrying.
+
+        The first try reads what every observer's first read shares; a retry
+        reads afresh, after a jittered backoff (a mass start refuses hundreds
+        of merge patches of the one shared object at once). A 403 ends it.
+        """
+        fresh, delay = False, RETRY_FIRST
+        while True:
+            try:
+                notes = roster.notes_of(await self.shared.read(fresh=fresh))
+                self.marked = roster.marked(notes, self.lease)
+                patch: dict[str, str | None] = {
+                    **roster.stale(notes, self.lease, self.identity),
+                    **roster.entry(self.lease, self.identity, self.clock.wall()),
+                }
+                marking = self.seen_lease and not self.marked
+                if marking:
+                    patch.update(roster.mark(self.lease, self.clock.wall()))
+                await self.shared.merge(patch)
+                self.joined, self.marked = True, self.marked or marking
+                return
+            except ApiError as err:
+                self._refused("join", err)
+                if isinstance(err, Forbidden):
+                    return
+            fresh = True
+            delay = await self._back_off(delay)
+
+    async def _mark(self) -> None:
+        """Record that this election has had a Lease, retrying until it is written (or a 403)."""
+        delay = RETRY_FIRST
+        while not self.marked:
+            try:
+                await self.shared.merge(roster.mark(self.lease, self.clock.wall()))
                 self.marked = True
-            await self.shared.merge(patch)
-            self.joined = True
-        except ApiError as err:
+            except ApiError as err:
+                self._refused("mark", err)
+                if isinstance(err, Forbidden):
+                    return
+                delay = await self._back_off(delay)
+
+    async def _back_off(self, delay: float) -> float:
+        """Sleep ``delay`` (jittered down to half); the next delay, doubled up to ``RETRY_MAX``."""
+        await asyncio.sleep(delay * random.uniform(0.5, 1.0))
+        return min(2 * delay, RETRY_MAX)
+
+    def _refused(self, what: str, err: ApiError) -> None:
+        if isinstance(err, Forbidden):
             self.log.once(
                 "roster",
                 "warning",
-                "could not join the election's roster; handovers will not name this pod "
+                "cannot write the election's roster: forbidden; handovers will not name this pod "
                 "(it still takes over as any follower does)",
+                roster=roster.NAME,
+                error=str(err),
+            )
+        else:
+            self.log.once(
+                "roster:retry",
+                "warning",
+                f"could not {what} the election's roster yet; retrying with backoff",
                 roster=roster.NAME,
                 error=str(err),
             )
@@ -133,11 +178,6 @@ class Handover(Observer):
             return False
         self.marked = True
         return True
-
-    async def _mark(self) -> None:
-        with contextlib.suppress(ApiError):
-            await self.shared.merge(roster.mark(self.lease, self.clock.wall()))
-            self.marked = True
 
     async def _forgotten(self, identity: str) -> None:
         try:

@@ -32,7 +32,7 @@ from sidecar.driver.report import LogReport
 from sidecar.driver.sweepduty import DUTY_SECONDS
 from sidecar.kit.logs import Logger
 from sidecar.kube.api import Post
-from sidecar.kube.errors import Forbidden
+from sidecar.kube.errors import ApiUnavailable, Forbidden
 from tests.unit.fake_leases import FakeLeases
 
 EPOCH = dt.datetime(2026, 1, 1, tzinfo=dt.UTC)
@@ -307,6 +307,54 @@ def test_candidates_join_the_roster_at_start_and_leave_it_on_a_graceful_exit(
         await a.stop()
         assert listed(store) == []
         assert store.conflicts == 0  # joining never races: one merge patch per entry
+
+    run(scenario)
+
+
+class BusyRoster(FakeLeases):
+    """The namespace's coordination Lease refuses writes (504) until ``busy_until`` (virtual s),
+    as 400 sidecars starting at once make it: every merge patch of one shared object times out.
+    """
+
+    def __init__(self, busy_until: float) -> None:
+        super().__init__()
+        self.busy_until = busy_until
+        self.refused = 0
+
+    def _busy(self, name: str) -> None:
+        if name == roster.NAME and asyncio.get_running_loop().time() < self.busy_until:
+            self.refused += 1
+            raise ApiUnavailable("patch leases: HTTP 504", status=504, verb="patch")
+
+    async def patch(
+        self, name: str, body: dict[str, Any], timeout: float | None = None
+    ) -> dict[str, Any]:
+        self._busy(name)
+        return await super().patch(name, body, timeout)
+
+    async def create(self, body: dict[str, Any], timeout: float | None = None) -> dict[str, Any]:
+        self._busy(body["metadata"]["name"])
+        return await super().create(body, timeout)
+
+
+def test_a_join_and_a_mark_refused_at_start_are_retried_until_written(tmp_path: Path) -> None:
+    """Lost joins name nobody in handovers; a lost mark lets a later fresh candidate create a
+    deleted Lease at once under a paused leader (contract §2). Both are retried."""
+
+    async def scenario() -> None:
+        store = BusyRoster(busy_until=40)
+        a = await Candidate("a", store, tmp_path).start()
+        b = await Candidate("b", store, tmp_path).start()
+        await until(lambda: store.holder(LEASE) == "a", 30, "a leads after a lease duration")
+        assert store.refused and listed(store) == []
+        await until(lambda: listed(store) == ["a", "b"], 120, "both joined once it answers")
+        notes = roster.notes_of(store.objects.get(roster.NAME))
+        assert roster.marked(notes, LEASE)
+        writes = len(store.roster_writes)
+        await asyncio.sleep(120)
+        assert len(store.roster_writes) == writes  # joined and marked: no more writes
+        await b.stop()
+        await a.stop()
 
     run(scenario)
 
