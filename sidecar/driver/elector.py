@@ -30,7 +30,7 @@ from ..kit.logs import Logger
 from ..kube.errors import ApiError, Conflict, NotFound
 from ..kube.leaselock import Changed, Deleted, Failed, Healthy, LeaseLock
 from .observer import Call, Observer, View
-from .release import Roster, release
+from .release import Roster, look_up_successor, release
 
 #: Release and after-release steps, well inside the default 30 s grace period.
 SHUTDOWN_BUDGET = 10.0
@@ -228,20 +228,38 @@ class Elector:
             await asyncio.sleep(max(0.0, valid - self.clock.monotonic()) + 0.001)
             self._publish()
 
+    def _seen_version(self) -> str | None:
+        record = self.election.seen.record
+        return record.resource_version if record is not None else None
+
     # ---- shutdown ---------------------------------------------------------------
     async def _shutdown(self) -> None:
         """contract §5: "not leader" first, then the observers', the release, the rest; bounded."""
         self.election.resign()
+        named = look_up_successor(self.roster, self.election, self.log)  # a read: it may go first
         self._publish(force=True)  # the step-down of a leader is told like any other
-        await aio.cancel(self._tasks[:3], TASK_STOP_SECONDS, self.log)
+        loop, watch, watchdog = self._tasks[:3]
+        await aio.cancel([loop, watchdog], TASK_STOP_SECONDS, self.log)
         for observer in self.observers:
             await observer.before_release()
         released = functools.partial(
-            release, self.lock, self.election, self.clock, self.log, SHUTDOWN_BUDGET, self.roster
+            release,
+            self.lock,
+            self.election,
+            self.clock,
+            self.log,
+            SHUTDOWN_BUDGET,
+            self.roster,
+            named,
+            self._seen_version,
         )
-        steps: list[Callable[[], Awaitable[None]]] = [released]
+
+        async def unwatch() -> None:  # the release followed the hand-off on it
+            await aio.cancel([watch], TASK_STOP_SECONDS, self.log)
+
+        steps: list[Callable[[], Awaitable[None]]] = [released, unwatch]
         steps += [observer.after_release for observer in self.observers]
         await aio.bounded_steps(
             steps, SHUTDOWN_BUDGET, self.clock.monotonic, self.log, expected=(ApiError,)
         )
-        await aio.cancel(self._tasks[3:], TASK_STOP_SECONDS, self.log)
+        await aio.cancel([watch, *self._tasks[3:]], TASK_STOP_SECONDS, self.log)

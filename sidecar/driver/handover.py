@@ -36,8 +36,9 @@ from .observer import Control, Observer, View
 
 #: How long a stopping candidate waits to leave the roster before its release goes ahead.
 LEAVE_BUDGET = 1.0
-#: A refused join or mark is retried after this (jittered), doubling up to ``RETRY_MAX``.
-RETRY_FIRST, RETRY_MAX = 1.0, 60.0
+#: A refused join or mark is retried after up to this (full jitter), doubling up to
+#: ``RETRY_MAX``: a mass start's hundreds of writers of one object spread out, not in waves.
+RETRY_FIRST, RETRY_MAX = 2.0, 120.0
 
 
 class Handover(Observer):
@@ -130,8 +131,8 @@ class Handover(Observer):
                 delay = await self._back_off(delay)
 
     async def _back_off(self, delay: float) -> float:
-        """Sleep ``delay`` (jittered down to half); the next delay, doubled up to ``RETRY_MAX``."""
-        await asyncio.sleep(delay * random.uniform(0.5, 1.0))
+        """Sleep up to ``delay`` (full jitter); the next delay, doubled up to ``RETRY_MAX``."""
+        await asyncio.sleep(delay * random.uniform(0.1, 1.0))
         return min(2 * delay, RETRY_MAX)
 
     def _refused(self, what: str, err: ApiError) -> None:

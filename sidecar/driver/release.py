@@ -6,11 +6,13 @@ nobody wrote since; the release never waits past the shutdown's deadline.
 The first try goes out unread, against our last answered claim
 (``Election.settled_claim``), the way client-go's release writes through its
 cached object; a 409, or a claim in flight, sends it to read what is there.
-It names a successor when one is given (the hand-off), looked up alongside,
-so a handover waits one round trip more at most; when the successor has not
-claimed once the hand-off's second is over (it died, or was stopping too: a
-scale to zero), the release empties the Lease itself and takes the name out of
-the roster, so nobody gone is left named as its holder or named again.
+It names a successor when one is given (the hand-off), looked up from the
+first moment of the shutdown (``look_up_successor``), so a handover waits one
+round trip more at most; it follows the successor's claim on the election's
+watch, without a request, and when the successor has not claimed once the
+hand-off's second is over (it died, or was stopping too: a scale to zero), the
+release empties the Lease itself and takes the name out of the roster, so
+nobody gone is left named as its holder or named again.
 """
 
 from __future__ import annotations
@@ -29,9 +31,16 @@ from ..kube.leaselock import LeaseLock
 
 #: How long a release waits for its successor's name before it names nobody.
 SUCCESSOR_BUDGET = 1.0
-#: A hand-off's leaseDurationSeconds; the release checks on its successor this often.
+#: A hand-off's leaseDurationSeconds, for which the release watches for its successor's claim.
 HANDOFF_SECONDS = 1.0
-POLL = 0.1
+#: How often it looks at what the watch has shown (no request).
+POLL = 0.02
+#: Past the hand-off's second, how long the successor may still take (its watch and its
+#: claim lagging behind a busy API server) before the release empties the Lease. Emptying
+#: is for a successor that is gone (a scale to zero); emptying under a successor that is
+#: merely slow makes its claim a 409 and costs it a lease duration, while other
+#: followers claim at the second anyway.
+HANDOFF_GRACE = 2.0
 
 
 class Roster(Protocol):
@@ -51,6 +60,22 @@ class Roster(Protocol):
 
 
 Successor = Callable[[float], Awaitable[str | None]]
+#: The resourceVersion of the Lease as the election's watch last showed it (None: absent).
+Seen = Callable[[], str | None]
+
+
+def look_up_successor(
+    roster: Roster | None, election: Election, log: Logger
+) -> asyncio.Future[str | None]:
+    """Start looking up whom the release names, at once.
+
+    A read, so the shutdown starts it before it publishes "not leader" and
+    blocks on the state file's fsyncs: in a mass rollout the answer is on its
+    way meanwhile. Only a process holding a claim of its own looks one up (a
+    follower names nobody).
+    """
+    lookup = roster.successor if roster is not None and election.holding else None
+    return asyncio.ensure_future(_name(lookup, SUCCESSOR_BUDGET, log))
 
 
 async def release(
@@ -59,20 +84,19 @@ async def release(
     clock: Clock,
     log: Logger,
     budget: float,
-    roster: Roster | None = None,
+    roster: Roster | None,
+    named: asyncio.Future[str | None],
+    seen: Seen,
 ) -> None:
-    """Vacate (or hand off) our own claim, if the Lease still holds one; logs what it did.
+    """Vacate (or hand off, to whom ``named`` gives) our own claim, if the Lease still holds one.
 
-    Only a process holding a claim of its own looks a successor up (a follower
-    names nobody), and no request waits past ``budget`` seconds from now.
+    Logs what it did; no request waits past ``budget`` seconds from now.
     """
     deadline = clock.monotonic() + budget
 
     def left() -> float:
         return max(0.1, deadline - clock.monotonic())
 
-    lookup = roster.successor if roster is not None and election.holding else None
-    named = asyncio.ensure_future(_name(lookup, min(left(), SUCCESSOR_BUDGET), log))
     record = election.settled_claim()
     try:
         for _ in range(3):
@@ -91,7 +115,7 @@ async def release(
                 "released lease", lease=lock.name, transitions=record.transitions, successor=who
             )
             handoff = LeaseRecord.from_object(written)
-            if who and roster and not await _until_claimed(lock, handoff, clock, log):
+            if who and roster and not await _until_claimed(lock, handoff, record, seen, clock, log):
                 with contextlib.suppress(ApiError, TimeoutError):
                     await roster.forget(who, left())
             return
@@ -99,17 +123,32 @@ async def release(
         named.cancel()
 
 
-async def _until_claimed(lock: LeaseLock, handoff: LeaseRecord, clock: Clock, log: Logger) -> bool:
+async def _until_claimed(
+    lock: LeaseLock,
+    handoff: LeaseRecord,
+    released: LeaseRecord,
+    seen: Seen,
+    clock: Clock,
+    log: Logger,
+) -> bool:
     """Until the named successor claims (any write will do); past the hand-off's second, empty it.
 
-    False when it emptied the hand-off: the successor never claimed.
+    It follows the election's watch (``seen``), which stays open through the
+    release: no request while it waits, where polling the Lease cost a read
+    every 100 ms from every stopping leader of a mass rollout. The emptying
+    write carries the hand-off's resourceVersion, so a claim the watch did
+    not show in time makes it a 409, not a lost claim. False when it emptied
+    the hand-off: the successor never claimed.
     """
-    until = clock.monotonic() + HANDOFF_SECONDS
+    ours = (released.resource_version, handoff.resource_version)
+    until = clock.monotonic() + HANDOFF_SECONDS + HANDOFF_GRACE
     while clock.monotonic() < until:
         await asyncio.sleep(POLL)
-        obj = await lock.read(POLL * 5)
-        if obj is None or LeaseRecord.from_object(obj).resource_version != handoff.resource_version:
-            return True
+        if seen() not in ours:
+            return True  # a later write, or the Lease deleted: not ours to empty
+    obj = await lock.read(HANDOFF_SECONDS)  # the watch may lag: one read before emptying
+    if obj is None or LeaseRecord.from_object(obj).resource_version not in ours:
+        return True
     try:
         await lock.replace(vacate(handoff, now=clock.wall()), HANDOFF_SECONDS)
     except Conflict:  # written meanwhile: a claim after all

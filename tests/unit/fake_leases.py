@@ -184,7 +184,9 @@ class FakeLeases:
             left = deadline - now
             if left <= 0 or self.down or generation != self._generation:
                 return
-            wait = left if held is None else min(left, held - now)
+            # At least a millisecond: the virtual clock would not move for less, and the
+            # loop would spin on an event due a hair after now (a latency like 1.1 s).
+            wait = max(0.001, left if held is None else min(left, held - now))
             async with self._changed:
                 try:
                     await asyncio.wait_for(self._changed.wait(), wait)

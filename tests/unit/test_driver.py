@@ -347,7 +347,7 @@ def test_a_join_and_a_mark_refused_at_start_are_retried_until_written(tmp_path: 
         b = await Candidate("b", store, tmp_path).start()
         await until(lambda: store.holder(LEASE) == "a", 30, "a leads after a lease duration")
         assert store.refused and listed(store) == []
-        await until(lambda: listed(store) == ["a", "b"], 120, "both joined once it answers")
+        await until(lambda: listed(store) == ["a", "b"], 300, "both joined once it answers")
         notes = roster.notes_of(store.objects.get(roster.NAME))
         assert roster.marked(notes, LEASE)
         writes = len(store.roster_writes)
@@ -381,6 +381,47 @@ async def _leader_and_follower(store: FakeLeases, tmp_path: Path) -> tuple[Candi
     b = await Candidate("b", store, tmp_path).start()
     await asyncio.sleep(3)
     return a, b
+
+
+def test_a_release_follows_its_successors_claim_on_the_watch_without_reading_the_lease(
+    tmp_path: Path,
+) -> None:
+    """In a mass rollout every stopping leader read the Lease every 100 ms until its named
+    successor claimed: hundreds of reads while the claims waited. The watch shows the claim."""
+
+    async def scenario() -> None:
+        store = FakeLeases()
+        store.latency = 0.005
+        a, b = await _leader_and_follower(store, tmp_path)
+        reads = store.lists - store.label_lists  # reads of the Lease (the sweep's aside)
+        assert await a.stop() == 0
+        await until(b.leads, 5, "b takes over")
+        assert store.lists - store.label_lists == reads
+        assert store.writes[-2:] == [("update", "b"), ("update", "b")]  # hand-off, claim
+        await b.stop()
+
+    run(scenario)
+
+
+def test_a_hand_off_whose_claim_the_watch_shows_late_is_read_once_not_emptied(
+    tmp_path: Path,
+) -> None:
+    """A lagging watch (a busy API server) shows the successor's claim after the hand-off's
+    second: the release reads once before emptying, and neither write is refused."""
+
+    async def scenario() -> None:
+        store = FakeLeases()
+        a, b = await _leader_and_follower(store, tmp_path)
+        store.watch_latency = 1.1  # b sees the hand-off, and a b's claim, 1.1 s late
+        conflicts = store.conflicts
+        assert await a.stop() == 0
+        store.watch_latency = 0.0
+        await until(b.leads, 5, "b takes over")
+        assert store.conflicts == conflicts
+        assert ("update", "a") not in store.writes[-2:]  # no emptying write after the claim
+        await b.stop()
+
+    run(scenario)
 
 
 async def _with_an_abandoned_lease() -> FakeLeases:
