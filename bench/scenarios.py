@@ -530,6 +530,7 @@ def many_elections(
                 {"election": pool.election, "states": states, "logs": _tails([leader, *others])}
             )
     finally:
+        teardown = time.time()  # the burst's requests are counted until here at most
         for pool in pools:
             for c in pool.live():
                 c.proc.send_signal(signal.SIGTERM)  # type: ignore[union-attr]
@@ -550,7 +551,10 @@ def many_elections(
     reqs = [r for r in audit.requests(offset) if r.user.startswith(prefix)]
     counts = count_in_window(reqs, start, end)
     total = sum(k for verbs in counts.values() for v, k in verbs.items() if v != "watch (open)")
-    profile = burst.profile(rounds, reqs, max((r.led for r in rounds), default=0.0) + 1.0)
+    # Until the last successor led + 1 s, but not into the final shutdown of the successors,
+    # whose releases, lookups and Events are not the burst's (they were counted before).
+    last_led = max((r.led for r in rounds), default=0.0)
+    profile = burst.profile(rounds, reqs, min(last_led + 1.0, teardown))
     return {
         "burst": {**profile, "cpu": cpu_used},
         "elections": elections,
