@@ -30,7 +30,7 @@ from ..core import roster
 from ..core.election import Event
 from ..kit.clock import Clock
 from ..kit.logs import Logger
-from ..kube.errors import ApiError, Forbidden
+from ..kube.errors import ApiError, ApiUnavailable
 from .coordination import Coordination
 from .observer import Control, Observer, View
 
@@ -93,7 +93,8 @@ class Handover(Observer):
 
         The first try reads what every observer's first read shares; a retry
         reads afresh, after a jittered backoff (a mass start refuses hundreds
-        of merge patches of the one shared object at once). A 403 ends it.
+        of merge patches of the one shared object at once). Only an API
+        server that did not answer, or answered 5xx or 429, is retried.
         """
         fresh, delay = False, RETRY_FIRST
         while True:
@@ -112,13 +113,13 @@ class Handover(Observer):
                 return
             except ApiError as err:
                 self._refused("join", err)
-                if isinstance(err, Forbidden):
+                if not isinstance(err, ApiUnavailable):
                     return
             fresh = True
             delay = await self._back_off(delay)
 
     async def _mark(self) -> None:
-        """Record that this election has had a Lease, retrying until it is written (or a 403)."""
+        """Record that this election has had a Lease, retrying as ``join`` does."""
         delay = RETRY_FIRST
         while not self.marked:
             try:
@@ -126,7 +127,7 @@ class Handover(Observer):
                 self.marked = True
             except ApiError as err:
                 self._refused("mark", err)
-                if isinstance(err, Forbidden):
+                if not isinstance(err, ApiUnavailable):
                     return
                 delay = await self._back_off(delay)
 
@@ -136,11 +137,13 @@ class Handover(Observer):
         return min(2 * delay, RETRY_MAX)
 
     def _refused(self, what: str, err: ApiError) -> None:
-        if isinstance(err, Forbidden):
+        """One warning; retried (``ApiUnavailable``: 5xx, 429, no answer) or given up (a 403,
+        a missing namespace: the elector reports those, and retrying would not help)."""
+        if not isinstance(err, ApiUnavailable):
             self.log.once(
                 "roster",
                 "warning",
-                "cannot write the election's roster: forbidden; handovers will not name this pod "
+                "could not join the election's roster; handovers will not name this pod "
                 "(it still takes over as any follower does)",
                 roster=roster.NAME,
                 error=str(err),
