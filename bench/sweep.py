@@ -123,7 +123,16 @@ def one_run(
     bytes_at_start = lease_list_bytes(plane)
     for proc in procs:
         proc.start()
-    wait_for(lambda: any(p.leads() for p in procs), 120, what="a leader")
+    try:
+        wait_for(lambda: any(p.leads() for p in procs), 120, what="a leader")
+    except AssertionError as err:
+        try:
+            log = procs[0].log_path.read_text(errors="replace").strip().splitlines()[-2:]
+        except OSError as why:
+            log = [str(why)]
+        for proc in procs:
+            proc.stop()
+        raise AssertionError(f"{err}; {procs[0].identity}'s last log lines: {log}") from None
     time.sleep(70)  # the abandoned Leases' 1 s + the sweep's 60 s margin, seen unchanged
     stopping = stamp()
     bytes_before_stop = lease_list_bytes(plane)
@@ -187,7 +196,10 @@ def before_after(
             out["gap_before"] = gap
     if "gap_before" not in out:
         _say(f"before: {pods} pods, {leases} leases")
-        out["before"] = one_run(plane, tmp, "before", pods, leases, str(old))
+        try:
+            out["before"] = one_run(plane, tmp, "before", pods, leases, str(old))
+        except AssertionError as err:  # the baseline's failure is reported, the run goes on
+            out["gap_before"] = f"the baseline run failed: {err}"
     _say(f"after: {pods} pods, {leases} leases")
     out["after"] = one_run(plane, tmp, "after", pods, leases, None)
     return out
