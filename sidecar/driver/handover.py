@@ -23,7 +23,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import random
-from collections.abc import Coroutine
+from collections.abc import Awaitable, Callable, Coroutine
 from typing import Any
 
 from ..core import roster
@@ -92,49 +92,50 @@ class Handover(Observer):
         """List this candidate (and mark the election if a Lease of it was seen), retrying.
 
         The first try reads what every observer's first read shares; a retry
-        reads afresh, after a jittered backoff (a mass start refuses hundreds
-        of merge patches of the one shared object at once). Only an API
-        server that did not answer, or answered 5xx or 429, is retried.
+        reads afresh (``_written``).
         """
-        fresh, delay = False, RETRY_FIRST
-        while True:
-            try:
-                notes = roster.notes_of(await self.shared.read(fresh=fresh))
-                self.marked = roster.marked(notes, self.lease)
-                patch: dict[str, str | None] = {
-                    **roster.stale(notes, self.lease, self.identity),
-                    **roster.entry(self.lease, self.identity, self.clock.wall()),
-                }
-                marking = self.seen_lease and not self.marked
-                if marking:
-                    patch.update(roster.mark(self.lease, self.clock.wall()))
-                await self.shared.merge(patch)
-                self.joined, self.marked = True, self.marked or marking
-                return
-            except ApiError as err:
-                self._refused("join", err)
-                if not isinstance(err, ApiUnavailable):
-                    return
-            fresh = True
-            delay = await self._back_off(delay)
+
+        async def once(retry: bool) -> None:
+            notes = roster.notes_of(await self.shared.read(fresh=retry))
+            self.marked = roster.marked(notes, self.lease)
+            patch: dict[str, str | None] = {
+                **roster.stale(notes, self.lease, self.identity),
+                **roster.entry(self.lease, self.identity, self.clock.wall()),
+            }
+            marking = self.seen_lease and not self.marked
+            if marking:
+                patch.update(roster.mark(self.lease, self.clock.wall()))
+            await self.shared.merge(patch)
+            self.joined, self.marked = True, self.marked or marking
+
+        await self._written("join", once)
 
     async def _mark(self) -> None:
-        """Record that this election has had a Lease, retrying as ``join`` does."""
-        delay = RETRY_FIRST
-        while not self.marked:
-            try:
+        """Record that this election has had a Lease (unless a join did meanwhile), retrying."""
+
+        async def once(_retry: bool) -> None:
+            if not self.marked:
                 await self.shared.merge(roster.mark(self.lease, self.clock.wall()))
                 self.marked = True
+
+        await self._written("mark", once)
+
+    async def _written(self, what: str, write: Callable[[bool], Awaitable[None]]) -> None:
+        """``write(retry)`` until it succeeds, after a backoff with full jitter between tries
+        (a mass start refuses hundreds of merge patches of the one shared object at once).
+        Only an API server that did not answer, or answered 5xx or 429, is retried."""
+        delay, retry = RETRY_FIRST, False
+        while True:
+            try:
+                await write(retry)
+                return
             except ApiError as err:
-                self._refused("mark", err)
+                self._refused(what, err)
                 if not isinstance(err, ApiUnavailable):
                     return
-                delay = await self._back_off(delay)
-
-    async def _back_off(self, delay: float) -> float:
-        """Sleep up to ``delay`` (full jitter); the next delay, doubled up to ``RETRY_MAX``."""
-        await asyncio.sleep(delay * random.uniform(0.1, 1.0))
-        return min(2 * delay, RETRY_MAX)
+            retry = True
+            await asyncio.sleep(delay * random.uniform(0.1, 1.0))
+            delay = min(2 * delay, RETRY_MAX)
 
     def _refused(self, what: str, err: ApiError) -> None:
         """One warning; retried (``ApiUnavailable``: 5xx, 429, no answer) or given up (a 403,
