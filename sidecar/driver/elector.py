@@ -228,9 +228,18 @@ class Elector:
             await asyncio.sleep(max(0.0, valid - self.clock.monotonic()) + 0.001)
             self._publish()
 
-    def _seen_version(self) -> str | None:
-        record = self.election.seen.record
-        return record.resource_version if record is not None else None
+    async def _watch_moves_past(self, versions: tuple[str | None, ...], seconds: float) -> bool:
+        """Whether the watch shows the Lease at a version not in ``versions`` (or deleted)
+        within ``seconds``; it wakes this as it wakes the loop, which is stopped by then."""
+        deadline = self.clock.monotonic() + seconds
+        while True:
+            self._wake.clear()
+            record = self.election.seen.record
+            if (record.resource_version if record is not None else None) not in versions:
+                return True
+            if self.clock.monotonic() >= deadline:
+                return False
+            await self._wait(deadline)
 
     # ---- shutdown ---------------------------------------------------------------
     async def _shutdown(self) -> None:
@@ -251,7 +260,7 @@ class Elector:
             SHUTDOWN_BUDGET,
             self.roster,
             named,
-            self._seen_version,
+            self._watch_moves_past,
         )
 
         async def unwatch() -> None:  # the release followed the hand-off on it

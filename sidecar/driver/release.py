@@ -33,8 +33,6 @@ from ..kube.leaselock import LeaseLock
 SUCCESSOR_BUDGET = 1.0
 #: A hand-off's leaseDurationSeconds, for which the release watches for its successor's claim.
 HANDOFF_SECONDS = 1.0
-#: How often it looks at what the watch has shown (no request).
-POLL = 0.02
 #: Past the hand-off's second, how long the successor may still take (its watch and its
 #: claim lagging behind a busy API server) before the release empties the Lease. Emptying
 #: is for a successor that is gone (a scale to zero); emptying under a successor that is
@@ -60,8 +58,9 @@ class Roster(Protocol):
 
 
 Successor = Callable[[float], Awaitable[str | None]]
-#: The resourceVersion of the Lease as the election's watch last showed it (None: absent).
-Seen = Callable[[], str | None]
+#: ``seen(versions, seconds)``: whether the election's watch shows the Lease at a
+#: resourceVersion not in ``versions`` (or deleted) within ``seconds``.
+Seen = Callable[[tuple[str | None, ...], float], Awaitable[bool]]
 
 
 def look_up_successor(
@@ -141,11 +140,8 @@ async def _until_claimed(
     the hand-off: the successor never claimed.
     """
     ours = (released.resource_version, handoff.resource_version)
-    until = clock.monotonic() + HANDOFF_SECONDS + HANDOFF_GRACE
-    while clock.monotonic() < until:
-        await asyncio.sleep(POLL)
-        if seen() not in ours:
-            return True  # a later write, or the Lease deleted: not ours to empty
+    if await seen(ours, HANDOFF_SECONDS + HANDOFF_GRACE):
+        return True  # a later write, or the Lease deleted: not ours to empty
     obj = await lock.read(HANDOFF_SECONDS)  # the watch may lag: one read before emptying
     if obj is None or LeaseRecord.from_object(obj).resource_version not in ours:
         return True
