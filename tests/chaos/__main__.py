@@ -66,6 +66,13 @@ def main(argv: list[str] | None = None) -> int:
         metavar=("MIN", "MAX"),
         help="seconds between faults, drawn uniformly (default 1.5 4)",
     )
+    parser.add_argument(
+        "--acquisitions",
+        type=int,
+        default=0,
+        help="stop before --minutes once the claims show this many acquisitions "
+        "(after every kind was played once)",
+    )
     parser.add_argument("--report", type=Path, default=None)
     parser.add_argument(
         "--keep", action="store_true", help="keep the work directory (logs, state files)"
@@ -139,7 +146,9 @@ def main(argv: list[str] | None = None) -> int:
     )
     print(
         f"seed {run.seed}; {args.sidecars} sidecars; lease {args.lease:g}s / renew {args.renew:g}s / "
-        f"retry {args.retry:g}s; {args.minutes:g} minutes{'; cheap kinds' if args.cheap else ''}; "
+        f"retry {args.retry:g}s; {args.minutes:g} minutes"
+        f"{f' or {args.acquisitions} acquisitions' if args.acquisitions else ''}"
+        f"{'; cheap kinds' if args.cheap else ''}; "
         f"leader bias {args.leader_bias if args.leader_bias is not None else 'default'}; "
         f"gap {args.gap[0]:g}-{args.gap[1]:g}s",
         flush=True,
@@ -161,7 +170,15 @@ def main(argv: list[str] | None = None) -> int:
         run.start()
         if lock is not None:
             lock.start()
-        run.run(args.minutes * 60, every_kind_first=True, menu=menu, kinds=kinds)
+        run.run(
+            args.minutes * 60,
+            every_kind_first=True,
+            menu=menu,
+            kinds=kinds,
+            enough=args.acquisitions,
+        )
+        if lock is not None:
+            lock.chaos.done.set()  # the election's run may have ended early
         outcome = run.finish()
         lock_report = lock.join() if lock is not None else None
     except BaseException:

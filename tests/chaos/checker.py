@@ -273,6 +273,19 @@ def claims_of(versions: Iterable[FileVersion], lazy: Collection[str] = ()) -> li
     return out
 
 
+def acquisitions_of(claims: list[Claim]) -> int:
+    """How often a sidecar began to lead: a claim that does not continue its previous one."""
+    acquisitions = 0
+    by_who: dict[str, list[Claim]] = {}
+    for c in claims:
+        by_who.setdefault(c.who, []).append(c)
+    for seq in by_who.values():
+        for i, c in enumerate(seq):
+            if i == 0 or c.start > seq[i - 1].end + 1e-6:
+                acquisitions += 1
+    return acquisitions
+
+
 def handovers_of(claims: list[Claim]) -> int:
     """How often leadership moved to another identity, claims in order of start."""
     return sum(1 for a, b in itertools.pairwise(claims) if a.who != b.who)
@@ -525,15 +538,7 @@ def check(
         claims, faults, first, gaps_until if gaps_until is not None else end, lease_duration
     )
 
-    acquisitions = 0
-    # A claim that does not continue the same sidecar's previous one is an acquisition.
-    by_who: dict[str, list[Claim]] = {}
-    for c in claims:
-        by_who.setdefault(c.who, []).append(c)
-    for seq in by_who.values():
-        for i, c in enumerate(seq):
-            if i == 0 or c.start > seq[i - 1].end + 1e-6:
-                acquisitions += 1
+    acquisitions = acquisitions_of(claims)
     handovers = handovers_of(claims)
     step_downs: Counter[str] = Counter()
     for _ts, _who, msg in logs:

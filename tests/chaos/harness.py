@@ -66,7 +66,7 @@ from tests.cluster import ControlPlane
 from tests.sidecar.proc import SidecarProcess
 from tests.skew import skewed_clock
 
-from .checker import Fault, Report, check, claims_of, handovers_of, parse_ts
+from .checker import Fault, Report, acquisitions_of, check, claims_of, handovers_of, parse_ts
 from .proxy import FaultProxy, proxy_loop
 from .recorder import Recorder, Target
 
@@ -257,6 +257,7 @@ class ChaosRun:
         menu: tuple[str, ...] = KINDS,
         kinds: tuple[str, ...] = KINDS,
         handovers: int = 0,
+        enough: int = 0,
     ) -> None:
         """Inject faults until ``seconds`` have passed (the last fault may overrun a little).
 
@@ -266,6 +267,8 @@ class ChaosRun:
         ``handovers``: go on past ``seconds`` (up to twice as long again) until
         leadership has moved that often, so that a seed whose faults happened
         to miss the leader still exercises what its test claims to.
+        ``enough``: stop before ``seconds`` once the claims show that many
+        acquisitions (the long run's target; every kind still played first).
         """
         start = time.monotonic()
         deadline = start + seconds
@@ -277,6 +280,8 @@ class ChaosRun:
             or time.monotonic() < deadline
             or (time.monotonic() < overrun and self._handovers() < handovers)
         ):
+            if not plan and enough and self._acquisitions() >= enough:
+                break
             kind = plan.pop(0) if plan else self.rng.choice(menu)
             self._check_alive()
             self.inject(kind)
@@ -285,6 +290,9 @@ class ChaosRun:
 
     def _handovers(self) -> int:
         return handovers_of(claims_of(self.recorder.snapshot(), self.lazy))
+
+    def _acquisitions(self) -> int:
+        return acquisitions_of(claims_of(self.recorder.snapshot(), self.lazy))
 
     def finish(self) -> Outcome:
         """Heal everything, require a leader, stop every sidecar gracefully, and judge."""

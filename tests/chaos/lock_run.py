@@ -145,6 +145,8 @@ class LockChaos:
         self.faults: dict[str, int] = {}
         self.exits: dict[int, int] = {}
         self._stop = threading.Event()
+        #: set by whoever runs this beside the election, when that run ends early
+        self.done = threading.Event()
         self._paused: set[str] = set()
 
     def _supervise(self) -> None:
@@ -218,7 +220,7 @@ class LockChaos:
         teardown: list[str] = []
         try:
             deadline = time.monotonic() + seconds
-            while time.monotonic() < deadline:
+            while time.monotonic() < deadline and not self.done.is_set():
                 time.sleep(self.rng.uniform(1.0, 2.5))
                 self.inject()
         finally:
