@@ -550,3 +550,51 @@ def test_lock_as_pid_1_reaps_the_orphans_that_re_parent_to_it(
     finally:
         a.stop()
         kill_survivors(out)
+
+
+#: Loaded by the lock process at its start (``sitecustomize`` on its PYTHONPATH, never by the
+#: guard, which runs ``-I -S``): right after the guard is spawned, before its report, one of
+#: lock's tasks fails as a bug would (the long chaos run's crash was a TLS connect's fd).
+CRASH = """
+import asyncio, os
+from sidecar.driver import command
+
+_start = command.Command.start
+
+async def start(self, *args, **kw):
+    await _start(self, *args, **kw)
+    if os.environ["CRASH_TASK"] == "lock":
+        raise RuntimeError("injected: lock's supervisor fails")
+    for task in asyncio.all_tasks():
+        if task.get_name() == "election":
+            task.cancel()  # the election loop ends, as a task with a bug does
+
+command.Command.start = start
+"""
+
+
+@pytest.mark.parametrize("task", ["election", "lock"])
+def test_a_task_that_fails_while_the_command_starts_ends_the_whole_tree_before_release(
+    spawn: Spawn, tmp_path: Path, task: str
+) -> None:
+    """A failing task ends the elector (exit 1, the kubelet restarts it); the shutdown still
+    ends every process of the command (a child in a session of its own and an orphan, both
+    ignoring SIGTERM) before lock releases and exits: the other lock's command starts after."""
+    injected = tmp_path / "crash"
+    injected.mkdir()
+    (injected / "sitecustomize.py").write_text(CRASH)
+    path = os.pathsep.join(p for p in (str(injected), os.environ.get("PYTHONPATH")) if p)
+    first, second = tmp_path / "a.beats", tmp_path / "b.beats"
+    env = {"PYTHONPATH": path, "CRASH_TASK": task}
+    a = spawn("pod-a", command=tree(ESCAPING, out=first), env=env)
+    try:
+        assert a.wait(30) != 0, a.raw_log()
+        assert f"{task} task failed; exiting" in a.messages(), a.raw_log()
+        assert survivors(first) == [], "lock exited while its command's tree ran"
+        b = spawn("pod-b", command=command(second))
+        wait_for(lambda: beats(second), 30, what="pod-b's command")
+        assert not beats(first) or beats(first)[-1][1] < beats(second)[0][1]
+    finally:
+        kill_survivors(first)
+    b.signal(signal.SIGTERM)
+    assert b.wait(30) == 0
