@@ -89,6 +89,18 @@ def entries(notes: dict[str, str], lease: str) -> list[tuple[dt.datetime, str, s
     return sorted(found)
 
 
+def entry_of(notes: dict[str, str], lease: str, identity: str) -> tuple[str, dt.datetime] | None:
+    """(annotation value, joined) of ``identity``'s entry of ``lease``; None if absent or garbage."""
+    value = notes.get(entry_key(lease, identity))
+    if value is None:
+        return None
+    item = _read(value)
+    joined = parse_time(item.get("joined"))
+    if item.get("lease") != lease or item.get("identity") != identity or joined is None:
+        return None
+    return value, joined
+
+
 def successor(notes: dict[str, str], lease: str, identity: str) -> str | None:
     """The candidate of ``lease`` that joined last, other than ``identity``; None if none."""
     others = [who for _, who, _ in entries(notes, lease) if who != identity]

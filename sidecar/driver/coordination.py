@@ -3,6 +3,7 @@
 Guarantees: the first read is shared by the observers that need it at start
 (one GET per process, not one each); ``merge`` never conflicts (a JSON merge
 patch, no resourceVersion) and creates the object when it is missing;
+``remove_if`` takes one annotation out only if it holds what was read;
 ``swap`` is optimistic (the whole object written against the resourceVersion
 it read, re-read and retried on a 409) for what must not be lost to a race,
 the sweep duty. Errors are the ``kube.errors`` classes; callers decide.
@@ -29,11 +30,12 @@ class Coordination:
         self._first: asyncio.Future[dict[str, Any] | None] | None = None
 
     async def read(
-        self, fresh: bool = False, timeout: float | None = None
+        self, fresh: bool = False, timeout: float | None = None, cached: bool = False
     ) -> dict[str, Any] | None:
-        """The object (None when absent); without ``fresh``, the first read of this process."""
+        """The object (None when absent); without ``fresh``, the first read of this process.
+        ``cached``: a fresh read from the API server's watch cache (``LeaseStore.get``)."""
         if fresh:
-            return await self.store.get(roster.NAME, timeout=timeout)
+            return await self.store.get(roster.NAME, timeout=timeout, cached=cached)
         if self._first is None:
             self._first = asyncio.ensure_future(self.store.get(roster.NAME, timeout=timeout))
         return await asyncio.shield(self._first)
@@ -50,6 +52,14 @@ class Coordination:
             with contextlib.suppress(Conflict):  # another process created it first: patch it
                 await self.store.create(roster.new_object(self.namespace, kept), timeout=timeout)
                 return
+
+    async def remove_if(self, key: str, value: str, timeout: float | None = None) -> None:
+        """Remove annotation ``key`` only if it still holds ``value`` (a JSON patch that tests
+        it first: no resourceVersion, so no 409 from writes of other keys); ``ApiError``
+        (422) when it changed or is gone."""
+        at = "/metadata/annotations/" + key.replace("~", "~0").replace("/", "~1")
+        ops = [{"op": "test", "path": at, "value": value}, {"op": "remove", "path": at}]
+        await self.store.patch(roster.NAME, ops, timeout=timeout)
 
     async def swap(self, change: Change, timeout: float | None = None) -> bool:
         """Apply ``change`` to what is there now, optimistically; False when it wrote nothing."""

@@ -5,10 +5,12 @@ roster (``core.roster``), dropping the oldest entries of its election beyond
 ``KEEP``, so a releasing leader may name it; the release asks it for a
 successor (the candidate that joined last); after taking over from a hand-off
 whose named successor never claimed, it takes that name out; a stopping
-follower leaves the roster first, before any release, so it is not named; a
-stopping holder leaves after its own release (which never names itself), so
-its leave, a write on an object every candidate of the namespace shares, is
-not on the handover's path when a whole namespace stops at once.
+follower leaves the roster first, before any release, so it is not named. A
+stopping holder whose hand-off was claimed does not leave: its successor
+takes the name out, seconds later (``FORGET_AFTER``), and only if it was not
+written again since, so a whole namespace stopping at once does not have all
+its leaders write the one object every candidate of the namespace shares at
+the same moment; a holder whose release named nobody leaves after it.
 It also keeps the mark that says this election has had a Lease (written
 once any Lease of it is seen), and answers ``first_term``: whether an absent
 Lease was never created, so no term can still be vouched for.
@@ -22,6 +24,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import datetime as dt
 import random
 from collections.abc import Awaitable, Callable, Coroutine
 from typing import Any
@@ -39,6 +42,10 @@ LEAVE_BUDGET = 1.0
 #: A refused join or mark is retried after up to this (full jitter), doubling up to
 #: ``RETRY_MAX``: a mass start's hundreds of writers of one object spread out, not in waves.
 RETRY_FIRST, RETRY_MAX = 2.0, 120.0
+#: A new leader takes the name of the holder that handed off to it out of the roster after
+#: a delay drawn from this range (seconds): a mass rollout's leavers write the shared
+#: object spread over it, after the handovers, not all in the same moment.
+FORGET_AFTER = (3.0, 20.0)
 
 
 class Handover(Observer):
@@ -54,6 +61,8 @@ class Handover(Observer):
         #: Whether the election is known to be marked (None until the first read).
         self.marked: bool | None = None
         self.seen_lease = self.holding = False
+        #: Our release handed off and the successor claimed: it takes our name out.
+        self.handed_over = False
         self._tasks: set[asyncio.Task[None]] = set()
 
     async def start(self, control: Control) -> None:
@@ -67,12 +76,19 @@ class Handover(Observer):
                 self._background(self._mark())
 
     def on_event(self, event: Event, view: View) -> None:
-        """Our acquisition replaced a hand-off to someone who never claimed it: forget that name."""
+        """Our acquisition replaced a hand-off: to someone who never claimed it (forget that
+        name now), or to us (forget the holder that handed off, later)."""
         over = event.replaced
         if event.kind != "leading" or over is None or over.handoff_from is None:
             return
         if over.holder not in (None, self.identity):
             self._background(self._forgotten(over.holder))
+        elif over.holder == self.identity and over.handoff_from != self.identity:
+            self._background(self._forget_released(over.handoff_from, self.clock.wall()))
+
+    def handed_off(self, successor: str) -> None:
+        """Our release named ``successor`` and it claimed: leaving is its to do (``on_event``)."""
+        self.handed_over = True
 
     async def before_release(self) -> None:
         """A follower leaves the roster first, so no release names a candidate that is stopping."""
@@ -82,7 +98,7 @@ class Handover(Observer):
             await self.after_release()
 
     async def after_release(self) -> None:
-        if self.joined:
+        if self.joined and not self.handed_over:
             with contextlib.suppress(ApiError, TimeoutError):
                 async with asyncio.timeout(LEAVE_BUDGET):
                     await self.forget(self.identity)
@@ -163,8 +179,9 @@ class Handover(Observer):
         await self.shared.merge({roster.entry_key(self.lease, identity): None}, timeout=timeout)
 
     async def successor(self, timeout: float | None = None) -> str | None:
-        """Who to hand over to (the release asks); raises ``errors`` classes."""
-        notes = roster.notes_of(await self.shared.read(fresh=True, timeout=timeout))
+        """Who to hand over to (the release asks); raises ``errors`` classes. From the API
+        server's cache: a name milliseconds out of date costs a hand-off's second at most."""
+        notes = roster.notes_of(await self.shared.read(fresh=True, timeout=timeout, cached=True))
         return roster.successor(notes, self.lease, self.identity)
 
     async def first_term(self, timeout: float | None = None) -> bool:
@@ -193,6 +210,18 @@ class Handover(Observer):
             )
         except ApiError as err:
             self.log.debug("could not update the roster", error=str(err))
+
+    async def _forget_released(self, identity: str, taken: dt.datetime) -> None:
+        """After a while, take out ``identity`` (it handed off to us and stopped), unless its
+        entry was written at or after ``taken`` (it rejoined: a restart under the same name)."""
+        await asyncio.sleep(random.uniform(*FORGET_AFTER))
+        try:
+            notes = roster.notes_of(await self.shared.read(fresh=True, cached=True))
+            found = roster.entry_of(notes, self.lease, identity)
+            if found is not None and found[1] < taken:
+                await self.shared.remove_if(roster.entry_key(self.lease, identity), found[0])
+        except ApiError as err:  # a 422: it rejoined meanwhile
+            self.log.debug("did not take the last holder out of the roster", error=str(err))
 
     def _background(self, work: Coroutine[Any, Any, None]) -> None:
         task = asyncio.create_task(work, name="roster")

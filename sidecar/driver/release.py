@@ -56,6 +56,10 @@ class Roster(Protocol):
         """Take a name that did not claim out of the roster."""
         ...
 
+    def handed_off(self, successor: str) -> None:
+        """The named ``successor`` claimed: it takes this candidate out of the roster."""
+        ...
+
 
 Successor = Callable[[float], Awaitable[str | None]]
 #: ``seen(versions, seconds)``: whether the election's watch shows the Lease at a
@@ -114,9 +118,15 @@ async def release(
                 "released lease", lease=lock.name, transitions=record.transitions, successor=who
             )
             handoff = LeaseRecord.from_object(written)
-            if who and roster and not await _until_claimed(lock, handoff, record, seen, clock, log):
-                with contextlib.suppress(ApiError, TimeoutError):
-                    await roster.forget(who, left())
+            if not who or roster is None:
+                return
+            if await _until_claimed(lock, handoff, record, seen, clock, log):
+                claimed = election.record
+                if claimed is not None and claimed.holder == who:
+                    roster.handed_off(who)
+                return
+            with contextlib.suppress(ApiError, TimeoutError):
+                await roster.forget(who, left())
             return
     finally:
         named.cancel()

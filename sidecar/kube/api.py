@@ -24,6 +24,7 @@ CORE = "/api/v1"
 COORDINATION = "/apis/coordination.k8s.io/v1"
 RBAC = "/apis/rbac.authorization.k8s.io/v1"
 ADMISSION = "/apis/admissionregistration.k8s.io/v1"
+MERGE_PATCH = "application/merge-patch+json"
 Post = Callable[[dict[str, Any]], Awaitable[Any]]
 
 
@@ -58,11 +59,15 @@ class KubeApi:
     ) -> Any:
         """The decoded answer to ``method url``; ``what`` ("get leases") names it in errors.
 
-        A PATCH is a JSON merge patch (RFC 7386): keys set or removed, nothing read first.
+        A PATCH is a JSON merge patch (RFC 7386: keys set or removed, nothing read
+        first), or with a list body a JSON patch (RFC 6902), whose ``test`` operations
+        make it apply only to what they name.
         """
         verb = what.split(" ", 1)[0]
         data = None if body is None else json.dumps(body, separators=(",", ":")).encode()
-        kind = "application/merge-patch+json" if method == "PATCH" else "application/json"
+        kind = "application/json"
+        if method == "PATCH":
+            kind = "application/json-patch+json" if isinstance(body, list) else MERGE_PATCH
         url, timeout = self.config.base_path + url, timeout or self.request_timeout
         for reload in (False, True):
             headers = self._headers(reload) + ([("Content-Type", kind)] if data is not None else [])

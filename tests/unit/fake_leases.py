@@ -15,7 +15,7 @@ import copy
 from collections.abc import AsyncIterator
 from typing import Any
 
-from sidecar.kube.errors import ApiUnavailable, Conflict, Gone, NotFound
+from sidecar.kube.errors import ApiError, ApiUnavailable, Conflict, Gone, NotFound
 
 
 class FakeLeases:
@@ -85,7 +85,10 @@ class FakeLeases:
         writes = self.writes if managed else self.roster_writes
         writes.append((verb, obj["spec"].get("holderIdentity", "")))
 
-    async def get(self, name: str, timeout: float | None = None) -> dict[str, Any] | None:
+    async def get(
+        self, name: str, timeout: float | None = None, cached: bool = False
+    ) -> dict[str, Any] | None:
+        """``cached`` reads are answered from the store too (this one has no cache to lag)."""
         self._check("get")
         self.gets.append(name)
         obj = self.objects.get(name)
@@ -136,14 +139,18 @@ class FakeLeases:
         return copy.deepcopy(obj)
 
     async def patch(
-        self, name: str, body: dict[str, Any], timeout: float | None = None
+        self, name: str, body: dict[str, Any] | list[dict[str, Any]], timeout: float | None = None
     ) -> dict[str, Any]:
-        """A JSON merge patch (RFC 7386) of whatever is there: no resourceVersion, no 409."""
+        """A JSON merge patch (RFC 7386), or a JSON patch (a list; RFC 6902, 422 when a test
+        fails), of whatever is there: no resourceVersion, no 409."""
         self._check("patch")
         current = self.objects.get(name)
         if current is None:
             raise NotFound("patch leases: HTTP 404", status=404, verb="patch")
-        obj = self._stamp(merge_patch(current, body))
+        changed = (
+            json_patch(current, body) if isinstance(body, list) else merge_patch(current, body)
+        )
+        obj = self._stamp(changed)
         self.objects[name] = obj
         self._wrote("patch", obj)
         await self._record("MODIFIED", obj)
@@ -224,4 +231,24 @@ def merge_patch(target: Any, patch: Any) -> Any:
             out.pop(key, None)
         else:
             out[key] = merge_patch(out.get(key), value)
+    return out
+
+
+def json_patch(target: dict[str, Any], ops: list[dict[str, Any]]) -> dict[str, Any]:
+    """RFC 6902's ``test`` and ``remove`` on object members (what the driver sends); a test
+    that fails, or a path that is missing, is the API server's 422."""
+    out = copy.deepcopy(target)
+    for op in ops:
+        *parents, last = [
+            p.replace("~1", "/").replace("~0", "~") for p in op["path"].split("/")[1:]
+        ]
+        node: Any = out
+        for part in parents:
+            node = node.get(part) if isinstance(node, dict) else None
+        if not isinstance(node, dict) or last not in node:
+            raise ApiError("patch leases: HTTP 422: path not found", status=422, verb="patch")
+        if op["op"] == "test" and node[last] != op["value"]:
+            raise ApiError("patch leases: HTTP 422: test failed", status=422, verb="patch")
+        if op["op"] == "remove":
+            del node[last]
     return out
