@@ -94,6 +94,8 @@ class Election:
     _claimed_wall: dt.datetime | None = None
     #: The record our last claim was written over (the watch may show our claim first).
     _claimed_over: LeaseRecord | None = None
+    #: The last live claim seen when our last claim was sent (a create's check, ``on_written``).
+    _seen_at_send: LeaseRecord | None = None
 
     def __post_init__(self) -> None:
         self.seen = Sighting(self.identity, self.timing.lease_duration, self.events)
@@ -143,7 +145,7 @@ class Election:
 
     def _claim(self, purpose: Literal["acquire", "renew"]) -> Write:
         self._claimed_wall = self.sent_renew_time = self.wall()
-        self._claimed_over = self.record
+        self._claimed_over, self._seen_at_send = self.record, self.seen.claim_seen
         body = claim(
             self.record,
             name=self.lease,
@@ -189,7 +191,19 @@ class Election:
     def on_written(self, obj: dict[str, Any], started_at: float, now: float) -> None:
         """A write succeeded; ``started_at`` is when it was sent (the safety clock starts there)."""
         self.failures, self.not_before, replaced = 0, -math.inf, self._claimed_over
+        over = self._term_begun_under_create()
+        held_until = self.seen.expires_at
         self.observe(obj, now)
+        if over is not None:
+            # A create has no precondition but absence: it landed after that term's Lease
+            # was deleted, and that holder may still be publishing. Hold the new Lease (so
+            # nobody else claims) without leading, until that claim's lease has passed.
+            self.seen.expires_at = max(self.seen.expires_at, held_until)
+            self.seen.problem(
+                f"{over.holder} began a term and its Lease was deleted while this candidate's "
+                "create was in flight; holding the Lease without leading for a lease duration"
+            )
+            return
         if self.record is not None and self.record.holder == self.identity and not self.resigned:
             self.written_version = self.record.resource_version
             if not self.leading:
@@ -204,6 +218,14 @@ class Election:
             if started_at >= self.renewed_at:
                 self.renewed_at = started_at
                 self.renewed_wall = self._claimed_wall
+
+    def _term_begun_under_create(self) -> LeaseRecord | None:
+        """The claim of another holder that a read or the watch showed while our create was in
+        flight, if the last write was a create (contract §2, "No Lease"); else None."""
+        seen = self.seen.claim_seen
+        if self._claimed_over is not None or seen is None or seen is self._seen_at_send:
+            return None
+        return seen if seen.holder not in (None, self.identity) else None
 
     def mark_stale(self) -> None:
         """What we know may be out of date (the watch lost its place): read before acting."""

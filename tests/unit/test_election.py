@@ -725,3 +725,34 @@ def test_a_stale_hand_off_marker_on_another_tools_claim_never_names_us() -> None
     edited["metadata"]["resourceVersion"] = "999"
     b.observe(edited, 61)
     assert b.next_action(61) == Wait(76)
+
+
+def test_a_create_that_lands_after_another_term_began_and_was_deleted_waits_it_out() -> None:
+    """Found by ``make test`` beside two chaos runs (test_lease_deleted_while_leading_no_double_
+    leadership): b found a new election's Lease absent and sent its create; a's create won and
+    a led; the Lease was deleted by hand; b's create landed after that and b led while a still
+    did (2 ms, until a's watch showed the deletion). A term b saw begin while its create was in
+    flight may still be vouched for: the created Lease is not b's term before that claim's
+    lease has passed (b holds it meanwhile, so nobody else claims)."""
+    store, a, b = Store(), make("a"), make("b")
+    a.on_read(None, 0, first_term=True)
+    b.on_read(None, 0, first_term=True)
+    sent = b.next_action(0)
+    assert isinstance(sent, Write) and sent.create  # b's create is in flight from here
+    step(a, store, 0.0)
+    assert a.is_leader(0.0)
+    led = store.read()
+    assert led is not None
+    b.observe(led, 0.01)  # b's watch shows a's term
+    store.obj = None  # deleted by hand
+    b.observe_deleted(led, 0.02)
+    landed = store.write(sent)  # b's create lands on the absent Lease
+    assert isinstance(landed, dict)
+    b.on_written(landed, 0.0, 0.03)
+    assert not b.is_leader(0.03) and b.valid_until(0.03) is None, "b leads beside a"
+    wait = b.next_action(0.03)
+    assert isinstance(wait, Wait) and wait.until >= 0.01 + T.lease_duration, wait
+    assert "leading" not in [ev.kind for ev in b.drain_events()]
+    # Once a's claim has passed, b takes its own Lease over like any other and leads.
+    action = step(b, store, wait.until)
+    assert isinstance(action, Write) and b.is_leader(wait.until)
