@@ -77,28 +77,30 @@ def entry(lease: str, identity: str, joined: dt.datetime) -> dict[str, str]:
     return {entry_key(lease, identity): value}
 
 
+def _entry(value: str, lease: str) -> tuple[str, dt.datetime] | None:
+    """(identity, joined) of a readable entry of ``lease``; None for garbage or another lease."""
+    item = _read(value)
+    identity, joined = item.get("identity"), parse_time(item.get("joined"))
+    if item.get("lease") == lease and isinstance(identity, str) and identity and joined:
+        return identity, joined
+    return None
+
+
 def entries(notes: dict[str, str], lease: str) -> list[tuple[dt.datetime, str, str]]:
     """(joined, identity, key) of ``lease``'s readable entries, oldest first (garbage is skipped)."""
     found = []
     for key, value in notes.items():
-        if key.startswith(ENTRY):
-            item = _read(value)
-            identity, joined = item.get("identity"), parse_time(item.get("joined"))
-            if item.get("lease") == lease and isinstance(identity, str) and identity and joined:
-                found.append((joined, identity, key))
+        if key.startswith(ENTRY) and (read := _entry(value, lease)) is not None:
+            found.append((read[1], read[0], key))
     return sorted(found)
 
 
 def entry_of(notes: dict[str, str], lease: str, identity: str) -> tuple[str, dt.datetime] | None:
     """(annotation value, joined) of ``identity``'s entry of ``lease``; None if absent or garbage."""
     value = notes.get(entry_key(lease, identity))
-    if value is None:
+    if value is None or (read := _entry(value, lease)) is None or read[0] != identity:
         return None
-    item = _read(value)
-    joined = parse_time(item.get("joined"))
-    if item.get("lease") != lease or item.get("identity") != identity or joined is None:
-        return None
-    return value, joined
+    return value, read[1]
 
 
 def successor(notes: dict[str, str], lease: str, identity: str) -> str | None:

@@ -33,8 +33,8 @@ class Coordination:
         self, fresh: bool = False, timeout: float | None = None, cached: bool = False
     ) -> dict[str, Any] | None:
         """The object (None when absent); without ``fresh``, the first read of this process.
-        ``cached``: a fresh read from the API server's watch cache (``LeaseStore.get``)."""
-        if fresh:
+        ``cached``: a fresh read, from the API server's watch cache (``LeaseStore.get``)."""
+        if fresh or cached:
             return await self.store.get(roster.NAME, timeout=timeout, cached=cached)
         if self._first is None:
             self._first = asyncio.ensure_future(self.store.get(roster.NAME, timeout=timeout))

@@ -181,7 +181,7 @@ class Handover(Observer):
     async def successor(self, timeout: float | None = None) -> str | None:
         """Who to hand over to (the release asks); raises ``errors`` classes. From the API
         server's cache: a name milliseconds out of date costs a hand-off's second at most."""
-        notes = roster.notes_of(await self.shared.read(fresh=True, timeout=timeout, cached=True))
+        notes = roster.notes_of(await self.shared.read(timeout=timeout, cached=True))
         return roster.successor(notes, self.lease, self.identity)
 
     async def first_term(self, timeout: float | None = None) -> bool:
@@ -216,7 +216,7 @@ class Handover(Observer):
         entry was written at or after ``taken`` (it rejoined: a restart under the same name)."""
         await asyncio.sleep(random.uniform(*FORGET_AFTER))
         try:
-            notes = roster.notes_of(await self.shared.read(fresh=True, cached=True))
+            notes = roster.notes_of(await self.shared.read(cached=True))
             found = roster.entry_of(notes, self.lease, identity)
             if found is not None and found[1] < taken:
                 await self.shared.remove_if(roster.entry_key(self.lease, identity), found[0])

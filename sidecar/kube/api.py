@@ -24,7 +24,7 @@ CORE = "/api/v1"
 COORDINATION = "/apis/coordination.k8s.io/v1"
 RBAC = "/apis/rbac.authorization.k8s.io/v1"
 ADMISSION = "/apis/admissionregistration.k8s.io/v1"
-MERGE_PATCH = "application/merge-patch+json"
+MERGE_PATCH, JSON_PATCH = "application/merge-patch+json", "application/json-patch+json"
 Post = Callable[[dict[str, Any]], Awaitable[Any]]
 
 
@@ -67,7 +67,7 @@ class KubeApi:
         data = None if body is None else json.dumps(body, separators=(",", ":")).encode()
         kind = "application/json"
         if method == "PATCH":
-            kind = "application/json-patch+json" if isinstance(body, list) else MERGE_PATCH
+            kind = JSON_PATCH if isinstance(body, list) else MERGE_PATCH
         url, timeout = self.config.base_path + url, timeout or self.request_timeout
         for reload in (False, True):
             headers = self._headers(reload) + ([("Content-Type", kind)] if data is not None else [])
