@@ -178,7 +178,7 @@ def main(argv: list[str] | None = None) -> int:
             enough=args.acquisitions,
         )
         if lock is not None:
-            lock.chaos.done.set()  # the election's run may have ended early
+            lock.finish()  # the election's run may have ended early
         outcome = run.finish()
         lock_report = lock.join() if lock is not None else None
     except BaseException:
@@ -238,6 +238,10 @@ class LockBeside:
 
     def start(self) -> None:
         self.thread.start()
+
+    def finish(self) -> None:
+        """End the lock's faults now, with the election's run (``--acquisitions``)."""
+        self.chaos.done.set()
 
     def join(self) -> LockReport:
         self.thread.join()
