@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import datetime as dt
 import json
+import os
 import re
 import shutil
 import signal
@@ -183,7 +184,10 @@ def run(plan: Plan, only: set[str] | None) -> dict[str, Any]:
                 res["sweep"] = sweep.before_after(plane, workdir, plan.sweep_pods, sweep.LEASES)
     finally:
         plane.stop()
-        shutil.rmtree(workdir, ignore_errors=True)
+        if os.environ.get("BENCH_KEEP_WORKDIR"):  # the audit log and every candidate's log
+            _log(f"kept {workdir}")
+        else:
+            shutil.rmtree(workdir, ignore_errors=True)
     if plan.pod_rounds and wanted("pods"):
         res["pods"] = real_pods(plan.pod_rounds)
     finished = time.time()
