@@ -5,10 +5,11 @@ each step-down ("<pod> stopped leading: <reason>", shutdown included) is one
 core/v1 Event regarding the Lease, reason ``LeaderElection`` (client-go's).
 
 Guarantees: recording an Event never delays the election. Each is posted by
-its own task, held back ``HOLD_SECONDS`` (a shutdown's, until after the
-release): in a mass rollout the claims and releases go first, and the Event
-rides the election's idle keep-alive connection, not a TLS handshake of its
-own, on a machine where hundreds of them compete for the CPU. A token bucket (5 at once, then one
+its own task, held back for a time drawn from ``HOLD_SECONDS`` (a shutdown's,
+until after the release): in a mass rollout the claims and releases go first,
+the successors' Events spread over seconds after the burst, not in it, and
+each rides the election's idle keep-alive connection, not a TLS handshake of
+its own, on a machine where hundreds of them compete for the CPU. A token bucket (5 at once, then one
 per 30 s) bounds what a flapping candidate can write. A 403 is reported once
 with the fix and ends recording for this process: a missing permission costs
 nothing else. Any other failure loses that one Event (logged at debug).
@@ -19,6 +20,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import datetime as dt
+import random
 import time
 from collections.abc import Callable
 from typing import Any
@@ -31,8 +33,9 @@ from ..kube.errors import ApiError, Forbidden
 from .observer import Observer, View
 
 BURST = 5
-#: How long an Event waits before it is posted (``close`` sends the held ones at once).
-HOLD_SECONDS = 1.0
+#: How long an Event waits before it is posted, drawn per Event from this range (seconds;
+#: ``close`` sends the held ones at once).
+HOLD_SECONDS = (1.0, 10.0)
 REFILL_SECONDS = 30.0
 REASON = "LeaderElection"  # client-go's reason for the same Events
 COMPONENT = "grelmicro-sidecar"
@@ -52,6 +55,7 @@ class EventRecorder(Observer):
         log: Logger,
         monotonic: Callable[[], float] = time.monotonic,
         wall: Callable[[], dt.datetime] = lambda: dt.datetime.now(dt.UTC),
+        rng: random.Random | None = None,
     ):
         self._post = post
         self.lease = lease
@@ -60,6 +64,7 @@ class EventRecorder(Observer):
         self.log = log
         self._monotonic = monotonic
         self._wall = wall
+        self._rng = rng or random.Random()
         self._tokens = float(BURST)
         self._filled_at = monotonic()
         self._enabled = True
@@ -87,7 +92,8 @@ class EventRecorder(Observer):
         if not self._take():
             self.dropped += 1  # over the rate limit
             return
-        task = asyncio.create_task(self._send(self._body(lease, name, action, message)))
+        hold = self._rng.uniform(*HOLD_SECONDS)
+        task = asyncio.create_task(self._send(self._body(lease, name, action, message), hold))
         self._pending.add(task)
         task.add_done_callback(self._pending.discard)
 
@@ -130,9 +136,9 @@ class EventRecorder(Observer):
             "count": 1,
         }
 
-    async def _send(self, body: dict[str, Any]) -> None:
+    async def _send(self, body: dict[str, Any], hold: float) -> None:
         with contextlib.suppress(TimeoutError):
-            async with asyncio.timeout(HOLD_SECONDS):
+            async with asyncio.timeout(hold):
                 await self._flush.wait()
         try:
             await self._post(body)

@@ -33,7 +33,7 @@ def test_describe_lease_shows_who_became_leader_and_who_stopped(
     b = spawn("pod-b")
     wait_for(
         lambda: f"pod-a became leader (fencing token {token})" in _describe(cluster, namespace),
-        10,
+        20,  # Events are held 1 to 10 s (contract §8)
         what="the acquisition Event in kubectl describe lease",
     )
     a.signal(signal.SIGTERM)
@@ -41,7 +41,7 @@ def test_describe_lease_shows_who_became_leader_and_who_stopped(
     wait_for(b.leads, 20, what="pod-b to take over")
     wait_for(
         lambda: "pod-b became leader" in _describe(cluster, namespace),
-        10,
+        20,
         what="the successor's Event",
     )
     described = _describe(cluster, namespace)

@@ -692,7 +692,7 @@ def test_events_are_rate_limited_and_a_403_ends_them() -> None:
         lease = {"metadata": {"name": "leader-main", "uid": "u-1"}}
         for i in range(10):  # a flapping candidate
             events.record(lease, "leader-main", "Acquire", f"pod-a became leader ({i})")
-        await asyncio.sleep(HOLD_SECONDS + 0.01)
+        await asyncio.sleep(HOLD_SECONDS[1] + 0.01)
         assert len(posted) == 5 and events.dropped == 5  # the burst, then nothing
         assert posted[0]["involvedObject"] == {
             "apiVersion": "coordination.k8s.io/v1",
@@ -704,12 +704,12 @@ def test_events_are_rate_limited_and_a_403_ends_them() -> None:
         clock[0] += 30  # one more after the refill period
         events.record(lease, "leader-main", "StepDown", "pod-a stopped leading")
         events.record(lease, "leader-main", "StepDown", "pod-a stopped leading")
-        await asyncio.sleep(HOLD_SECONDS + 0.01)
+        await asyncio.sleep(HOLD_SECONDS[1] + 0.01)
         assert len(posted) == 6
         deny[0], clock[0] = True, 1000.0
         for _ in range(3):
             events.record(lease, "leader-main", "Acquire", "pod-a became leader")
-            await asyncio.sleep(HOLD_SECONDS + 0.01)
+            await asyncio.sleep(HOLD_SECONDS[1] + 0.01)
         await events.close()
         warnings = [json.loads(line) for line in log.stream.getvalue().splitlines()]  # type: ignore[union-attr]
         assert [w["msg"] for w in warnings] == [
@@ -734,9 +734,11 @@ def test_events_are_held_back_and_a_shutdowns_goes_out_after_the_release(tmp_pat
         a = await Candidate("a", store, tmp_path, post_event=post).start()
         await until(a.leads, 16, "a leads")
         led = loop.time()
-        await asyncio.sleep(3)
+        await asyncio.sleep(HOLD_SECONDS[0] - 0.05)
+        assert posted == [], "held back, not sent at once"
+        await asyncio.sleep(HOLD_SECONDS[1] - HOLD_SECONDS[0] + 0.1)
         assert [(act, who) for _, act, who in posted] == [("Acquire", "a")]
-        assert posted[0][0] - led >= HOLD_SECONDS - 0.02, "held back, not sent at once"
+        assert HOLD_SECONDS[0] <= posted[0][0] - led <= HOLD_SECONDS[1] + 0.1, posted
         assert await a.stop() == 0
         assert posted[-1][1:] == ("StepDown", ""), "sent once the Lease was released"
 
