@@ -55,6 +55,13 @@ def notes_of(obj: dict[str, Any] | None) -> dict[str, str]:
     return {k: v for k, v in found.items() if isinstance(k, str) and isinstance(v, str)}
 
 
+def version_of(obj: dict[str, Any] | None) -> str | None:
+    """The resourceVersion of the object as read (None when absent): what a write goes over."""
+    meta = (obj or {}).get("metadata")
+    version = meta.get("resourceVersion") if isinstance(meta, dict) else None
+    return version if isinstance(version, str) and version else None
+
+
 def _read(value: str) -> dict[str, Any]:
     try:
         item = json.loads(value)

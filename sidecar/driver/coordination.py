@@ -1,8 +1,12 @@
 """Reads and writes of the namespace's coordination Lease (``core.roster``), shared by this process.
 
 Guarantees: the first read is shared by the observers that need it at start
-(one GET per process, not one each); ``merge`` never conflicts (a JSON merge
-patch, no resourceVersion) and creates the object when it is missing;
+(one GET per process, not one each, from the API server's watch cache: a mass
+start does not read the object from etcd once per pod); ``merge`` (a JSON merge
+patch) creates the object when it is missing, and conflicts only when given the
+resourceVersion it must apply over (a 409 at once: without one, the API server
+retries a patch on every conflict, which hundreds of writers of this one object
+turn into seconds of its CPU per patch);
 ``remove_if`` takes one annotation out only if it holds what was read;
 ``swap`` is optimistic (the whole object written against the resourceVersion
 it read, re-read and retried on a 409) for what must not be lost to a race,
@@ -33,20 +37,29 @@ class Coordination:
         self, fresh: bool = False, timeout: float | None = None, cached: bool = False
     ) -> dict[str, Any] | None:
         """The object (None when absent); without ``fresh``, the first read of this process.
-        ``cached``: a fresh read, from the API server's watch cache (``LeaseStore.get``)."""
+        ``cached``: a fresh read, from the API server's watch cache (``LeaseStore.get``), as
+        the first read is (what it decides is re-read or written without a precondition)."""
         if fresh or cached:
             return await self.store.get(roster.NAME, timeout=timeout, cached=cached)
         if self._first is None:
-            self._first = asyncio.ensure_future(self.store.get(roster.NAME, timeout=timeout))
+            first = self.store.get(roster.NAME, timeout=timeout, cached=True)
+            self._first = asyncio.ensure_future(first)
         return await asyncio.shield(self._first)
 
-    async def merge(self, notes: Mapping[str, str | None], timeout: float | None = None) -> None:
-        """Set (or, with None, remove) annotations; the object is created when missing."""
+    async def merge(
+        self,
+        notes: Mapping[str, str | None],
+        timeout: float | None = None,
+        version: str | None = None,
+    ) -> None:
+        """Set (or, with None, remove) annotations; the object is created when missing.
+        ``version``: only over that resourceVersion, else ``Conflict``."""
+        meta: dict[str, Any] = {"annotations": notes}
+        if version:
+            meta["resourceVersion"] = version
         for _ in range(3):
             with contextlib.suppress(NotFound):
-                await self.store.patch(
-                    roster.NAME, {"metadata": {"annotations": notes}}, timeout=timeout
-                )
+                await self.store.patch(roster.NAME, {"metadata": meta}, timeout=timeout)
                 return
             kept = {k: v for k, v in notes.items() if v is not None}
             with contextlib.suppress(Conflict):  # another process created it first: patch it

@@ -33,7 +33,7 @@ from ..core import roster
 from ..core.election import Event
 from ..kit.clock import Clock
 from ..kit.logs import Logger
-from ..kube.errors import ApiError, ApiUnavailable
+from ..kube.errors import ApiError, ApiUnavailable, Conflict
 from .coordination import Coordination
 from .observer import Control, Observer, View
 
@@ -108,20 +108,27 @@ class Handover(Observer):
         """List this candidate (and mark the election if a Lease of it was seen), retrying.
 
         The first try reads what every observer's first read shares; a retry
-        reads afresh (``_written``).
+        reads afresh, from the API server's watch cache (``_written``).
         """
 
+        sent: list[str] = []  # the entry of the last try
+
         async def once(retry: bool) -> None:
-            notes = roster.notes_of(await self.shared.read(fresh=retry))
+            obj = await self.shared.read(cached=retry)
+            notes = roster.notes_of(obj)
             self.marked = roster.marked(notes, self.lease)
-            patch: dict[str, str | None] = {
-                **roster.stale(notes, self.lease, self.identity),
-                **roster.entry(self.lease, self.identity, self.clock.wall()),
-            }
+            patch: dict[str, str | None] = {}
+            found = roster.entry_of(notes, self.lease, self.identity)
+            if found is None or found[0] not in sent:  # else a try that got no answer was
+                # applied after all: written again, it would add to the load that kept it so
+                entry = roster.entry(self.lease, self.identity, self.clock.wall())
+                patch.update({**roster.stale(notes, self.lease, self.identity), **entry})
+                sent[:] = entry.values()
             marking = self.seen_lease and not self.marked
             if marking:
                 patch.update(roster.mark(self.lease, self.clock.wall()))
-            await self.shared.merge(patch)
+            if patch:
+                await self.shared.merge(patch, version=roster.version_of(obj))
             self.joined, self.marked = True, self.marked or marking
 
         await self._written("join", once)
@@ -129,22 +136,32 @@ class Handover(Observer):
     async def _mark(self) -> None:
         """Record that this election has had a Lease (unless a join did meanwhile), retrying."""
 
-        async def once(_retry: bool) -> None:
+        async def once(retry: bool) -> None:
+            obj = await self.shared.read(cached=retry)
+            self.marked = self.marked or roster.marked(roster.notes_of(obj), self.lease)
             if not self.marked:
-                await self.shared.merge(roster.mark(self.lease, self.clock.wall()))
+                mark = roster.mark(self.lease, self.clock.wall())
+                await self.shared.merge(mark, version=roster.version_of(obj))
                 self.marked = True
 
         await self._written("mark", once)
 
     async def _written(self, what: str, write: Callable[[bool], Awaitable[None]]) -> None:
-        """``write(retry)`` until it succeeds, after a backoff with full jitter between tries
-        (a mass start refuses hundreds of merge patches of the one shared object at once).
-        Only an API server that did not answer, or answered 5xx or 429, is retried."""
+        """``write(retry)`` until it succeeds, after a backoff with full jitter between tries.
+
+        Each try writes over the version it read: in a mass start, hundreds of
+        writers of the one shared object take turns through 409s, where patches
+        without a version made the API server retry each on every conflict
+        until they timed out (504) and were sent again. A 409, an API server that
+        did not answer, or a 5xx or 429, is retried; anything else is not.
+        """
         delay, retry = RETRY_FIRST, False
         while True:
             try:
                 await write(retry)
                 return
+            except Conflict:
+                pass  # another writer went first: read again, after the same backoff
             except ApiError as err:
                 self._refused(what, err)
                 if not isinstance(err, ApiUnavailable):

@@ -24,7 +24,7 @@ from sidecar.driver.coordination import Coordination
 from sidecar.driver.handover import FORGET_AFTER, Handover
 from sidecar.kit.logs import Logger
 from sidecar.kube.config import from_kubeconfig
-from sidecar.kube.errors import ApiError
+from sidecar.kube.errors import ApiError, Conflict
 from sidecar.kube.leases import LeaseStore
 from tests import accounts
 from tests.cluster import ControlPlane
@@ -223,6 +223,36 @@ def test_the_last_holders_name_is_taken_out_only_while_its_entry_is_unchanged(
             await shared.remove_if(key, rejoined)
             left = roster.entries(roster.notes_of(await shared.read(fresh=True)), ELECTION_LEASE)
             assert [who for _, who, _ in left] == ["new"]
+        finally:
+            store.close()
+
+    asyncio.run(go())
+
+
+def test_a_join_over_a_version_is_refused_once_another_wrote_first(
+    cluster: ControlPlane, namespace: str
+) -> None:
+    """Joins carry the resourceVersion they read: the real API server answers 409 at once when
+    another write went first (it retries a patch without one on every conflict), applies the
+    join otherwise, and keeps the entries of the other writers."""
+    epoch = dt.datetime(2026, 1, 1, tzinfo=dt.UTC)
+
+    async def go() -> None:
+        store = LeaseStore(from_kubeconfig(cluster.kubeconfig), namespace)
+        shared = Coordination(store, namespace)
+        try:
+            await shared.merge({**roster.entry(ELECTION_LEASE, "first", epoch)})
+            read = roster.version_of(await shared.read(cached=True))
+            assert read is not None
+            await shared.merge({**roster.entry(ELECTION_LEASE, "second", epoch)}, version=read)
+            with pytest.raises(Conflict):
+                await shared.merge({**roster.entry(ELECTION_LEASE, "late", epoch)}, version=read)
+            obj = await shared.read(fresh=True)
+            later = epoch + dt.timedelta(seconds=1)
+            entry = roster.entry(ELECTION_LEASE, "late", later)
+            await shared.merge({**entry}, version=roster.version_of(obj))
+            listed = roster.entries(roster.notes_of(await shared.read(fresh=True)), ELECTION_LEASE)
+            assert [who for _, who, _ in listed] == ["first", "second", "late"]
         finally:
             store.close()
 

@@ -44,8 +44,10 @@ class FakeLeases:
         #: ``roster_writes``
         self.writes: list[tuple[str, str]] = []
         self.roster_writes: list[tuple[str, str]] = []
-        #: Writes refused with 409 (every Lease)
+        #: Writes refused with 409 (every Lease; merge patches that name a resourceVersion
+        #: are counted in ``patch_conflicts`` instead)
         self.conflicts = 0
+        self.patch_conflicts = 0
         self.lists = 0
         #: Names read one by one (``get``), in order
         self.gets: list[str] = []
@@ -142,11 +144,16 @@ class FakeLeases:
         self, name: str, body: dict[str, Any] | list[dict[str, Any]], timeout: float | None = None
     ) -> dict[str, Any]:
         """A JSON merge patch (RFC 7386), or a JSON patch (a list; RFC 6902, 422 when a test
-        fails), of whatever is there: no resourceVersion, no 409."""
+        fails), of whatever is there; a merge patch that names a resourceVersion applies only
+        over it (409 otherwise), as the API server's does."""
         self._check("patch")
         current = self.objects.get(name)
         if current is None:
             raise NotFound("patch leases: HTTP 404", status=404, verb="patch")
+        wanted = body.get("metadata", {}).get("resourceVersion") if isinstance(body, dict) else None
+        if wanted and wanted != current["metadata"]["resourceVersion"]:
+            self.patch_conflicts += 1
+            raise Conflict("patch leases: HTTP 409", status=409, verb="patch")
         changed = (
             json_patch(current, body) if isinstance(body, list) else merge_patch(current, body)
         )

@@ -306,7 +306,9 @@ def test_candidates_join_the_roster_at_start_and_leave_it_on_a_graceful_exit(
         assert listed(store) == ["a"]
         await a.stop()
         assert listed(store) == []
-        assert store.conflicts == 0  # joining never races: one merge patch per entry
+        assert store.conflicts == 0
+        # Two joins at once: the second goes over the version it read, gets a 409, reads again.
+        assert store.patch_conflicts <= 1
 
     run(scenario)
 
@@ -353,6 +355,47 @@ def test_a_join_and_a_mark_refused_at_start_are_retried_until_written(tmp_path: 
         writes = len(store.roster_writes)
         await asyncio.sleep(120)
         assert len(store.roster_writes) == writes  # joined and marked: no more writes
+        await b.stop()
+        await a.stop()
+
+    run(scenario)
+
+
+class UnansweredRoster(FakeLeases):
+    """Writes of the namespace's coordination Lease are applied, but their answers are lost
+    (no answer in time) until ``busy_until`` (virtual s): a mass start's slow API server."""
+
+    def __init__(self, busy_until: float) -> None:
+        super().__init__()
+        self.busy_until = busy_until
+        self.applied: list[dict[str, Any]] = []
+
+    async def patch(
+        self, name: str, body: dict[str, Any], timeout: float | None = None
+    ) -> dict[str, Any]:
+        written = await super().patch(name, body, timeout)
+        if name == roster.NAME:
+            self.applied.append(body)
+            if asyncio.get_running_loop().time() < self.busy_until:
+                raise ApiUnavailable("PATCH: no answer within 15.0s", verb="patch")
+        return written
+
+
+def test_a_join_applied_without_an_answer_is_not_written_again(tmp_path: Path) -> None:
+    """Issue 28: in a mass start, joins given up on were applied all the same, and each retry
+    wrote the 100 KB object again, adding to the load that kept the answers from coming."""
+
+    async def scenario() -> None:
+        store = UnansweredRoster(busy_until=60)
+        a = await Candidate("a", store, tmp_path).start()
+        b = await Candidate("b", store, tmp_path).start()
+        await until(lambda: listed(store) == ["a", "b"], 30, "both entries applied")
+        await asyncio.sleep(200)  # past busy_until and every backoff
+        for who in ("a", "b"):
+            key = roster.entry_key(LEASE, who)
+            entries = [p for p in store.applied if key in p["metadata"]["annotations"]]
+            assert len(entries) == 1, (who, entries)
+        assert roster.marked(roster.notes_of(store.objects.get(roster.NAME)), LEASE)
         await b.stop()
         await a.stop()
 
