@@ -42,6 +42,8 @@ LEAVE_BUDGET = 1.0
 #: A refused join or mark is retried after up to this (full jitter), doubling up to
 #: ``RETRY_MAX``: a mass start's hundreds of writers of one object spread out, not in waves.
 RETRY_FIRST, RETRY_MAX = 2.0, 120.0
+#: Tries of a leave or forget that meets other writes of the roster (409s).
+FORGET_TRIES = 10
 #: A new leader takes the name of the holder that handed off to it out of the roster after
 #: a delay drawn from this range (seconds): a mass rollout's leavers write the shared
 #: object spread over it, after the handovers, not all in the same moment.
@@ -192,8 +194,22 @@ class Handover(Observer):
             )
 
     async def forget(self, identity: str, timeout: float | None = None) -> None:
-        """Take ``identity`` out (it left, or was named and never claimed); raises ``errors``."""
-        await self.shared.merge({roster.entry_key(self.lease, identity): None}, timeout=timeout)
+        """Take ``identity`` out (it left, or was named and never claimed); raises ``errors``.
+        Over the version read (from the watch cache), read again after a short jittered
+        wait on a 409, ``FORGET_TRIES`` times at most: in a mass rollout, stopping leaders
+        that named nobody leave all at once."""
+        key = roster.entry_key(self.lease, identity)
+        for attempt in range(FORGET_TRIES):
+            obj = await self.shared.read(cached=True, timeout=timeout)
+            if key not in roster.notes_of(obj):
+                return
+            try:
+                await self.shared.merge({key: None}, timeout, version=roster.version_of(obj))
+                return
+            except Conflict:
+                if attempt == FORGET_TRIES - 1:
+                    raise
+                await asyncio.sleep(random.uniform(0.0, 0.05 * 2 ** min(attempt, 4)))
 
     async def successor(self, timeout: float | None = None) -> str | None:
         """Who to hand over to (the release asks); raises ``errors`` classes. From the API
@@ -208,15 +224,18 @@ class Handover(Observer):
         the Lease absent (deleted under a leader that may still vouch) waits.
         """
         try:
-            notes = roster.notes_of(await self.shared.read(fresh=True, timeout=timeout))
-            if roster.marked(notes, self.lease):
-                return False
-            await self.shared.merge(roster.mark(self.lease, self.clock.wall()), timeout=timeout)
+            for _ in range(3):  # the mark goes over the version read; a 409: judge again
+                obj = await self.shared.read(fresh=True, timeout=timeout)
+                if roster.marked(roster.notes_of(obj), self.lease):
+                    return False
+                mark = roster.mark(self.lease, self.clock.wall())
+                with contextlib.suppress(Conflict):
+                    await self.shared.merge(mark, timeout, version=roster.version_of(obj))
+                    self.marked = True
+                    return True
         except ApiError as err:
             self.log.debug("could not read or mark the election; waiting a lease", error=str(err))
-            return False
-        self.marked = True
-        return True
+        return False
 
     async def _forgotten(self, identity: str) -> None:
         try:

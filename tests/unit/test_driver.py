@@ -402,6 +402,30 @@ def test_a_join_applied_without_an_answer_is_not_written_again(tmp_path: Path) -
     run(scenario)
 
 
+def test_a_leave_that_meets_another_write_reads_again_and_leaves(tmp_path: Path) -> None:
+    """Issue 28: leaves go over the version they read (a patch without one is retried by the
+    API server on every conflict); one that loses the race reads again and is written."""
+
+    async def scenario() -> None:
+        store = FakeLeases()
+        a = await Candidate("a", store, tmp_path).start()
+        b = await Candidate("b", store, tmp_path).start()
+        await until(lambda: listed(store) == ["a", "b"], 30, "both joined")
+        patch = store.patch
+
+        async def raced(name: str, body: Any, timeout: float | None = None) -> Any:
+            if name == roster.NAME and store.patch_conflicts == 0:  # someone joins first
+                await patch(name, {"metadata": {"annotations": {"x/other": "1"}}})
+            return await patch(name, body, timeout)
+
+        store.patch = raced  # type: ignore[method-assign]
+        await b.stop()
+        assert listed(store) == ["a"] and store.patch_conflicts == 1
+        await a.stop()
+
+    run(scenario)
+
+
 def listed(store: FakeLeases) -> list[str]:
     notes = roster.notes_of(store.objects.get(roster.NAME))
     return sorted(identity for _, identity, _ in roster.entries(notes, LEASE))
