@@ -42,6 +42,9 @@ LEAVE_BUDGET = 1.0
 #: A refused join or mark is retried after up to this (full jitter), doubling up to
 #: ``RETRY_MAX``: a mass start's hundreds of writers of one object spread out, not in waves.
 RETRY_FIRST, RETRY_MAX = 2.0, 120.0
+#: A write that met another (409) is tried again sooner: the server answers, and one of
+#: the writers went through; the waits double from this, with full jitter, too.
+CONFLICT_FIRST = 0.5
 #: Tries of a leave or forget that meets other writes of the roster (409s).
 FORGET_TRIES = 10
 #: A new leader takes the name of the holder that handed off to it out of the roster after
@@ -157,20 +160,22 @@ class Handover(Observer):
         until they timed out (504) and were sent again. A 409, an API server that
         did not answer, or a 5xx or 429, is retried; anything else is not.
         """
-        delay, retry = RETRY_FIRST, False
+        delays = {"conflict": CONFLICT_FIRST, "unavailable": RETRY_FIRST}
+        retry = False
         while True:
             try:
                 await write(retry)
                 return
             except Conflict:
-                pass  # another writer went first: read again, after the same backoff
+                why = "conflict"  # another writer went first: the server answers; read again
             except ApiError as err:
                 self._refused(what, err)
                 if not isinstance(err, ApiUnavailable):
                     return
-            retry = True
+                why = "unavailable"
+            retry, delay = True, delays[why]
+            delays[why] = min(2 * delay, RETRY_MAX)
             await asyncio.sleep(delay * random.uniform(0.1, 1.0))
-            delay = min(2 * delay, RETRY_MAX)
 
     def _refused(self, what: str, err: ApiError) -> None:
         """One warning; retried (``ApiUnavailable``: 5xx, 429, no answer) or given up (a 403,
