@@ -7,7 +7,6 @@ patch) creates the object when it is missing, and conflicts only when given the
 resourceVersion it must apply over (a 409 at once: without one, the API server
 retries a patch on every conflict, which hundreds of writers of this one object
 turn into seconds of its CPU per patch);
-``remove_if`` takes one annotation out only if it holds what was read;
 ``swap`` is optimistic (the whole object written against the resourceVersion
 it read, re-read and retried on a 409) for what must not be lost to a race,
 the sweep duty. Errors are the ``kube.errors`` classes; callers decide.
@@ -65,14 +64,6 @@ class Coordination:
             with contextlib.suppress(Conflict):  # another process created it first: patch it
                 await self.store.create(roster.new_object(self.namespace, kept), timeout=timeout)
                 return
-
-    async def remove_if(self, key: str, value: str, timeout: float | None = None) -> None:
-        """Remove annotation ``key`` only if it still holds ``value`` (a JSON patch that tests
-        it first: no resourceVersion, so no 409 from writes of other keys); ``ApiError``
-        (422) when it changed or is gone."""
-        at = "/metadata/annotations/" + key.replace("~", "~0").replace("/", "~1")
-        ops = [{"op": "test", "path": at, "value": value}, {"op": "remove", "path": at}]
-        await self.store.patch(roster.NAME, ops, timeout=timeout)
 
     async def swap(self, change: Change, timeout: float | None = None) -> bool:
         """Apply ``change`` to what is there now, optimistically; False when it wrote nothing."""

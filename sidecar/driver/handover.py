@@ -198,15 +198,19 @@ class Handover(Observer):
                 error=str(err),
             )
 
-    async def forget(self, identity: str, timeout: float | None = None) -> None:
-        """Take ``identity`` out (it left, or was named and never claimed); raises ``errors``.
-        Over the version read (from the watch cache), read again after a short jittered
-        wait on a 409, ``FORGET_TRIES`` times at most: in a mass rollout, stopping leaders
-        that named nobody leave all at once."""
+    async def forget(
+        self, identity: str, timeout: float | None = None, before: dt.datetime | None = None
+    ) -> None:
+        """Take ``identity`` out (it left, or was named and never claimed; with ``before``,
+        only an entry that joined before then: not a rejoin); raises ``errors``.
+        Over the version read (from the watch cache), so an entry written since is judged
+        again; read again after a short jittered wait on a 409, ``FORGET_TRIES`` times at
+        most: in a mass rollout, stopping leaders that named nobody leave all at once."""
         key = roster.entry_key(self.lease, identity)
         for attempt in range(FORGET_TRIES):
             obj = await self.shared.read(cached=True, timeout=timeout)
-            if key not in roster.notes_of(obj):
+            found = roster.entry_of(roster.notes_of(obj), self.lease, identity)
+            if found is None or (before is not None and found[1] >= before):
                 return
             try:
                 await self.shared.merge({key: None}, timeout, version=roster.version_of(obj))
@@ -257,11 +261,8 @@ class Handover(Observer):
         entry was written at or after ``taken`` (it rejoined: a restart under the same name)."""
         await asyncio.sleep(random.uniform(*FORGET_AFTER))
         try:
-            notes = roster.notes_of(await self.shared.read(cached=True))
-            found = roster.entry_of(notes, self.lease, identity)
-            if found is not None and found[1] < taken:
-                await self.shared.remove_if(roster.entry_key(self.lease, identity), found[0])
-        except ApiError as err:  # a 422: it rejoined meanwhile
+            await self.forget(identity, before=taken)
+        except ApiError as err:
             self.log.debug("did not take the last holder out of the roster", error=str(err))
 
     def _background(self, work: Coroutine[Any, Any, None]) -> None:

@@ -24,7 +24,7 @@ CORE = "/api/v1"
 COORDINATION = "/apis/coordination.k8s.io/v1"
 RBAC = "/apis/rbac.authorization.k8s.io/v1"
 ADMISSION = "/apis/admissionregistration.k8s.io/v1"
-MERGE_PATCH, JSON_PATCH = "application/merge-patch+json", "application/json-patch+json"
+MERGE_PATCH = "application/merge-patch+json"
 Post = Callable[[dict[str, Any]], Awaitable[Any]]
 
 
@@ -60,14 +60,11 @@ class KubeApi:
         """The decoded answer to ``method url``; ``what`` ("get leases") names it in errors.
 
         A PATCH is a JSON merge patch (RFC 7386: keys set or removed, nothing read
-        first), or with a list body a JSON patch (RFC 6902), whose ``test`` operations
-        make it apply only to what they name.
+        first; a ``metadata.resourceVersion`` in it makes it apply only over that version).
         """
         verb = what.split(" ", 1)[0]
         data = None if body is None else json.dumps(body, separators=(",", ":")).encode()
-        kind = "application/json"
-        if method == "PATCH":
-            kind = JSON_PATCH if isinstance(body, list) else MERGE_PATCH
+        kind = MERGE_PATCH if method == "PATCH" else "application/json"
         url, timeout = self.config.base_path + url, timeout or self.request_timeout
         for reload in (False, True):
             headers = self._headers(reload) + ([("Content-Type", kind)] if data is not None else [])

@@ -62,9 +62,9 @@ class LeaseStore:
         url = self._path(body["metadata"]["name"])
         return await self._call("PUT", "update", url, body, timeout)
 
-    async def patch(self, name: str, body: Obj | list[Obj], timeout: float | None = None) -> Obj:
-        """No resourceVersion: the API server applies it to whatever is there. A dict is a
-        JSON merge patch; a list a JSON patch, refused (422) when one of its tests fails."""
+    async def patch(self, name: str, body: Obj, timeout: float | None = None) -> Obj:
+        """A JSON merge patch: applied to whatever is there, unless it names the
+        ``metadata.resourceVersion`` it must go over (409 otherwise)."""
         return await self._call("PATCH", "patch", self._path(name), body, timeout)
 
     async def delete(self, name: str, version: str, *, namespace: str | None = None) -> None:

@@ -15,7 +15,7 @@ import copy
 from collections.abc import AsyncIterator
 from typing import Any
 
-from sidecar.kube.errors import ApiError, ApiUnavailable, Conflict, Gone, NotFound
+from sidecar.kube.errors import ApiUnavailable, Conflict, Gone, NotFound
 
 
 class FakeLeases:
@@ -141,23 +141,19 @@ class FakeLeases:
         return copy.deepcopy(obj)
 
     async def patch(
-        self, name: str, body: dict[str, Any] | list[dict[str, Any]], timeout: float | None = None
+        self, name: str, body: dict[str, Any], timeout: float | None = None
     ) -> dict[str, Any]:
-        """A JSON merge patch (RFC 7386), or a JSON patch (a list; RFC 6902, 422 when a test
-        fails), of whatever is there; a merge patch that names a resourceVersion applies only
-        over it (409 otherwise), as the API server's does."""
+        """A JSON merge patch (RFC 7386) of whatever is there; one that names a
+        resourceVersion applies only over it (409 otherwise), as the API server's does."""
         self._check("patch")
         current = self.objects.get(name)
         if current is None:
             raise NotFound("patch leases: HTTP 404", status=404, verb="patch")
-        wanted = body.get("metadata", {}).get("resourceVersion") if isinstance(body, dict) else None
+        wanted = body.get("metadata", {}).get("resourceVersion")
         if wanted and wanted != current["metadata"]["resourceVersion"]:
             self.patch_conflicts += 1
             raise Conflict("patch leases: HTTP 409", status=409, verb="patch")
-        changed = (
-            json_patch(current, body) if isinstance(body, list) else merge_patch(current, body)
-        )
-        obj = self._stamp(changed)
+        obj = self._stamp(merge_patch(current, body))
         self.objects[name] = obj
         self._wrote("patch", obj)
         await self._record("MODIFIED", obj)
@@ -238,24 +234,4 @@ def merge_patch(target: Any, patch: Any) -> Any:
             out.pop(key, None)
         else:
             out[key] = merge_patch(out.get(key), value)
-    return out
-
-
-def json_patch(target: dict[str, Any], ops: list[dict[str, Any]]) -> dict[str, Any]:
-    """RFC 6902's ``test`` and ``remove`` on object members (what the driver sends); a test
-    that fails, or a path that is missing, is the API server's 422."""
-    out = copy.deepcopy(target)
-    for op in ops:
-        *parents, last = [
-            p.replace("~1", "/").replace("~0", "~") for p in op["path"].split("/")[1:]
-        ]
-        node: Any = out
-        for part in parents:
-            node = node.get(part) if isinstance(node, dict) else None
-        if not isinstance(node, dict) or last not in node:
-            raise ApiError("patch leases: HTTP 422: path not found", status=422, verb="patch")
-        if op["op"] == "test" and node[last] != op["value"]:
-            raise ApiError("patch leases: HTTP 422: test failed", status=422, verb="patch")
-        if op["op"] == "remove":
-            del node[last]
     return out
