@@ -23,6 +23,10 @@ from ..core import roster
 from ..kube.errors import Conflict, NotFound
 from ..kube.leases import LeaseStore
 
+#: How long the reads of the background work wait for an answer (the first read, a join's
+#: retry): in a mass start the API server answers them late, not never; a read given up
+#: on is work done for nothing and one more retry, and reads do not conflict.
+PATIENT_READ = 15.0
 #: ``change(current annotations)`` -> the annotations to set, or None to write nothing.
 Change = Callable[[dict[str, str]], dict[str, str] | None]
 
@@ -41,7 +45,7 @@ class Coordination:
         if fresh or cached:
             return await self.store.get(roster.NAME, timeout=timeout, cached=cached)
         if self._first is None:
-            first = self.store.get(roster.NAME, timeout=timeout, cached=True)
+            first = self.store.get(roster.NAME, timeout=timeout or PATIENT_READ, cached=True)
             self._first = asyncio.ensure_future(first)
         return await asyncio.shield(self._first)
 

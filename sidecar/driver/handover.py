@@ -34,7 +34,7 @@ from ..core.election import Event
 from ..kit.clock import Clock
 from ..kit.logs import Logger
 from ..kube.errors import ApiError, ApiUnavailable, Conflict
-from .coordination import Coordination
+from .coordination import PATIENT_READ, Coordination
 from .observer import Control, Observer, View
 
 #: How long a stopping candidate waits to leave the roster before its release goes ahead.
@@ -119,7 +119,7 @@ class Handover(Observer):
         sent: list[str] = []  # the entry of the last try
 
         async def once(retry: bool) -> None:
-            obj = await self.shared.read(cached=retry)
+            obj = await self.shared.read(cached=retry, timeout=PATIENT_READ)
             notes = roster.notes_of(obj)
             self.marked = roster.marked(notes, self.lease)
             patch: dict[str, str | None] = {}
@@ -142,7 +142,7 @@ class Handover(Observer):
         """Record that this election has had a Lease (unless a join did meanwhile), retrying."""
 
         async def once(retry: bool) -> None:
-            obj = await self.shared.read(cached=retry)
+            obj = await self.shared.read(cached=retry, timeout=PATIENT_READ)
             self.marked = self.marked or roster.marked(roster.notes_of(obj), self.lease)
             if not self.marked:
                 mark = roster.mark(self.lease, self.clock.wall())
