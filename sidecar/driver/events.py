@@ -55,7 +55,6 @@ class EventRecorder(Observer):
         log: Logger,
         monotonic: Callable[[], float] = time.monotonic,
         wall: Callable[[], dt.datetime] = lambda: dt.datetime.now(dt.UTC),
-        rng: random.Random | None = None,
     ):
         self._post = post
         self.lease = lease
@@ -64,7 +63,6 @@ class EventRecorder(Observer):
         self.log = log
         self._monotonic = monotonic
         self._wall = wall
-        self._rng = rng or random.Random()
         self._tokens = float(BURST)
         self._filled_at = monotonic()
         self._enabled = True
@@ -92,7 +90,7 @@ class EventRecorder(Observer):
         if not self._take():
             self.dropped += 1  # over the rate limit
             return
-        hold = self._rng.uniform(*HOLD_SECONDS)
+        hold = random.uniform(*HOLD_SECONDS)
         task = asyncio.create_task(self._send(self._body(lease, name, action, message), hold))
         self._pending.add(task)
         task.add_done_callback(self._pending.discard)

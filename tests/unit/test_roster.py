@@ -29,7 +29,7 @@ def test_an_entry_written_with_other_spacing_or_garbage_beside_it_is_read() -> N
     spaced = json.dumps({"lease": "leader-x1", "identity": "a", "joined": "2026-11-27T10:00:00Z"})
     notes = {
         roster.entry_key("leader-x1", "a"): spaced,
-        roster.ENTRY + "garbage": "not json, naming leader-x1",
+        roster.ENTRY + "garbage": 'not json, naming "leader-x1"',  # passes the name check
         roster.ENTRY + "other": json.dumps({"lease": "leader-x2", "identity": "leader-x1"}),
         roster.ENTRY + "no-identity": json.dumps({"lease": "leader-x1"}),
     }
