@@ -7,9 +7,9 @@ patch) creates the object when it is missing, and conflicts only when given the
 resourceVersion it must apply over (a 409 at once: without one, the API server
 retries a patch on every conflict, which hundreds of writers of this one object
 turn into seconds of its CPU per patch);
-``swap`` is optimistic (a change judged on what it read, written over that
-version, judged again on a 409) for what must not be lost to a race: the sweep
-duty, a first term's mark, a leave. Errors are the ``kube.errors`` classes; callers decide.
+``swap`` is optimistic (the whole object written against the resourceVersion
+it read, re-read and retried on a 409) for what must not be lost to a race,
+the sweep duty. Errors are the ``kube.errors`` classes; callers decide.
 """
 
 from __future__ import annotations
@@ -27,9 +27,8 @@ from ..kube.leases import LeaseStore
 #: retry): in a mass start the API server answers them late, not never; a read given up
 #: on is work done for nothing and one more retry, and reads do not conflict.
 PATIENT_READ = 15.0
-#: ``change(current annotations)`` -> the annotations to set (None: removed), or None to
-#: write nothing.
-Change = Callable[[dict[str, str]], Mapping[str, str | None] | None]
+#: ``change(current annotations)`` -> the annotations to set, or None to write nothing.
+Change = Callable[[dict[str, str]], dict[str, str] | None]
 
 
 class Coordination:
@@ -70,37 +69,22 @@ class Coordination:
                 await self.store.create(roster.new_object(self.namespace, kept), timeout=timeout)
                 return
 
-    async def swap(
-        self,
-        change: Change,
-        timeout: float | None = None,
-        *,
-        fresh: bool = True,
-        tries: int = 3,
-        pause: Callable[[int], float] = lambda _attempt: 0.0,
-    ) -> bool:
-        """Apply ``change`` to what is there now, over the version read; False when it wrote
-        nothing. A 409 (a write in between) is judged again on a new read, after
-        ``pause(attempt)`` seconds, ``tries`` times in all, then raised. ``fresh``: a quorum
-        read, else one from the API server's watch cache."""
-        for attempt in range(tries):
-            if attempt:
-                await asyncio.sleep(pause(attempt - 1))
-            obj = await self.store.get(roster.NAME, timeout=timeout, cached=not fresh)
+    async def swap(self, change: Change, timeout: float | None = None) -> bool:
+        """Apply ``change`` to what is there now, optimistically; False when it wrote nothing."""
+        for _ in range(3):
+            obj = await self.store.get(roster.NAME, timeout=timeout)
             notes = change(roster.notes_of(obj))
             if notes is None:
                 return False
-            version = roster.version_of(obj)
             try:
-                if version is None:
-                    kept = {k: v for k, v in notes.items() if v is not None}
-                    await self.store.create(
-                        roster.new_object(self.namespace, kept), timeout=timeout
-                    )
+                if obj is None:
+                    body = roster.new_object(self.namespace, notes)
+                    await self.store.create(body, timeout=timeout)
                 else:
-                    meta = {"resourceVersion": version, "annotations": dict(notes)}
-                    await self.store.patch(roster.NAME, {"metadata": meta}, timeout=timeout)
+                    meta = obj.setdefault("metadata", {})
+                    meta["annotations"] = {**roster.notes_of(obj), **notes}
+                    await self.store.replace(obj, timeout=timeout)
                 return True
-            except (Conflict, NotFound):
-                continue  # written or deleted in between: judge again on what is there
-        raise Conflict(f"{roster.NAME}: written by others {tries} times in a row", status=409)
+            except Conflict:
+                continue  # someone wrote in between (a join): judge again on what is there
+        return False

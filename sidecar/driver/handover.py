@@ -202,18 +202,23 @@ class Handover(Observer):
         self, identity: str, timeout: float | None = None, before: dt.datetime | None = None
     ) -> None:
         """Take ``identity`` out (it left, or was named and never claimed; with ``before``,
-        only an entry that joined before then: not a rejoin); raises ``errors``. Judged on a
-        read from the watch cache and written over its version, ``FORGET_TRIES`` times at
-        most, a short jittered wait apart: in a mass rollout, stopping leaders that named
-        nobody leave all at once."""
-
-        def out(notes: dict[str, str]) -> dict[str, str | None] | None:
-            found = roster.entry_of(notes, self.lease, identity)
+        only an entry that joined before then: not a rejoin); raises ``errors``.
+        Over the version read (from the watch cache), so an entry written since is judged
+        again; read again after a short jittered wait on a 409, ``FORGET_TRIES`` times at
+        most: in a mass rollout, stopping leaders that named nobody leave all at once."""
+        key = roster.entry_key(self.lease, identity)
+        for attempt in range(FORGET_TRIES):
+            obj = await self.shared.read(cached=True, timeout=timeout)
+            found = roster.entry_of(roster.notes_of(obj), self.lease, identity)
             if found is None or (before is not None and found[1] >= before):
-                return None
-            return {roster.entry_key(self.lease, identity): None}
-
-        await self.shared.swap(out, timeout, fresh=False, tries=FORGET_TRIES, pause=_jitter)
+                return
+            try:
+                await self.shared.merge({key: None}, timeout, version=roster.version_of(obj))
+                return
+            except Conflict:
+                if attempt == FORGET_TRIES - 1:
+                    raise
+                await asyncio.sleep(random.uniform(0.0, 0.05 * 2 ** min(attempt, 4)))
 
     async def successor(self, timeout: float | None = None) -> str | None:
         """Who to hand over to (the release asks); raises ``errors`` classes. From the API
@@ -227,21 +232,19 @@ class Handover(Observer):
         True only once the mark is written, so that the next candidate to find
         the Lease absent (deleted under a leader that may still vouch) waits.
         """
-
-        def mark(notes: dict[str, str]) -> dict[str, str] | None:
-            return (
-                None
-                if roster.marked(notes, self.lease)
-                else roster.mark(self.lease, self.clock.wall())
-            )
-
         try:
-            written = await self.shared.swap(mark, timeout)  # a quorum read: no mark missed
+            for _ in range(3):  # the mark goes over the version read; a 409: judge again
+                obj = await self.shared.read(fresh=True, timeout=timeout)
+                if roster.marked(roster.notes_of(obj), self.lease):
+                    return False
+                mark = roster.mark(self.lease, self.clock.wall())
+                with contextlib.suppress(Conflict):
+                    await self.shared.merge(mark, timeout, version=roster.version_of(obj))
+                    self.marked = True
+                    return True
         except ApiError as err:
             self.log.debug("could not read or mark the election; waiting a lease", error=str(err))
-            return False
-        self.marked = self.marked or written
-        return written
+        return False
 
     async def _forgotten(self, identity: str) -> None:
         try:
@@ -266,8 +269,3 @@ class Handover(Observer):
         task = asyncio.create_task(work, name="roster")
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
-
-
-def _jitter(attempt: int) -> float:
-    """A wait before the next try of a roster write that met another: up to 50 ms, doubling."""
-    return random.uniform(0.0, 0.05 * 2 ** min(attempt, 4))

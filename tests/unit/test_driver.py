@@ -823,13 +823,10 @@ def test_a_leader_whose_hand_off_was_claimed_leaves_its_name_to_the_successor(
     async def scenario() -> None:
         store = FakeLeases()
         calls: list[str] = []
-        removed: list[str] = []  # roster keys a patch took out
         patch, replace = store.patch, store.replace
 
         async def patched(name: str, body: Any, timeout: float | None = None) -> Any:
             calls.append(f"patch {name}")
-            notes = body["metadata"].get("annotations") or {}
-            removed.extend(key for key, value in notes.items() if value is None)
             return await patch(name, body, timeout)
 
         async def replaced(body: dict[str, Any], timeout: float | None = None) -> Any:
@@ -848,9 +845,7 @@ def test_a_leader_whose_hand_off_was_claimed_leaves_its_name_to_the_successor(
         assert await a.stop() == 0
         stopped = loop.time()
         assert b.leads()
-        # The hand-off only: a writes no leave (its sweep duty goes back, a patch too).
-        assert calls[:2] == ["update leader-main"] * 2, calls
-        assert roster.entry_key(LEASE, "a") not in removed, calls
+        assert f"patch {roster.NAME}" not in calls, calls  # the hand-off only
         assert listed(store) == ["a", "b"]
         await until(lambda: listed(store) == ["b"], FORGET_AFTER[1] + 1, "b takes a's name out")
         assert loop.time() - stopped >= FORGET_AFTER[0]
