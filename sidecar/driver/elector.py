@@ -36,6 +36,10 @@ from .release import Roster, look_up_successor, release
 SHUTDOWN_BUDGET = 10.0
 #: How long the shutdown waits for cancelled tasks.
 TASK_STOP_SECONDS = 2.0
+#: The shortest wait: an asyncio timer may fire up to the clock's resolution early, and a
+#: wait ending between two ticks of a coarse clock would wake short of its end, again and
+#: again, without the clock moving. A millisecond late is never less safe.
+MIN_WAIT = 0.001
 
 
 class Elector:
@@ -179,7 +183,7 @@ class Elector:
         # result when a cancellation lands in the same step as the wake-up, so the
         # shutdown's cancel was lost and the loop waited on (CI hit it).
         with contextlib.suppress(TimeoutError):
-            async with asyncio.timeout(min(timeout, 3600)):
+            async with asyncio.timeout(min(max(timeout, MIN_WAIT), 3600)):
                 await self._wake.wait()
 
     def _publish(self, force: bool = False) -> None:

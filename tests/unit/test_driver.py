@@ -187,6 +187,46 @@ def test_steps_down_by_the_renew_deadline_when_the_api_is_gone(tmp_path: Path) -
     run(scenario)
 
 
+class BetweenTicks:
+    """A backoff that ends a third of a nanosecond past a microsecond (looptime's tick)."""
+
+    def uniform(self, low: float, high: float) -> float:
+        return low + 1.5e-10
+
+
+def test_a_backoff_ending_between_clock_ticks_is_waited_out_not_spun_on(tmp_path: Path) -> None:
+    """An asyncio timer may fire up to the clock's resolution early. A wait that ends
+    between two ticks of a coarse clock (CI hit one: 0.4 ns past a microsecond) woke,
+    found the clock short of it, and waited again at once, forever: the loop spun and
+    virtual time stood still. The fake clock has whole microseconds, as looptime's."""
+
+    async def scenario() -> None:
+        store = FakeLeases()
+        store.down = True
+        a = Candidate("a", store, tmp_path)
+        a.elector.election.rng = BetweenTicks()  # type: ignore[assignment]
+        steps = 0
+        next_action = a.elector.election.next_action
+
+        def counted(now: float) -> Any:
+            nonlocal steps
+            steps += 1
+            if steps > 10_000:
+                raise AssertionError(f"the loop spins at {now}")
+            return next_action(now)
+
+        a.elector.election.next_action = counted  # type: ignore[method-assign]
+        await a.start()
+        await asyncio.sleep(10)  # reads at 0, 1, 3, 7 s (a 1, 2, 4 s backoff), all refused
+        assert a.task is not None and not a.task.done(), "the election task ended"
+        assert steps < 100, steps
+        store.down = False
+        await until(a.leads, 30, "a leads once the API answers")
+        assert await a.stop() == 0
+
+    run(scenario)
+
+
 def test_a_follower_takes_over_through_the_watch_when_the_leader_releases(tmp_path: Path) -> None:
     async def scenario() -> None:
         store = FakeLeases()
