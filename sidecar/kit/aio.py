@@ -51,10 +51,14 @@ async def bounded_steps(
         except TimeoutError:
             log.warning(
                 "shutdown budget spent; going on without waiting",
-                step=getattr(step, "__qualname__", repr(step)),
+                step=_name(step),
                 budget_seconds=budget,
             )
         except expected as err:
-            log.warning(
-                "shutdown step failed", step=getattr(step, "__qualname__", ""), error=str(err)
-            )
+            log.warning("shutdown step failed", step=_name(step), error=str(err))
+
+
+def _name(step: Callable[[], Awaitable[None]]) -> str:
+    """What a step is called in the logs (a ``functools.partial`` by what it calls)."""
+    called = getattr(step, "func", step)
+    return str(getattr(called, "__qualname__", repr(called)))
