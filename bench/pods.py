@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
 import subprocess
 import sys
@@ -189,6 +190,35 @@ def process_rss_mib(needles: tuple[bytes, ...], pod_uids: set[str]) -> list[floa
     return found
 
 
+def process_starts(needles: tuple[bytes, ...], pod_uids: set[str]) -> dict[str, float]:
+    """When each of these pods' election process started (wall clock; by pod uid, the earliest).
+
+    From ``/proc/<pid>/stat``'s start time, in clock ticks since boot (10 ms),
+    put on the wall clock through ``CLOCK_BOOTTIME``: what the pod's start cost
+    before the process ran, and what the process took to claim, told apart.
+    """
+    tick = os.sysconf("SC_CLK_TCK")
+    boot_to_wall = time.time() - time.clock_gettime(time.CLOCK_BOOTTIME)
+    found: dict[str, float] = {}
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit():
+            continue
+        try:
+            cmd = (proc / "cmdline").read_bytes()
+            if not all(n in cmd for n in needles):
+                continue
+            cgroups = (proc / "cgroup").read_text()
+            uid = next((u for u in pod_uids if f"pod{u}" in cgroups), None)
+            if uid is None:
+                continue
+            stat = (proc / "stat").read_text()
+            started = int(stat.rsplit(")", 1)[1].split()[19]) / tick + boot_to_wall
+            found[uid] = min(started, found.get(uid, started))
+        except (OSError, ValueError, IndexError):
+            continue
+    return found
+
+
 #: How each workload's election process is recognised on the node, for its RSS.
 PROCESS = {
     "sidecar": (b"grelmicro-sidecar\0run",),
@@ -249,23 +279,31 @@ def measure(
     cluster: Cluster, workload: podpeers.Workload, rounds: int, rollouts: int
 ) -> dict[str, Any]:
     """One workload through ``rounds`` leader pod deletions and ``rollouts`` rollout restarts."""
-    ns, out = workload.namespace, {"label": workload.label}
+    ns, out = workload.namespace, dict[str, Any](label=workload.label)
     cluster.kubectl("create", "namespace", ns)
     cluster.kubectl("apply", "-n", ns, "-f", str(ROOT / "manifests" / "rbac.yaml"))
     if workload.key == "sidecar-label":
         cluster.kubectl("apply", "-n", ns, "-f", str(ROOT / "manifests" / "leader-label.yaml"))
     watch = LeaseWatch(cluster, ns, podpeers.LEASE)
-    t0 = time.monotonic()
+    t0, t0_wall = time.monotonic(), time.time()
     cluster.kubectl("apply", "-n", ns, "-f", "-", input=json.dumps(workload.manifest))
-    wait_for(watch.holder, 120, f"{workload.key}: a leader", interval=0.02)
+    first = wait_for(watch.holder, 120, f"{workload.key}: a leader", interval=0.02)
     out["create_to_leader_s"] = round(time.monotonic() - t0, 2)
+    led_wall = next(t for t, h in watch.changes if h)
     cluster.kubectl("rollout", "status", "-n", ns, "deployment/worker", "--timeout=180s")
     time.sleep(10)
     needles = PROCESS.get(workload.key.split("-")[0], ())
-    uids = cluster.kubectl(
-        "get", "pods", "-n", ns, "-o", "jsonpath={.items[*].metadata.uid}"
-    ).stdout.split()
+    pods = {
+        p["metadata"]["name"]: p["metadata"]["uid"]
+        for p in cluster.json("get", "pods", "-n", ns)["items"]
+    }
+    uids = list(pods.values())
     out["rss_mib"] = process_rss_mib(needles, set(uids)) if needles else []
+    starts = process_starts(needles, set(uids)) if needles else {}
+    if starts:
+        out["create_to_process_s"] = round(min(starts.values()) - t0_wall, 2)
+    if first in pods and pods[first] in starts:
+        out["leader_process_to_claim_s"] = round(led_wall - starts[pods[first]], 2)
 
     delete_gap, delete_total, to_sigterm, to_release = [], [], [], []
     for i in range(rounds):
@@ -428,6 +466,12 @@ def markdown(res: dict[str, Any]) -> str:
             + " | ".join(f"{loads[k]['create_to_leader_s']} s" for k in keys)
             + " |\n"
         )
+        for key, label in (
+            ("create_to_process_s", "... of which created -> the first election process starts"),
+            ("leader_process_to_claim_s", "... the first leader's process start -> its claim"),
+        ):
+            cells = [f"{loads[k][key]} s" if key in loads[k] else "-" for k in keys]
+            out += f"| {label} | " + " | ".join(cells) + " |\n"
         out += (
             "| election process RSS per pod (VmRSS, MiB) | "
             + " | ".join(", ".join(str(v) for v in loads[k]["rss_mib"]) or "-" for k in keys)
