@@ -35,6 +35,7 @@ import sys
 import tempfile
 import threading
 import time
+from collections.abc import Iterator
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -165,28 +166,40 @@ def gaps(changes: list[tuple[float, str]], start: float) -> list[float]:
     return out
 
 
-def process_rss_mib(needles: tuple[bytes, ...], pod_uids: set[str]) -> list[float]:
-    """VmRSS of every process of these pods whose command line holds all of ``needles``.
+def election_processes(
+    needles: tuple[bytes, ...], pod_uids: set[str]
+) -> Iterator[tuple[Path, str]]:
+    """(``/proc/<pid>``, pod uid) of every process of these pods whose command line holds
+    all of ``needles``.
 
     The pod is told by the process's cgroup (``.../pod<uid>/...``, cgroupfs): a
     command line alone also matched the sidecars injected into every other pod
     still running on the node (17 values for a 3-replica workload in one run).
     """
-    found = []
     for proc in Path("/proc").iterdir():
         if not proc.name.isdigit():
             continue
         try:
-            cmd = (proc / "cmdline").read_bytes()
-            if not all(n in cmd for n in needles):
+            if not all(n in (proc / "cmdline").read_bytes() for n in needles):
                 continue
             cgroups = (proc / "cgroup").read_text()
-            if any(f"pod{u}" in cgroups for u in pod_uids):
-                for line in (proc / "status").read_text().splitlines():
-                    if line.startswith("VmRSS:"):
-                        found.append(round(int(line.split()[1]) / 1024, 1))
         except OSError:
             continue
+        uid = next((u for u in pod_uids if f"pod{u}" in cgroups), None)
+        if uid is not None:
+            yield proc, uid
+
+
+def process_rss_mib(needles: tuple[bytes, ...], pod_uids: set[str]) -> list[float]:
+    """VmRSS of each election process of these pods."""
+    found = []
+    for proc, _uid in election_processes(needles, pod_uids):
+        try:
+            status = (proc / "status").read_text()
+        except OSError:
+            continue
+        rss = [line.split()[1] for line in status.splitlines() if line.startswith("VmRSS:")]
+        found += [round(int(kb) / 1024, 1) for kb in rss]
     return found
 
 
@@ -200,22 +213,13 @@ def process_starts(needles: tuple[bytes, ...], pod_uids: set[str]) -> dict[str, 
     tick = os.sysconf("SC_CLK_TCK")
     boot_to_wall = time.time() - time.clock_gettime(time.CLOCK_BOOTTIME)
     found: dict[str, float] = {}
-    for proc in Path("/proc").iterdir():
-        if not proc.name.isdigit():
-            continue
+    for proc, uid in election_processes(needles, pod_uids):
         try:
-            cmd = (proc / "cmdline").read_bytes()
-            if not all(n in cmd for n in needles):
-                continue
-            cgroups = (proc / "cgroup").read_text()
-            uid = next((u for u in pod_uids if f"pod{u}" in cgroups), None)
-            if uid is None:
-                continue
             stat = (proc / "stat").read_text()
-            started = int(stat.rsplit(")", 1)[1].split()[19]) / tick + boot_to_wall
-            found[uid] = min(started, found.get(uid, started))
-        except (OSError, ValueError, IndexError):
+        except OSError:
             continue
+        started = int(stat.rsplit(")", 1)[1].split()[19]) / tick + boot_to_wall
+        found[uid] = min(started, found.get(uid, started))
     return found
 
 
