@@ -3,10 +3,11 @@
 #
 # Build:  docker build -t grelmicro-sidecar:0.1.0 .
 #
-# The runtime stage holds only the Python runtime and a virtualenv; it runs as
-# a numeric non-root user (65532, so runAsNonRoot can verify it) and needs no
-# writable path in its root filesystem: bytecode is compiled at build time and
-# the sidecar writes only to its state directory (an emptyDir).
+# The runtime stage holds only the Python runtime, a virtualenv and bytecode; it
+# runs as a numeric non-root user (65532, so runAsNonRoot can verify it) and needs
+# no writable path in its root filesystem: bytecode is compiled at build time (no
+# module is compiled at a start) and the sidecar writes only to its state directory
+# (an emptyDir).
 
 FROM python:3.11-slim-bookworm AS build
 
@@ -17,13 +18,17 @@ ENV PIP_NO_CACHE_DIR=1 \
 WORKDIR /src
 COPY pyproject.toml README.md ./
 COPY sidecar ./sidecar
+COPY hack/bytecode.py ./
 
 # The injector's extra (kopf, aiohttp) is installed for the
 # injector role; `run` never imports it (sidecar/commands/cli.py loads it lazily).
+# Bytecode (hack/bytecode.py): the virtualenv's, checked by hash so that the copy
+# below cannot make it stale, and the standard-library modules the commands import,
+# which the slim images ship without.
 RUN python -m venv /opt/venv \
     && /opt/venv/bin/pip install --no-cache-dir ".[injector]" \
     && /opt/venv/bin/pip uninstall --yes pip setuptools \
-    && /opt/venv/bin/python -m compileall -q -j 0 /opt/venv/lib
+    && /opt/venv/bin/python bytecode.py /opt/venv /opt/stdlib-bytecode
 
 FROM python:3.11-slim-bookworm
 
@@ -32,6 +37,7 @@ LABEL org.opencontainers.image.title="grelmicro-sidecar" \
       org.opencontainers.image.licenses="MIT"
 
 COPY --from=build /opt/venv /opt/venv
+COPY --from=build /opt/stdlib-bytecode/ /
 
 ENV PATH=/opt/venv/bin:$PATH \
     PYTHONDONTWRITEBYTECODE=1 \

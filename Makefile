@@ -23,8 +23,8 @@ binaries: $(STAMP)
 	$(PY) -m tests.cluster build
 
 lint: $(STAMP)
-	$(VENV)/bin/ruff check sidecar tests bench
-	$(VENV)/bin/ruff format --check sidecar tests bench
+	$(VENV)/bin/ruff check sidecar tests bench hack
+	$(VENV)/bin/ruff format --check sidecar tests bench hack
 	$(VENV)/bin/lint-imports
 
 typecheck: $(STAMP)

@@ -11,7 +11,9 @@ from __future__ import annotations
 
 import importlib.metadata as md
 import json
+import os
 import re
+import signal
 import subprocess
 import sys
 import textwrap
@@ -21,7 +23,7 @@ from pathlib import Path
 import pytest
 from packaging.requirements import Requirement
 
-from tests.cluster import ControlPlane, free_port
+from tests.cluster import ControlPlane, free_port, images
 from tests.ship.tools import BIN, ROOT, wait_for
 
 pytestmark = pytest.mark.timeout(120)
@@ -80,9 +82,10 @@ def test_dockerfile_is_multi_stage_slim_non_root_and_runs_the_sidecar_by_default
     assert len(froms) == 2 and froms[0].endswith(" AS build"), froms
     assert all(re.match(r"python:3\.\d+-slim", f) for f in froms), froms
     final = steps[max(i for i, (w, _) in enumerate(steps) if w == "FROM") :]
-    # The final stage copies only the virtualenv built in the first one.
+    # The final stage copies only the virtualenv built in the first one, and the bytecode
+    # of the standard-library modules the commands import (hack/bytecode.py).
     copies = [rest for word, rest in final if word == "COPY"]
-    assert copies == ["--from=build /opt/venv /opt/venv"]
+    assert copies == ["--from=build /opt/venv /opt/venv", "--from=build /opt/stdlib-bytecode/ /"]
     assert not [w for w, _ in final if w == "RUN"], "the runtime stage runs nothing as root"
     [user] = [rest for word, rest in final if word == "USER"]
     uid, _, gid = user.partition(":")
@@ -95,8 +98,8 @@ def test_dockerfile_is_multi_stage_slim_non_root_and_runs_the_sidecar_by_default
     env = " ".join(rest for word, rest in final if word == "ENV")
     # Read-only root filesystem: never try to write bytecode at run time ...
     assert "PYTHONDONTWRITEBYTECODE=1" in env
-    # ... because it was compiled at build time.
-    assert any("compileall" in rest for word, rest in steps if word == "RUN")
+    # ... because it was compiled at build time (test_the_image_starts_from_bytecode...).
+    assert any("bytecode.py" in rest for word, rest in steps if word == "RUN")
 
 
 def test_build_context_holds_only_what_the_image_needs() -> None:
@@ -234,3 +237,90 @@ def test_run_never_imports_the_injector_dependencies(
         f"\n`run` while leading: {len(modules)} modules, RSS {report['rss_kb'] / 1024:.1f} MiB "
         f"({time.monotonic() - started:.1f}s including shutdown)"
     )
+
+
+def _layers(archive: Path, into: Path) -> list[Path]:
+    """The layer tarballs of a docker-archive, base first, unpacked from it into ``into``."""
+    into.mkdir(parents=True, exist_ok=True)
+    subprocess.run(["tar", "-xf", str(archive), "-C", str(into)], check=True)
+    [manifest] = json.loads((into / "manifest.json").read_text())
+    return [into / layer for layer in manifest["Layers"]]
+
+
+def _members(layer: Path) -> set[str]:
+    listing = subprocess.run(["tar", "-tf", str(layer)], check=True, capture_output=True, text=True)
+    return {name.removeprefix("./") for name in listing.stdout.splitlines()}
+
+
+def _pod_files(rootfs: Path) -> None:
+    """A service account's files where a pod has them (``/var/run`` may be a link to ``/run``)."""
+    var_run = rootfs / "var" / "run"
+    run_dir = rootfs / os.readlink(var_run).lstrip("/") if var_run.is_symlink() else var_run
+    account = run_dir / "secrets" / "kubernetes.io" / "serviceaccount"
+    account.mkdir(parents=True)
+    (account / "token").write_text("not-a-token")
+    (account / "namespace").write_text("default")
+    ca = Path("/etc/ssl/certs/ca-certificates.crt").read_text()
+    (account / "ca.crt").write_text(ca[: ca.index("-----END CERTIFICATE-----") + 26])
+
+
+@pytest.mark.timeout(1800)  # builds the image when the cache has none (e2e builds it first)
+def test_the_image_starts_from_bytecode_it_carries_itself(tmp_path: Path) -> None:
+    """Nothing the sidecar loads is compiled when it starts, in a pod's setting.
+
+    Its root filesystem is read-only, so a module without valid bytecode is
+    compiled at every start of every sidecar. And the bytecode it loads is the
+    image's own, never the base's: the official slim images ship the standard
+    library without any, and their stand-in here has it (Debian's).
+    The image's ``run`` goes from start to a graceful stop, in-cluster (a pod's
+    service account, an API server that refuses), under ``chroot``.
+    """
+    if os.geteuid() != 0:
+        pytest.skip("chroot needs root; CI runs as root")
+    images.ensure_host_packages()
+    product, base = images.product(), images.python_base()
+    base_layers = len(_layers(base.path, tmp_path / "base"))
+    layers = _layers(product.path, tmp_path / "product")
+    rootfs = tmp_path / "rootfs"
+    rootfs.mkdir()
+    for layer in layers:
+        subprocess.run(["tar", "-xf", str(layer), "-C", str(rootfs)], check=True)
+    own = set().union(*(_members(layer) for layer in layers[base_layers:]))
+    _pod_files(rootfs)
+    env = {
+        "PATH": "/opt/venv/bin:/usr/bin:/bin",
+        "PYTHONDONTWRITEBYTECODE": "1",  # as the image's ENV
+        "PYTHONVERBOSE": "1",  # every module loaded, and from what
+        "KUBERNETES_SERVICE_HOST": "127.0.0.1",
+        "KUBERNETES_SERVICE_PORT": "1",
+    }
+    out, err = tmp_path / "stdout", tmp_path / "stderr"
+    argv = ["grelmicro-sidecar", "run", "--election=bytecode", "--state-dir=/tmp/s", "--port=0"]
+    with out.open("w") as stdout, err.open("w") as stderr:
+        proc = subprocess.Popen(
+            [
+                "chroot",
+                str(rootfs),
+                "/usr/bin/env",
+                "-i",
+                *(f"{k}={v}" for k, v in env.items()),
+                *argv,
+            ],
+            stdout=stdout,
+            stderr=stderr,
+        )
+        try:
+            # Its log and the interpreter's (PYTHONVERBOSE) both go to stderr.
+            wait_for(lambda: '"starting"' in err.read_text(), 30, "the sidecar's start")
+            time.sleep(1)  # a first read refused, and its retry
+            proc.send_signal(signal.SIGTERM)
+            assert proc.wait(30) == 0, err.read_text()[-2000:]
+        finally:
+            proc.kill()
+    loaded = re.findall(r"^# code object from '?([^'\n]+?)'?$", err.read_text(), re.M)
+    compiled = [path for path in loaded if path.endswith(".py")]
+    assert compiled == [], f"compiled at every start (no valid bytecode in the image): {compiled}"
+    cached = [path for path in loaded if path.endswith(".pyc")]
+    assert len(cached) > 100, cached  # it did load the sidecar, asyncio and TLS
+    foreign = [path for path in cached if path.lstrip("/") not in own]
+    assert foreign == [], f"bytecode from the base image, which the official one lacks: {foreign}"
