@@ -154,6 +154,19 @@ class SidecarLog:
         return found.get("shutting down"), found.get("released lease")
 
 
+def logged(cluster: Cluster, namespace: str, pod: str, msg: str) -> dict[str, Any] | None:
+    """The first record of the pod's sidecar log so far whose message is ``msg``."""
+    out = cluster.kubectl("logs", "-n", namespace, pod, "-c", "grelmicro-sidecar", check=False)
+    for line in out.stdout.splitlines():
+        try:
+            record = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(record, dict) and record.get("msg") == msg and "ts" in record:
+            return record
+    return None
+
+
 def gaps(changes: list[tuple[float, str]], start: float) -> list[float]:
     """Leaderless intervals: from a release to the next holder's claim."""
     out, cleared = [], None
@@ -307,7 +320,14 @@ def measure(
     if starts:
         out["create_to_process_s"] = round(min(starts.values()) - t0_wall, 2)
     if first in pods and pods[first] in starts:
-        out["leader_process_to_claim_s"] = round(led_wall - starts[pods[first]], 2)
+        started = starts[pods[first]]
+        out["leader_process_to_claim_s"] = round(led_wall - started, 2)
+        if workload.key.startswith("sidecar"):
+            record = logged(cluster, ns, first, "starting")
+            if record is not None:
+                at = datetime.fromisoformat(record["ts"].replace("Z", "+00:00")).timestamp()
+                out["leader_process_to_started_log_s"] = round(at - started, 2)
+                out["leader_start_cpu_s"] = record.get("cpu_seconds")
 
     delete_gap, delete_total, to_sigterm, to_release = [], [], [], []
     for i in range(rounds):
@@ -473,6 +493,11 @@ def markdown(res: dict[str, Any]) -> str:
         for key, label in (
             ("create_to_process_s", "... of which created -> the first election process starts"),
             ("leader_process_to_claim_s", "... the first leader's process start -> its claim"),
+            (
+                "leader_process_to_started_log_s",
+                "... of which its process start -> its 'starting' log line",
+            ),
+            ("leader_start_cpu_s", "... the CPU its process had used by then"),
         ):
             cells = [f"{loads[k][key]} s" if key in loads[k] else "-" for k in keys]
             out += f"| {label} | " + " | ".join(cells) + " |\n"

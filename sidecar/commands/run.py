@@ -6,9 +6,11 @@ import asyncio
 import dataclasses
 import os
 import signal
+import time
 from pathlib import Path
 
 from ..core import defaults
+from ..driver.metrics import process_age
 from ..kit.logs import Logger
 from ..kit.options import Source
 from ..kube.api import PodLabel, api_poster
@@ -83,8 +85,11 @@ async def _serve(settings: RunSettings, config: ApiConfig, command: LockSettings
         return fail(message, 1)
     _handle_signals(sidecar, log)
     server = sidecar.published.server
+    age = process_age()  # how long the start took, and its CPU: a pod's start is contended
     log.info(
         "starting",
+        started_in=round(age, 3) if age is not None else None,
+        cpu_seconds=round(time.process_time(), 3),
         election=settings.election,
         lease=settings.lease,
         namespace=namespace,

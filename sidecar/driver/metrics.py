@@ -23,16 +23,29 @@ from .observer import Call, Control, Observer, View
 RENEW_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
 
 
+def _started_after_boot() -> float:
+    """Seconds from boot to this process's start (``/proc/self/stat`` field 22, clock ticks)."""
+    with open("/proc/self/stat") as stat:
+        ticks = int(stat.read().rsplit(")", 1)[1].split()[19])
+    return ticks / os.sysconf("SC_CLK_TCK")
+
+
 def process_start_time() -> float:
     """When this process started, in seconds since the epoch (``/proc``, as client libraries read it)."""
     try:
-        with open("/proc/self/stat") as stat:
-            ticks = int(stat.read().rsplit(")", 1)[1].split()[19])  # field 22: starttime
         with open("/proc/stat") as system:
             boot = next(float(line.split()[1]) for line in system if line.startswith("btime "))
-        return boot + ticks / os.sysconf("SC_CLK_TCK")
+        return boot + _started_after_boot()
     except (OSError, ValueError, IndexError, StopIteration):
         return time.time()
+
+
+def process_age() -> float | None:
+    """Seconds since this process started, to the clock tick (None where ``/proc`` is not)."""
+    try:
+        return time.clock_gettime(time.CLOCK_BOOTTIME) - _started_after_boot()
+    except (OSError, ValueError, IndexError):
+        return None
 
 
 def _rounded(value: float | None) -> float:

@@ -46,6 +46,9 @@ def test_a_new_elections_first_candidate_leads_at_once_and_all_views_agree(
     # A brand-new election (no Lease ever, no mark of one): no term can still be vouched
     # for, so it leads within a second of starting, not a lease duration (issue 28 item 1).
     assert _ts(_first(a, "leading")) - _ts(_first(a, "starting")) < 1.0
+    # How long its start took, and the CPU it used: what a contended pod start costs.
+    starting = _first(a, "starting")
+    assert 0 < starting["cpu_seconds"] <= starting["started_in"] + 0.05 < 30, starting
 
     state = a.state()
     assert state is not None
