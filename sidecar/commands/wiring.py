@@ -24,7 +24,6 @@ from ..driver.metrics import Metrics
 from ..driver.observer import Observer
 from ..driver.published import Published
 from ..driver.report import LogReport
-from ..driver.settled import Settled
 from ..driver.sweepduty import ExitSweep
 from ..driver.vouch import Vouch
 from ..kit.clock import Clock
@@ -65,8 +64,7 @@ def wire(
     identity, lease, timing = settings.identity, settings.lease, settings.timing
     metrics = Metrics(lease, offset=lambda: store.clock_offset, timing=timing)
     shared = Coordination(store, namespace)
-    settled = Settled(identity)
-    handover = Handover(shared, lease, identity, clock, log, settled.wait)
+    handover = Handover(shared, lease, identity, clock, log)
     published = Published(settings.state_dir, settings.port, metrics.render, log)
     lock = None
     observers: list[Observer] = [
@@ -81,9 +79,8 @@ def wire(
     release = settings.release if settings.pod or settings.release != "auto" else "now"
     observers += [
         Vouch(release, pod_deleting, clock, log),
-        settled,
         handover,
-        ExitSweep(store, shared, identity, clock, log, metrics.count_swept, settled=settled.wait),
+        ExitSweep(store, shared, identity, clock, log, on_delete=metrics.count_swept),
     ]
     if post_event is not None:
         recorder = EventRecorder(

@@ -69,21 +69,6 @@ class Coordination:
                 await self.store.create(roster.new_object(self.namespace, kept), timeout=timeout)
                 return
 
-    async def merge_over(
-        self, read: dict[str, Any] | None, notes: Mapping[str, str | None], timeout: float | None
-    ) -> None:
-        """``notes`` over the object as ``read``: a patch over its resourceVersion, or, when
-        it was read absent, its create. ``Conflict`` when it changed (or was created) since;
-        ``NotFound`` on a create is the namespace missing."""
-        if read is None:
-            kept = {k: v for k, v in notes.items() if v is not None}
-            await self.store.create(roster.new_object(self.namespace, kept), timeout=timeout)
-            return
-        meta: dict[str, Any] = {"annotations": notes}
-        if version := roster.version_of(read):
-            meta["resourceVersion"] = version
-        await self.store.patch(roster.NAME, {"metadata": meta}, timeout=timeout)
-
     async def swap(self, change: Change, timeout: float | None = None) -> bool:
         """Apply ``change`` to what is there now, optimistically; False when it wrote nothing."""
         for _ in range(3):

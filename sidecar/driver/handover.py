@@ -54,15 +54,7 @@ FORGET_AFTER = (3.0, 20.0)
 
 
 class Handover(Observer):
-    def __init__(
-        self,
-        shared: Coordination,
-        lease: str,
-        identity: str,
-        clock: Clock,
-        log: Logger,
-        settled: Callable[[], Awaitable[None]] | None = None,
-    ):
+    def __init__(self, shared: Coordination, lease: str, identity: str, clock: Clock, log: Logger):
         self.shared, self.lease, self.identity, self.clock, self.log = (
             shared,
             lease,
@@ -70,29 +62,16 @@ class Handover(Observer):
             clock,
             log,
         )
-        #: Returns once the election's first decision is made (``settled``): the join waits.
-        self.settled = settled
         self.joined = False
         #: Whether the election is known to be marked (None until the first read).
         self.marked: bool | None = None
         self.seen_lease = self.holding = False
         #: Our release handed off and the successor claimed: it takes our name out.
         self.handed_over = False
-        #: The value of the last entry of ours written (or sent, its answer lost).
-        self._sent: str | None = None
         self._tasks: set[asyncio.Task[None]] = set()
 
     async def start(self, control: Control) -> None:
-        self._background(self._join_when_settled())
-
-    async def _join_when_settled(self) -> None:
-        """Join once the election's first decision is made: sent at once, the join raced this
-        candidate's own first-term mark for the one object (a 409 and a second write on the
-        way to a brand-new election's first leader, whose mark now carries its entry)."""
-        if self.settled is not None:
-            await self.settled()
-        if not self.joined:
-            await self.join()
+        self._background(self.join())
 
     def on_state(self, view: View) -> None:
         self.holding = view.record is not None and view.record.holder == self.identity
@@ -137,11 +116,19 @@ class Handover(Observer):
         reads afresh, from the API server's watch cache (``_written``).
         """
 
+        sent: list[str] = []  # the entry of the last try
+
         async def once(retry: bool) -> None:
             obj = await self.shared.read(cached=retry, timeout=PATIENT_READ)
             notes = roster.notes_of(obj)
             self.marked = roster.marked(notes, self.lease)
-            patch = self._entry(notes)
+            patch: dict[str, str | None] = {}
+            found = roster.entry_of(notes, self.lease, self.identity)
+            if found is None or found[0] not in sent:  # else a try that got no answer was
+                # applied after all: written again, it would add to the load that kept it so
+                entry = roster.entry(self.lease, self.identity, self.clock.wall())
+                patch.update({**roster.stale(notes, self.lease, self.identity), **entry})
+                sent[:] = entry.values()
             marking = self.seen_lease and not self.marked
             if marking:
                 patch.update(roster.mark(self.lease, self.clock.wall()))
@@ -150,17 +137,6 @@ class Handover(Observer):
             self.joined, self.marked = True, self.marked or marking
 
         await self._written("join", once)
-
-    def _entry(self, notes: dict[str, str]) -> dict[str, str | None]:
-        """What lists this candidate in ``notes`` (room made among ``roster.KEEP``); nothing
-        when the entry there is one this process sent: a try whose answer was lost but that
-        was applied, written again, would add to the load that lost its answer."""
-        found = roster.entry_of(notes, self.lease, self.identity)
-        if found is not None and found[0] == self._sent:
-            return {}
-        entry = roster.entry(self.lease, self.identity, self.clock.wall())
-        [self._sent] = entry.values()
-        return {**roster.stale(notes, self.lease, self.identity), **entry}
 
     async def _mark(self) -> None:
         """Record that this election has had a Lease (unless a join did meanwhile), retrying."""
@@ -257,17 +233,14 @@ class Handover(Observer):
         the Lease absent (deleted under a leader that may still vouch) waits.
         """
         try:
-            for _ in range(3):  # the mark goes over what was read; a 409: judge again
+            for _ in range(3):  # the mark goes over the version read; a 409: judge again
                 obj = await self.shared.read(fresh=True, timeout=timeout)
-                notes = roster.notes_of(obj)
-                if roster.marked(notes, self.lease):
+                if roster.marked(roster.notes_of(obj), self.lease):
                     return False
-                # This candidate's entry goes with the mark: one write of the shared object
-                # on the way to the first leader, and nothing left for its join to write.
-                mark = {**self._entry(notes), **roster.mark(self.lease, self.clock.wall())}
+                mark = roster.mark(self.lease, self.clock.wall())
                 with contextlib.suppress(Conflict):
-                    await self.shared.merge_over(obj, mark, timeout)
-                    self.marked = self.joined = True
+                    await self.shared.merge(mark, timeout, version=roster.version_of(obj))
+                    self.marked = True
                     return True
         except ApiError as err:
             self.log.debug("could not read or mark the election; waiting a lease", error=str(err))

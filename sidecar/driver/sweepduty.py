@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import datetime as dt
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 
 from ..core import roster
 from ..kit.clock import Clock
@@ -43,11 +43,8 @@ class ExitSweep(Observer):
         clock: Clock,
         log: Logger,
         on_delete: Callable[[], None] = lambda: None,
-        settled: Callable[[], Awaitable[None]] | None = None,
     ):
         self.store, self.shared, self.identity = store, shared, identity
-        #: Returns once the election's first decision is made: the claim and its list wait.
-        self.settled = settled
         self.clock, self.log, self.on_delete = clock, log, on_delete
         self.sightings = sweep.Sightings(clock.monotonic)
         self.held = self.sighted = False
@@ -73,8 +70,6 @@ class ExitSweep(Observer):
         A sidecar without the duty, or whose list failed, sweeps nothing at exit:
         the duty's holder, the injector's sweep and ``cleanup`` remain.
         """
-        if self.settled is not None:
-            await self.settled()
         try:
             # The start-up read is shared: a duty held by someone else is not even tried.
             free = self._take(roster.notes_of(await self.shared.read())) is not None
