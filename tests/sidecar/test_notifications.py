@@ -8,6 +8,7 @@ server's bounds.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import socket
@@ -151,7 +152,11 @@ def test_readme_watch_examples_follow_leadership_both_ways(
     out = tmp_path / f"{language}.out"
     env = {**os.environ, "LEADER_ELECTION_URL": f"http://127.0.0.1:{a.port}/leader"}
     with open(out, "wb") as sink:
-        watcher = subprocess.Popen(WATCHERS[language], stdout=sink, stderr=sink, env=env)
+        # A group of its own: `go run` starts the compiled watcher as its child, which
+        # killing `go` alone left running after the tests (found idle, hours later).
+        watcher = subprocess.Popen(
+            WATCHERS[language], stdout=sink, stderr=sink, env=env, start_new_session=True
+        )
     try:
         token = a.state()["fencing_token"]  # type: ignore[index]
         lines = lambda: out.read_text().splitlines()  # noqa: E731
@@ -162,7 +167,8 @@ def test_readme_watch_examples_follow_leadership_both_ways(
         assert a.wait(20) == 0
         assert lines() == [f"leading (fencing token {token})", "not leading"], out.read_text()
     finally:
-        watcher.kill()
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(watcher.pid, signal.SIGKILL)
         watcher.wait()
 
 
