@@ -86,6 +86,8 @@ class Election:
     written_version: str | None = None
     #: renewTime of the last claim we sent, answered or not: the other one (``may_release``).
     sent_renew_time: dt.datetime | None = None
+    #: renewTime of our last successful claim (``settled_claim``).
+    written_renew_time: dt.datetime | None = None
     not_before: float = -math.inf
     failures: int = 0
     resigned: bool = False
@@ -206,6 +208,7 @@ class Election:
             return
         if self.record is not None and self.record.holder == self.identity and not self.resigned:
             self.written_version = self.record.resource_version
+            self.written_renew_time = self.record.renew_time
             if not self.leading:
                 self.leading = True
                 # The token is the version of the write that began this term (contract §2).
@@ -270,12 +273,18 @@ class Election:
     def settled_claim(self) -> LeaseRecord | None:
         """Our last answered claim, if a release may be written against it without a re-read
         (its resourceVersion makes the API server check what a re-read would); None while a
-        claim is in flight: the server may have applied it, and the release would be refused."""
+        claim is in flight: the server may have applied it, and the release would be refused.
+        A later version that leaves the claim as it was (a candidate joining or leaving the
+        election's roster: annotations) is that claim still, and the release goes over it."""
         record = self.record
-        if record is None or record.holder != self.identity:
+        if record is None or record.holder != self.identity or self.written_version is None:
             return None
-        last = (self.written_version, self.sent_renew_time)
-        return record if (record.resource_version, record.renew_time) == last else None
+        if record.resource_version == self.written_version:
+            return record if record.renew_time == self.sent_renew_time else None
+        newer = version_number(record.resource_version) or 0
+        ours = version_number(self.written_version) or math.inf
+        settled = record.renew_time == self.sent_renew_time == self.written_renew_time
+        return record if settled and newer > ours else None
 
     def resign(self) -> None:
         """Stop claiming leadership now (shutdown); nothing is written here."""

@@ -1,14 +1,18 @@
-"""The namespace's coordination Lease: who may be named in a hand-off, which elections had a Lease, who sweeps.
+"""Who may be named in a hand-off (each election's own Lease), and the namespace's coordination Lease.
 
-One object per namespace, ``grelmicro-sidecar`` (contract §2, "the roster"):
-``kubectl get leases`` shows one Lease per election, whose HOLDER is its
-leader, and this one beside them with no holder. It is labelled
-``managed-by: grelmicro-sidecar`` (not ``grelmicro``), so sweeps, ``status``
-and grelmicro peers never see it. Everything lives in annotations:
+The roster of an election lives in annotations of its own Lease (contract §2,
+"the roster"): an entry per candidate (``candidates.…/<key>``: election,
+identity, when it joined), written by a merge patch over the version read; at
+most ``KEEP`` (a joiner drops the oldest). A release names from the object it
+writes over, so the name costs no request.
 
-- a roster entry per candidate (``candidates.…/<key>``: election, identity,
-  when it joined), written by a merge patch, so candidates joining at once
-  never conflict; at most ``KEEP`` per election (a joiner drops the oldest);
+One object per namespace, ``grelmicro-sidecar`` (contract §2, "the
+coordination Lease"), holds what outlives an election's Lease or concerns the
+whole namespace: ``kubectl get leases`` shows it beside one Lease per
+election, with no holder; it is labelled ``managed-by: grelmicro-sidecar``
+(not ``grelmicro``), so sweeps, ``status`` and grelmicro peers never see it.
+In its annotations:
+
 - a mark per election that has had a Lease (``elections.…/<key>``): without
   one, a Lease that is absent was never created, so no term of that election
   can still be vouched for, and its first leader need not wait (contract §2);
@@ -88,8 +92,7 @@ def _entry(value: str, lease: str) -> tuple[str, dt.datetime] | None:
     """(identity, joined) of a readable entry of ``lease``; None for garbage or another lease.
 
     A value that does not hold the lease's name as a JSON string is another lease's, and is
-    not parsed: a roster of hundreds of elections is read by every stopping leader of a
-    mass rollout (a Lease name is a DNS subdomain, written without escapes).
+    not parsed (a Lease name is a DNS subdomain, written without escapes).
     """
     if f'"{lease}"' not in value:
         return None

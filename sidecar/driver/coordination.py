@@ -1,15 +1,18 @@
 """Reads and writes of the namespace's coordination Lease (``core.roster``), shared by this process.
 
-Guarantees: the first read is shared by the observers that need it at start
-(one GET per process, not one each, from the API server's watch cache: a mass
-start does not read the object from etcd once per pod); ``merge`` (a JSON merge
-patch) creates the object when it is missing, and conflicts only when given the
-resourceVersion it must apply over (a 409 at once: without one, the API server
-retries a patch on every conflict, which hundreds of writers of this one object
-turn into seconds of its CPU per patch);
-``swap`` is optimistic (the whole object written against the resourceVersion
-it read, re-read and retried on a 409) for what must not be lost to a race,
-the sweep duty. Errors are the ``kube.errors`` classes; callers decide.
+It holds the elections' marks and the sweep duty (each election's roster is in
+its own Lease: ``driver.handover``). Guarantees: the first read is shared by
+the observers that need it at start (one GET per process, not one each, from
+the API server's watch cache: a mass start does not read the object from etcd
+once per pod); ``merge`` (a JSON merge patch) creates the object when it is
+missing, and conflicts only when given the resourceVersion it must apply over
+(a 409 at once: without one, the API server retries a patch on every
+conflict, which hundreds of writers of this one object turn into seconds of
+its CPU per patch); ``swap`` is optimistic (the whole object written against
+the resourceVersion it read, re-read and retried on a 409) for what must not
+be lost to a race, the sweep duty. Errors are the ``kube.errors`` classes;
+callers decide. ``store`` is the process's Lease store, for the election's own
+Lease.
 """
 
 from __future__ import annotations
@@ -86,5 +89,5 @@ class Coordination:
                     await self.store.replace(obj, timeout=timeout)
                 return True
             except Conflict:
-                continue  # someone wrote in between (a join): judge again on what is there
+                continue  # someone wrote in between (a mark): judge again on what is there
         return False

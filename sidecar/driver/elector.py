@@ -22,6 +22,7 @@ from collections.abc import Awaitable, Callable, Coroutine, Sequence
 from typing import Any
 
 from ..core.election import Election, Read, Wait, Write
+from ..core.lease import LeaseRecord
 from ..core.state import State
 from ..core.timing import Timing
 from ..kit import aio
@@ -30,7 +31,7 @@ from ..kit.logs import Logger
 from ..kube.errors import ApiError, Conflict, NotFound
 from ..kube.leaselock import Changed, Deleted, Failed, Healthy, LeaseLock
 from .observer import Call, Observer, View
-from .release import Roster, look_up_successor, release
+from .release import Roster, release
 
 #: Release and after-release steps, well inside the default 30 s grace period.
 SHUTDOWN_BUDGET = 10.0
@@ -232,14 +233,14 @@ class Elector:
             await asyncio.sleep(max(0.0, valid - self.clock.monotonic()) + 0.001)
             self._publish()
 
-    async def _watch_moves_past(self, versions: tuple[str | None, ...], seconds: float) -> bool:
-        """Whether the watch shows the Lease at a version not in ``versions`` (or deleted)
-        within ``seconds``; it wakes this as it wakes the loop, which is stopped by then."""
+    async def _watch_moves_past(self, moved: Callable[[LeaseRecord], bool], seconds: float) -> bool:
+        """Whether the watch shows the Lease deleted, or a record that has ``moved``, within
+        ``seconds``; it wakes this as it wakes the loop, which is stopped by then."""
         deadline = self.clock.monotonic() + seconds
         while True:
             self._wake.clear()
             record = self.election.seen.record
-            if (record.resource_version if record is not None else None) not in versions:
+            if record is None or moved(record):
                 return True
             if self.clock.monotonic() >= deadline:
                 return False
@@ -249,7 +250,6 @@ class Elector:
     async def _shutdown(self) -> None:
         """contract §5: "not leader" first, then the observers', the release, the rest; bounded."""
         self.election.resign()
-        named = look_up_successor(self.roster, self.election, self.log)  # a read: it may go first
         self._publish(force=True)  # the step-down of a leader is told like any other
         loop, watch, watchdog = self._tasks[:3]
         await aio.cancel([loop, watchdog], TASK_STOP_SECONDS, self.log)
@@ -263,7 +263,6 @@ class Elector:
             self.log,
             SHUTDOWN_BUDGET,
             self.roster,
-            named,
             self._watch_moves_past,
         )
 

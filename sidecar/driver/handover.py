@@ -1,19 +1,24 @@
-"""This candidate's part in handovers and first terms, kept in the namespace's coordination Lease.
+"""This candidate's part in handovers and first terms: its entry in its election's Lease, the mark.
 
-An observer (contract §2, "Hand-off" and "the roster"). At start it joins the
-roster (``core.roster``), dropping the oldest entries of its election beyond
-``KEEP``, so a releasing leader may name it; the release asks it for a
-successor (the candidate that joined last); after taking over from a hand-off
-whose named successor never claimed, it takes that name out; a stopping
-follower leaves the roster first, before any release, so it is not named. A
-stopping holder whose hand-off was claimed does not leave: its successor
-takes the name out, seconds later (``FORGET_AFTER``), and only if it was not
-written again since, so a whole namespace stopping at once does not have all
-its leaders write the one object every candidate of the namespace shares at
-the same moment; a holder whose release named nobody leaves after it.
-It also keeps the mark that says this election has had a Lease (written
-once any Lease of it is seen), and answers ``first_term``: whether an absent
-Lease was never created, so no term can still be vouched for.
+An observer (contract §2, "Hand-off" and "the roster"). Once it sees its
+election's Lease held by another (or by nobody), it joins the election's
+roster: an annotation of that Lease (``core.roster``), written by a merge
+patch over the version it saw, dropping the oldest entries beyond ``KEEP``;
+a releasing leader names the candidate that joined last straight from the
+Lease it writes over, with no request. Only the candidates of one election
+write its Lease's roster, so a namespace of hundreds of elections starting at
+once does not have all its candidates take turns at one shared object. After
+taking over from a hand-off whose named successor never claimed, it takes that
+name out; a stopping follower leaves first, before any release, so it is not
+named. A stopping holder whose hand-off was claimed does not leave: its
+successor takes the name out, seconds later (``FORGET_AFTER``), and only if it
+was not written again since; a holder whose release named nobody leaves
+after it.
+
+It also keeps the mark that says this election has had a Lease (written once
+any Lease of it is seen, in the namespace's coordination Lease, which outlives
+the election's), and answers ``first_term``: whether an absent Lease was never
+created, so no term can still be vouched for.
 
 None of it decides who leads: a roster that cannot be read or written costs
 only speed (a release then names nobody, and a first leader waits a lease
@@ -31,9 +36,10 @@ from typing import Any
 
 from ..core import roster
 from ..core.election import Event
+from ..core.lease import LeaseRecord
 from ..kit.clock import Clock
 from ..kit.logs import Logger
-from ..kube.errors import ApiError, ApiUnavailable, Conflict
+from ..kube.errors import ApiError, ApiUnavailable, Conflict, NotFound
 from .coordination import PATIENT_READ, Coordination
 from .observer import Control, Observer, View
 
@@ -63,6 +69,10 @@ class Handover(Observer):
             log,
         )
         self.joined = False
+        #: The uid of the Lease this candidate joined (or is joining): a Lease created again
+        #: holds no entries, so it joins again; one that dropped our entry keeps it out.
+        self._joined_uid: str | None = None
+        self._stopping = False
         #: Whether the election is known to be marked (None until the first read).
         self.marked: bool | None = None
         self.seen_lease = self.holding = False
@@ -71,14 +81,21 @@ class Handover(Observer):
         self._tasks: set[asyncio.Task[None]] = set()
 
     async def start(self, control: Control) -> None:
-        self._background(self.join())
+        self._background(self._mark())
 
     def on_state(self, view: View) -> None:
-        self.holding = view.record is not None and view.record.holder == self.identity
-        if view.record is not None and not self.seen_lease:
+        record = view.record
+        self.holding = record is not None and record.holder == self.identity
+        if record is None:
+            return
+        if not self.seen_lease:
             self.seen_lease = True
-            if self.marked is False:  # the first read is in: mark now, else join will
+            if self.marked is False:  # the first read is in: mark now, else it will
                 self._background(self._mark())
+        uid = str((record.raw.get("metadata") or {}).get("uid") or "")
+        if not self.holding and not self._stopping and uid != self._joined_uid:
+            self._joined_uid = uid
+            self._background(self.join(record))
 
     def on_event(self, event: Event, view: View) -> None:
         """Our acquisition replaced a hand-off: to someone who never claimed it (forget that
@@ -97,6 +114,7 @@ class Handover(Observer):
 
     async def before_release(self) -> None:
         """A follower leaves the roster first, so no release names a candidate that is stopping."""
+        self._stopping = True
         for task in self._tasks:
             task.cancel()
         if not self.holding:
@@ -109,42 +127,53 @@ class Handover(Observer):
                     await self.forget(self.identity)
             self.joined = False
 
-    async def join(self) -> None:
-        """List this candidate (and mark the election if a Lease of it was seen), retrying.
+    async def join(self, seen: LeaseRecord) -> None:
+        """List this candidate in the election's Lease, over the version ``seen``; retrying.
 
-        The first try reads what every observer's first read shares; a retry
-        reads afresh, from the API server's watch cache (``_written``).
+        A retry reads afresh, from the API server's watch cache (``_written``).
+        The Lease gone meanwhile ends it: a Lease created again is joined when
+        it is seen.
         """
 
         sent: list[str] = []  # the entry of the last try
 
         async def once(retry: bool) -> None:
-            obj = await self.shared.read(cached=retry, timeout=PATIENT_READ)
+            obj = await self._election_lease() if retry else seen.raw
+            if obj is None:
+                return
             notes = roster.notes_of(obj)
-            self.marked = roster.marked(notes, self.lease)
-            patch: dict[str, str | None] = {}
             found = roster.entry_of(notes, self.lease, self.identity)
-            if found is None or found[0] not in sent:  # else a try that got no answer was
-                # applied after all: written again, it would add to the load that kept it so
-                entry = roster.entry(self.lease, self.identity, self.clock.wall())
-                patch.update({**roster.stale(notes, self.lease, self.identity), **entry})
-                sent[:] = entry.values()
-            marking = self.seen_lease and not self.marked
-            if marking:
-                patch.update(roster.mark(self.lease, self.clock.wall()))
-            if patch:
-                await self.shared.merge(patch, version=roster.version_of(obj))
-            self.joined, self.marked = True, self.marked or marking
+            if found is not None and found[0] in sent:  # a try that got no answer was
+                self.joined = True  # applied after all: written again, it would add load
+                return
+            entry = roster.entry(self.lease, self.identity, self.clock.wall())
+            sent[:] = entry.values()
+            patch = {**roster.stale(notes, self.lease, self.identity), **entry}
+            with contextlib.suppress(NotFound):
+                await self._patch_lease(patch, roster.version_of(obj))
+                self.joined = True
 
         await self._written("join", once)
 
+    async def _election_lease(self, timeout: float | None = PATIENT_READ) -> dict[str, Any] | None:
+        """The election's Lease as the API server's watch cache has it (None when absent)."""
+        return await self.shared.store.get(self.lease, timeout=timeout, cached=True)
+
+    async def _patch_lease(
+        self, notes: dict[str, str | None], version: str | None, timeout: float | None = None
+    ) -> None:
+        """Set (None: remove) annotations of the election's Lease, only over ``version``."""
+        meta = {"annotations": notes, "resourceVersion": version}
+        await self.shared.store.patch(self.lease, {"metadata": meta}, timeout=timeout)
+
     async def _mark(self) -> None:
-        """Record that this election has had a Lease (unless a join did meanwhile), retrying."""
+        """Learn whether this election is marked (the process's first read of the namespace's
+        coordination Lease); once a Lease of it was seen, record the mark if it is not; retrying."""
 
         async def once(retry: bool) -> None:
             obj = await self.shared.read(cached=retry, timeout=PATIENT_READ)
             self.marked = self.marked or roster.marked(roster.notes_of(obj), self.lease)
-            if not self.marked:
+            if self.seen_lease and not self.marked:
                 mark = roster.mark(self.lease, self.clock.wall())
                 await self.shared.merge(mark, version=roster.version_of(obj))
                 self.marked = True
@@ -180,51 +209,57 @@ class Handover(Observer):
     def _refused(self, what: str, err: ApiError) -> None:
         """One warning; retried (``ApiUnavailable``: 5xx, 429, no answer) or given up (a 403,
         a missing namespace: the elector reports those, and retrying would not help)."""
+        where = self.lease if what == "join" else roster.NAME
         if not isinstance(err, ApiUnavailable):
+            consequence = (
+                "handovers will not name this pod (it still takes over as any follower does)"
+                if what == "join"
+                else "a candidate that finds its Lease absent waits a lease duration"
+            )
             self.log.once(
-                "roster",
+                f"roster:{what}",
                 "warning",
-                "could not join the election's roster; handovers will not name this pod "
-                "(it still takes over as any follower does)",
-                roster=roster.NAME,
+                f"could not {what} the election in Lease {where}; {consequence}",
+                lease=where,
                 error=str(err),
             )
         else:
             self.log.once(
-                "roster:retry",
+                f"roster:{what}:retry",
                 "warning",
-                f"could not {what} the election's roster yet; retrying with backoff",
-                roster=roster.NAME,
+                f"could not {what} the election in Lease {where} yet; retrying with backoff",
+                lease=where,
                 error=str(err),
             )
 
     async def forget(
         self, identity: str, timeout: float | None = None, before: dt.datetime | None = None
     ) -> None:
-        """Take ``identity`` out (it left, or was named and never claimed; with ``before``,
-        only an entry that joined before then: not a rejoin); raises ``errors``.
-        Over the version read (from the watch cache), so an entry written since is judged
-        again; read again after a short jittered wait on a 409, ``FORGET_TRIES`` times at
-        most: in a mass rollout, stopping leaders that named nobody leave all at once."""
+        """Take ``identity`` out of the election's Lease (it left, or was named and never
+        claimed; with ``before``, only an entry that joined before then: not a rejoin); raises
+        ``errors``. Over the version read (from the watch cache), so an entry written since
+        is judged again; read again after a short jittered wait on a 409 (a renewal, another
+        candidate joining or leaving), ``FORGET_TRIES`` times at most."""
         key = roster.entry_key(self.lease, identity)
         for attempt in range(FORGET_TRIES):
-            obj = await self.shared.read(cached=True, timeout=timeout)
+            obj = await self._election_lease(timeout)
             found = roster.entry_of(roster.notes_of(obj), self.lease, identity)
-            if found is None or (before is not None and found[1] >= before):
+            if obj is None or found is None or (before is not None and found[1] >= before):
                 return
             try:
-                await self.shared.merge({key: None}, timeout, version=roster.version_of(obj))
+                await self._patch_lease({key: None}, roster.version_of(obj), timeout)
+                return
+            except NotFound:
                 return
             except Conflict:
                 if attempt == FORGET_TRIES - 1:
                     raise
                 await asyncio.sleep(random.uniform(0.0, 0.05 * 2 ** min(attempt, 4)))
 
-    async def successor(self, timeout: float | None = None) -> str | None:
-        """Who to hand over to (the release asks); raises ``errors`` classes. From the API
-        server's cache: a name milliseconds out of date costs a hand-off's second at most."""
-        notes = roster.notes_of(await self.shared.read(timeout=timeout, cached=True))
-        return roster.successor(notes, self.lease, self.identity)
+    def successor(self, record: LeaseRecord) -> str | None:
+        """Who a release written over ``record`` names (the release asks): the candidate
+        listed in it that joined last, other than this one; no request."""
+        return roster.successor(roster.notes_of(record.raw), self.lease, self.identity)
 
     async def first_term(self, timeout: float | None = None) -> bool:
         """Whether this election never had a Lease: then no term of it can still be vouched for.

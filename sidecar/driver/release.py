@@ -6,18 +6,19 @@ nobody wrote since; the release never waits past the shutdown's deadline.
 The first try goes out unread, against our last answered claim
 (``Election.settled_claim``), the way client-go's release writes through its
 cached object; a 409, or a claim in flight, sends it to read what is there.
-It names a successor when one is given (the hand-off), looked up from the
-first moment of the shutdown (``look_up_successor``), so a handover waits one
-round trip more at most; it follows the successor's claim on the election's
-watch, without a request, and when the successor has not claimed once the
-hand-off's second is over (it died, or was stopping too: a scale to zero), the
-release empties the Lease itself and takes the name out of the roster, so
-nobody gone is left named as its holder or named again.
+It names a successor when the Lease it writes over lists one (the hand-off:
+the election's candidates are annotations of its own Lease, so the name costs
+no request and is as current as the version the release goes over); it
+follows the successor's claim on the election's watch, without a request,
+and when the successor has not claimed once the hand-off's second is over (it
+died, or was stopping too: a scale to zero), the release empties the Lease
+itself and takes the name out of the roster, so nobody gone is left named as
+its holder or named again. A candidate's join or leave (an annotation patch)
+is not a claim: only a change of the record counts.
 """
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 from collections.abc import Awaitable, Callable
 from typing import Protocol
@@ -29,8 +30,6 @@ from ..kit.logs import Logger
 from ..kube.errors import ApiError, Conflict
 from ..kube.leaselock import LeaseLock
 
-#: How long a release waits for its successor's name before it names nobody.
-SUCCESSOR_BUDGET = 1.0
 #: A hand-off's leaseDurationSeconds, for which the release watches for its successor's claim.
 HANDOFF_SECONDS = 1.0
 #: Past the hand-off's second, how long the successor may still take (its watch and its
@@ -44,8 +43,8 @@ HANDOFF_GRACE = 2.0
 class Roster(Protocol):
     """Who may be named, and whether an election is new (``handover.Handover``)."""
 
-    async def successor(self, timeout: float) -> str | None:
-        """Who a release names; None for anyone."""
+    def successor(self, record: LeaseRecord) -> str | None:
+        """Who a release written over ``record`` names; None for anyone."""
         ...
 
     async def first_term(self, timeout: float) -> bool:
@@ -61,24 +60,9 @@ class Roster(Protocol):
         ...
 
 
-Successor = Callable[[float], Awaitable[str | None]]
-#: ``seen(versions, seconds)``: whether the election's watch shows the Lease at a
-#: resourceVersion not in ``versions`` (or deleted) within ``seconds``.
-Seen = Callable[[tuple[str | None, ...], float], Awaitable[bool]]
-
-
-def look_up_successor(
-    roster: Roster | None, election: Election, log: Logger
-) -> asyncio.Future[str | None]:
-    """Start looking up whom the release names, at once.
-
-    A read, so the shutdown starts it before it publishes "not leader" and
-    blocks on the state file's fsyncs: in a mass rollout the answer is on its
-    way meanwhile. Only a process holding a claim of its own looks one up (a
-    follower names nobody).
-    """
-    lookup = roster.successor if roster is not None and election.holding else None
-    return asyncio.ensure_future(_name(lookup, SUCCESSOR_BUDGET, log))
+#: ``seen(moved, seconds)``: whether the election's watch shows the Lease deleted, or a
+#: record for which ``moved`` is true, within ``seconds``.
+Seen = Callable[[Callable[[LeaseRecord], bool], float], Awaitable[bool]]
 
 
 async def release(
@@ -88,7 +72,6 @@ async def release(
     log: Logger,
     budget: float,
     roster: Roster | None,
-    named: asyncio.Future[str | None],
     seen: Seen,
 ) -> None:
     """Vacate (or hand off, to whom ``named`` gives) our own claim, if the Lease still holds one.
@@ -101,35 +84,30 @@ async def release(
         return max(0.1, deadline - clock.monotonic())
 
     record = election.settled_claim()
-    try:
-        for _ in range(3):
+    for _ in range(3):
+        if record is None:
+            record = await _releasable(lock, election, left(), log)
             if record is None:
-                record = await _releasable(lock, election, left(), log)
-                if record is None:
-                    return
-            who = await named
-            body = vacate(record, now=clock.wall(), successor=who)
-            try:
-                written = await lock.replace(body, left())
-            except Conflict:
-                record = None
-                continue
-            log.info(
-                "released lease", lease=lock.name, transitions=record.transitions, successor=who
-            )
-            handoff = LeaseRecord.from_object(written)
-            if not who or roster is None:
                 return
-            if await _until_claimed(lock, handoff, record, seen, clock, log):
-                claimed = election.record
-                if claimed is not None and claimed.holder == who:
-                    roster.handed_off(who)
-                return
-            with contextlib.suppress(ApiError, TimeoutError):
-                await roster.forget(who, left())
+        who = roster.successor(record) if roster is not None else None
+        body = vacate(record, now=clock.wall(), successor=who)
+        try:
+            written = await lock.replace(body, left())
+        except Conflict:
+            record = None
+            continue
+        log.info("released lease", lease=lock.name, transitions=record.transitions, successor=who)
+        handoff = LeaseRecord.from_object(written)
+        if not who or roster is None:
             return
-    finally:
-        named.cancel()
+        if await _until_claimed(lock, handoff, record, seen, clock, log):
+            claimed = election.record
+            if claimed is not None and claimed.holder == who:
+                roster.handed_off(who)
+            return
+        with contextlib.suppress(ApiError, TimeoutError):
+            await roster.forget(who, left())
+        return
 
 
 async def _until_claimed(
@@ -140,23 +118,31 @@ async def _until_claimed(
     clock: Clock,
     log: Logger,
 ) -> bool:
-    """Until the named successor claims (any write will do); past the hand-off's second, empty it.
+    """Until the named successor claims (any change of the record will do); past the
+    hand-off's second, empty it.
 
     It follows the election's watch (``seen``), which stays open through the
     release: no request while it waits, where polling the Lease cost a read
-    every 100 ms from every stopping leader of a mass rollout. The emptying
-    write carries the hand-off's resourceVersion, so a claim the watch did
+    every 100 ms from every stopping leader of a mass rollout. A write that
+    leaves the hand-off's record as it was (a candidate joining or leaving:
+    annotations) is not a claim. The emptying write carries the
+    resourceVersion of the hand-off as last read, so a claim the watch did
     not show in time makes it a 409, not a lost claim. False when it emptied
     the hand-off: the successor never claimed.
     """
     ours = (released.resource_version, handoff.resource_version)
-    if await seen(ours, HANDOFF_SECONDS + HANDOFF_GRACE):
-        return True  # a later write, or the Lease deleted: not ours to empty
+
+    def moved(record: LeaseRecord) -> bool:
+        return record.resource_version not in ours and not record.same_content(handoff)
+
+    if await seen(moved, HANDOFF_SECONDS + HANDOFF_GRACE):
+        return True  # a later claim or release, or the Lease deleted: not ours to empty
     obj = await lock.read(HANDOFF_SECONDS)  # the watch may lag: one read before emptying
-    if obj is None or LeaseRecord.from_object(obj).resource_version not in ours:
+    current = LeaseRecord.from_object(obj) if obj is not None else None
+    if current is None or moved(current):
         return True
     try:
-        await lock.replace(vacate(handoff, now=clock.wall()), HANDOFF_SECONDS)
+        await lock.replace(vacate(current, now=clock.wall()), HANDOFF_SECONDS)
     except Conflict:  # written meanwhile: a claim after all
         return True
     log.info("the named successor did not claim; released to anyone", successor=handoff.holder)
@@ -181,14 +167,3 @@ async def _releasable(
         )
         return None
     return record
-
-
-async def _name(successor: Successor | None, timeout: float, log: Logger) -> str | None:
-    """Who to hand over to; None (anyone may claim) when nobody is given or the lookup fails."""
-    if successor is None:
-        return None
-    try:
-        return await successor(timeout)
-    except ApiError as err:
-        log.debug("could not look up a successor; releasing to anyone", error=str(err))
-        return None

@@ -24,6 +24,7 @@ from typing import Any
 import pytest
 from kubernetes import client
 
+from sidecar.core import roster
 from sidecar.core.election import Election, Wait, Write
 from sidecar.core.lease import LeaseRecord
 from sidecar.core.timing import Timing
@@ -240,6 +241,17 @@ def test_non_ascii_holder_and_identity(
     assert "Traceback" not in a.raw_log()
 
 
+def _joined(api: Any, namespace: str, follower: SidecarProcess) -> None:
+    """Until ``follower`` lists itself in the Lease (the election's roster, contract §2): a
+    hand edit read before that write would be refused (409), as kubectl's would."""
+
+    def listed() -> bool:
+        notes = lease(api, namespace).metadata.annotations or {}
+        return follower.identity in [who for _, who, _ in roster.entries(notes, "leader-main")]
+
+    wait_for(listed, 20, what=f"{follower.identity} in the election's roster")
+
+
 def test_hand_edit_naming_a_live_follower_never_yields_two_claims(
     spawn: Spawn, api: Any, namespace: str
 ) -> None:
@@ -271,6 +283,7 @@ def test_hand_edit_naming_a_live_follower_never_yields_two_claims(
                     )
             time.sleep(0.003)
 
+    _joined(api, namespace, new)
     sample(0.5)
     old.signal(signal.SIGSTOP)
     try:
@@ -301,6 +314,7 @@ def test_a_pod_that_never_led_does_not_release_a_lease_a_hand_edit_gave_it(
     wait_for(old.leads, 20, what="pod-a to lead")
     follower.start()
     wait_for(lambda: (follower.state() or {}).get("holder") == "pod-a", 20, what="pod-b following")
+    _joined(api, namespace, follower)
     old.signal(signal.SIGSTOP)
     try:
         got = lease(api, namespace)

@@ -2,9 +2,9 @@
 
 A release wakes every follower through its watch at the same instant. When it
 names nobody, all of them claim and all but one get a 409. The release names
-the candidate that joined the roster last; only it claims at once. Each
-sidecar authenticates as its own ServiceAccount, so the audit log says who
-wrote what and who got a 409.
+the candidate that joined the election's roster (annotations of its own
+Lease) last; only it claims at once. Each sidecar authenticates as its own
+ServiceAccount, so the audit log says who wrote what and who got a 409.
 """
 
 from __future__ import annotations
@@ -20,8 +20,9 @@ import pytest
 from kubernetes import client
 
 from sidecar.core import roster
+from sidecar.core.lease import MANAGED_BY_LABEL, MANAGED_BY_VALUE, LeaseRecord, lease_object
 from sidecar.driver.coordination import Coordination
-from sidecar.driver.handover import FORGET_AFTER, Handover
+from sidecar.driver.handover import Handover
 from sidecar.kit.logs import Logger
 from sidecar.kube.config import from_kubeconfig
 from sidecar.kube.errors import Conflict
@@ -31,13 +32,13 @@ from tests.cluster import ControlPlane
 from tests.sidecar.proc import SidecarProcess, leaders, wait_for
 
 ELECTION_LEASE = "leader-main"
-ROSTER = roster.NAME
 
 
 def _candidates(
     spawn: Any, cluster: ControlPlane, api: Any, namespace: str, tmp_path: Path, count: int
 ) -> list[SidecarProcess]:
-    """``count`` sidecars started in order, each with its own ServiceAccount, all in the roster."""
+    """``count`` sidecars started in order, each with its own ServiceAccount: the first leads
+    (it created the Lease, so it never joined), the others are listed in start order."""
     procs = []
     for i in range(count):
         sa = f"pod-{i}"
@@ -58,16 +59,18 @@ def _candidates(
             tmp_path / f"{sa}.kubeconfig", api, cluster, namespace, sa
         )
         procs.append(spawn(sa, kubeconfig=kubeconfig))
-        wait_for(lambda n=i + 1: _listed(api, namespace) == n, 20, what=f"{sa} in the roster")
+        if i == 0:
+            wait_for(lambda: leaders(procs), 30, what="the first leads")
+        else:
+            wait_for(lambda n=i: _listed(api, namespace) == n, 20, what=f"{sa} in the roster")
         time.sleep(0.05)  # distinct join times, in start order
-    wait_for(lambda: leaders(procs), 30, what="a leader")
     return procs
 
 
 def _names(api: Any, namespace: str) -> list[str]:
-    """Who the election's roster lists, oldest first (none while the roster is missing)."""
+    """Who the election's roster lists, oldest first (none while its Lease is missing)."""
     try:
-        obj = client.CoordinationV1Api(api).read_namespaced_lease(ROSTER, namespace)
+        obj = client.CoordinationV1Api(api).read_namespaced_lease(ELECTION_LEASE, namespace)
     except client.ApiException:
         return []
     return [name for _, name, _ in roster.entries(obj.metadata.annotations or {}, ELECTION_LEASE)]
@@ -118,8 +121,8 @@ def test_a_handover_among_eight_costs_two_lease_writes_and_goes_to_the_last_to_j
     assert leaders(procs) == [newest.identity], writes
     assert [w for w in writes if w[0] != newest.identity] == [(old.identity, "update", 200)]
     assert all(code == 200 for _, _, code in writes), writes  # no 409: nobody else tried
-    # The stopped leader wrote only its hand-off; the successor takes its name out, later.
-    wait_for(lambda: _listed(api, namespace) == 7, FORGET_AFTER[1] + 10, what="old's name out")
+    # The stopped leader wrote only its hand-off (it created the Lease: never listed).
+    assert _names(api, namespace) == [p.identity for p in procs if p is not old]
 
 
 def test_a_named_successor_that_is_frozen_costs_about_a_second_and_nobody_leads_twice(
@@ -148,14 +151,14 @@ def test_a_named_successor_that_is_frozen_costs_about_a_second_and_nobody_leads_
         assert len(current) <= 1, current
         time.sleep(0.1)
     assert leaders(procs) == list(now)
-    # The name that did not claim is out of the roster, and so is the stopped leader.
-    assert _listed(api, namespace) == 2, _names(api, namespace)
+    # The name that did not claim is out of the roster (the stopped leader never joined).
+    wait_for(lambda: _listed(api, namespace) == 2, 5, what="the frozen name out")
 
 
 def test_candidates_joining_at_once_are_all_listed_without_a_conflict(
     cluster: ControlPlane, namespace: str
 ) -> None:
-    """One merge patch per entry: joins that race, the roster's creation included, all land."""
+    """One merge patch per entry over the version read: joins that race all land."""
     epoch = dt.datetime(2026, 1, 1, tzinfo=dt.UTC)
 
     async def go() -> None:
@@ -171,11 +174,11 @@ def test_candidates_joining_at_once_are_all_listed_without_a_conflict(
             for i, store in enumerate(stores)
         ]
         try:
-            await asyncio.gather(*(r.join() for r in rosters))
-            obj = await stores[0].get(ROSTER)
+            seen = LeaseRecord.from_object(await stores[0].create(_election(namespace)))
+            await asyncio.gather(*(r.join(seen) for r in rosters))
+            obj = await stores[0].get(ELECTION_LEASE)
             listed = [who for _, who, _ in roster.entries(roster.notes_of(obj), ELECTION_LEASE)]
             assert listed == [f"pod-{i}" for i in range(16)]
-            # The lookup reads the API server's cache: it may lag a write by milliseconds.
             assert await named(rosters[0], "pod-15")  # joined last
             assert await named(rosters[15], "pod-14")  # never itself
             await asyncio.gather(*(r.before_release() for r in rosters[8:]))  # they stop
@@ -189,13 +192,32 @@ def test_candidates_joining_at_once_are_all_listed_without_a_conflict(
     asyncio.run(go())
 
 
+def _election(namespace: str, notes: dict[str, str] | None = None) -> dict[str, Any]:
+    """The election's Lease, held by nobody, as a first candidate creates it."""
+    labels = {MANAGED_BY_LABEL: MANAGED_BY_VALUE}
+    return lease_object(ELECTION_LEASE, namespace, labels, annotations=notes)
+
+
 async def named(candidate: Handover, expected: str, within: float = 5.0) -> bool:
-    """Whether ``candidate``'s successor lookup names ``expected`` within ``within`` seconds."""
+    """Whether a release over the Lease as read now would name ``expected``, within ``within``
+    seconds (the read is the API server's cache: it may lag a write by milliseconds)."""
     deadline = time.monotonic() + within
-    while (found := await candidate.successor()) != expected:
+    store = candidate.shared.store
+    while True:
+        obj = await store.get(ELECTION_LEASE, cached=True)
+        assert obj is not None
+        if (found := candidate.successor(LeaseRecord.from_object(obj))) == expected:
+            return True
         assert time.monotonic() < deadline, f"named {found!r}, not {expected!r}"
         await asyncio.sleep(0.05)
-    return True
+
+
+async def _set(store: LeaseStore, notes: dict[str, str | None], version: str | None = None) -> None:
+    """Annotations of the election's Lease set (None: removed), over ``version`` if given."""
+    meta: dict[str, Any] = {"annotations": notes}
+    if version:
+        meta["resourceVersion"] = version
+    await store.patch(ELECTION_LEASE, {"metadata": meta})
 
 
 def test_the_last_holders_name_is_taken_out_only_while_its_entry_is_unchanged(
@@ -211,26 +233,26 @@ def test_the_last_holders_name_is_taken_out_only_while_its_entry_is_unchanged(
         shared = Coordination(store, namespace)
         new = Handover(shared, ELECTION_LEASE, "new", WallAt(epoch), Logger("error"))  # type: ignore[arg-type]
         try:
-            await shared.merge({**roster.entry(ELECTION_LEASE, "old", epoch)})
-            await shared.merge({**roster.entry(ELECTION_LEASE, "new", epoch)})
+            await store.create(_election(namespace, roster.entry(ELECTION_LEASE, "old", epoch)))
+            await _set(store, {**roster.entry(ELECTION_LEASE, "new", epoch)})
             taken = epoch + dt.timedelta(seconds=3)  # "new" took over from "old" then
             later = epoch + dt.timedelta(seconds=5)
-            await shared.merge({**roster.entry(ELECTION_LEASE, "old", later)})  # it rejoined
+            await _set(store, {**roster.entry(ELECTION_LEASE, "old", later)})  # it rejoined
             await new.forget("old", before=taken)
-            assert await listed_now(shared) == ["new", "old"]
-            await shared.merge({**roster.entry(ELECTION_LEASE, "old", epoch)})  # it did not
+            assert await listed_now(store) == ["new", "old"]
+            await _set(store, {**roster.entry(ELECTION_LEASE, "old", epoch)})  # it did not
             await new.forget("old", before=taken)
-            assert await listed_now(shared) == ["new"]
+            assert await listed_now(store) == ["new"]
         finally:
             store.close()
 
     asyncio.run(go())
 
 
-async def listed_now(shared: Coordination) -> list[str]:
+async def listed_now(store: LeaseStore) -> list[str]:
     """The candidates listed, read until the API server's watch cache has the last write."""
-    fresh = roster.notes_of(await shared.read(fresh=True))
-    while roster.notes_of(await shared.read(cached=True)) != fresh:
+    fresh = roster.notes_of(await store.get(ELECTION_LEASE))
+    while roster.notes_of(await store.get(ELECTION_LEASE, cached=True)) != fresh:
         await asyncio.sleep(0.05)
     return [who for _, who, _ in roster.entries(fresh, ELECTION_LEASE)]
 
@@ -245,19 +267,20 @@ def test_a_join_over_a_version_is_refused_once_another_wrote_first(
 
     async def go() -> None:
         store = LeaseStore(from_kubeconfig(cluster.kubeconfig), namespace)
-        shared = Coordination(store, namespace)
         try:
-            await shared.merge({**roster.entry(ELECTION_LEASE, "first", epoch)})
-            read = roster.version_of(await shared.read(cached=True))
+            await store.create(_election(namespace, roster.entry(ELECTION_LEASE, "first", epoch)))
+            read = roster.version_of(await store.get(ELECTION_LEASE, cached=True))
             assert read is not None
-            await shared.merge({**roster.entry(ELECTION_LEASE, "second", epoch)}, version=read)
+            await _set(store, {**roster.entry(ELECTION_LEASE, "second", epoch)}, version=read)
             with pytest.raises(Conflict):
-                await shared.merge({**roster.entry(ELECTION_LEASE, "late", epoch)}, version=read)
-            obj = await shared.read(fresh=True)
+                await _set(store, {**roster.entry(ELECTION_LEASE, "late", epoch)}, version=read)
+            obj = await store.get(ELECTION_LEASE)
             later = epoch + dt.timedelta(seconds=1)
             entry = roster.entry(ELECTION_LEASE, "late", later)
-            await shared.merge({**entry}, version=roster.version_of(obj))
-            listed = roster.entries(roster.notes_of(await shared.read(fresh=True)), ELECTION_LEASE)
+            await _set(store, {**entry}, version=roster.version_of(obj))
+            listed = roster.entries(
+                roster.notes_of(await store.get(ELECTION_LEASE)), ELECTION_LEASE
+            )
             assert [who for _, who, _ in listed] == ["first", "second", "late"]
         finally:
             store.close()
@@ -269,6 +292,8 @@ def test_candidates_killed_without_leaving_keep_the_roster_bounded(
     spawn: Any, api: Any, namespace: str
 ) -> None:
     """Issue 27 item 6: each join drops its election's oldest entries beyond 16."""
+    leader = spawn("leader")
+    wait_for(lambda: leaders([leader]), 30, what="the leader")
     for i in range(roster.KEEP + 8):
         proc = spawn(f"killed-{i}")
         wait_for(lambda i=i: f"killed-{i}" in _names(api, namespace), 20, what="joined")
@@ -282,14 +307,8 @@ def test_candidates_killed_without_leaving_keep_the_roster_bounded(
     assert names[-1] == "survivor" and names[0] == f"killed-{8 + 1}", names
     last.signal(signal.SIGTERM)
     assert last.wait(20) == 0
-
-
-def _names(api: Any, namespace: str) -> list[str]:
-    try:
-        obj = client.CoordinationV1Api(api).read_namespaced_lease(ROSTER, namespace)
-    except client.ApiException:
-        return []
-    return [who for _, who, _ in roster.entries(obj.metadata.annotations or {}, ELECTION_LEASE)]
+    leader.signal(signal.SIGTERM)
+    assert leader.wait(20) == 0
 
 
 class WallAt:

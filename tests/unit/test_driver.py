@@ -315,7 +315,7 @@ def test_a_named_successor_that_is_gone_delays_the_handover_by_one_second(
         # A candidate that joined last and was then killed (no graceful exit, still listed).
         shared = Coordination(store, "ns")  # type: ignore[arg-type]
         ghost = Handover(shared, LEASE, "killed-pod", LoopClock(), Logger("error"))  # type: ignore[arg-type]
-        await ghost.join()
+        await ghost.join(LeaseRecord.from_object(store.objects[LEASE]))
         loop = asyncio.get_running_loop()
         stopping, writes = loop.time(), len(store.writes)
         stopped = asyncio.create_task(a.stop())
@@ -336,27 +336,39 @@ def test_a_named_successor_that_is_gone_delays_the_handover_by_one_second(
 def test_candidates_join_the_roster_at_start_and_leave_it_on_a_graceful_exit(
     tmp_path: Path,
 ) -> None:
+    """Followers list themselves in their election's Lease; the leader that created it does
+    not (a release never names its writer). Nothing goes to the namespace's shared object
+    but the mark."""
+
     async def scenario() -> None:
         store = FakeLeases()
         a = await Candidate("a", store, tmp_path).start()
         b = await Candidate("b", store, tmp_path).start()
+        c = await Candidate("c", store, tmp_path).start()
         await asyncio.sleep(1)
-        assert listed(store) == ["a", "b"]
+        assert listed(store) == ["b", "c"]
         await b.stop()
-        assert listed(store) == ["a"]
-        await a.stop()
+        assert listed(store) == ["c"]
+        await c.stop()
         assert listed(store) == []
+        await a.stop()
         assert store.conflicts == 0
         # Two joins at once: the second goes over the version it read, gets a 409, reads again.
         assert store.patch_conflicts <= 1
+        entries = [n for n in roster.notes_of(store.objects[roster.NAME]) if roster.ENTRY in n]
+        # The mark (creating the object), the sweep duty taken and given back: nothing else.
+        assert entries == [] and [v for v, _ in store.roster_writes] == [
+            "create",
+            "update",
+            "update",
+        ]
 
     run(scenario)
 
 
 class BusyRoster(FakeLeases):
-    """The namespace's coordination Lease refuses writes (504) until ``busy_until`` (virtual s),
-    as 400 sidecars starting at once make it: every merge patch of one shared object times out.
-    """
+    """Merge patches (joins, marks) and the creation of the namespace's coordination Lease are
+    refused (504) until ``busy_until`` (virtual s), as 400 sidecars starting at once made it."""
 
     def __init__(self, busy_until: float) -> None:
         super().__init__()
@@ -364,7 +376,7 @@ class BusyRoster(FakeLeases):
         self.refused = 0
 
     def _busy(self, name: str) -> None:
-        if name == roster.NAME and asyncio.get_running_loop().time() < self.busy_until:
+        if asyncio.get_running_loop().time() < self.busy_until:
             self.refused += 1
             raise ApiUnavailable("patch leases: HTTP 504", status=504, verb="patch")
 
@@ -375,7 +387,8 @@ class BusyRoster(FakeLeases):
         return await super().patch(name, body, timeout)
 
     async def create(self, body: dict[str, Any], timeout: float | None = None) -> dict[str, Any]:
-        self._busy(body["metadata"]["name"])
+        if body["metadata"]["name"] == roster.NAME:
+            self._busy(roster.NAME)
         return await super().create(body, timeout)
 
 
@@ -389,12 +402,15 @@ def test_a_join_and_a_mark_refused_at_start_are_retried_until_written(tmp_path: 
         b = await Candidate("b", store, tmp_path).start()
         await until(lambda: store.holder(LEASE) == "a", 30, "a leads after a lease duration")
         assert store.refused and listed(store) == []
-        await until(lambda: listed(store) == ["a", "b"], 300, "both joined once it answers")
-        notes = roster.notes_of(store.objects.get(roster.NAME))
-        assert roster.marked(notes, LEASE)
-        writes = len(store.roster_writes)
+        await until(lambda: listed(store) == ["b"], 300, "b joined once it answers")
+        await until(
+            lambda: roster.marked(roster.notes_of(store.objects.get(roster.NAME)), LEASE),
+            300,
+            "the election marked once it answers",
+        )
+        writes = len(store.roster_writes), [w for w in store.writes if w[0] == "patch"]
         await asyncio.sleep(120)
-        assert len(store.roster_writes) == writes  # joined and marked: no more writes
+        assert (len(store.roster_writes), [w for w in store.writes if w[0] == "patch"]) == writes
         await b.stop()
         await a.stop()
 
@@ -402,8 +418,8 @@ def test_a_join_and_a_mark_refused_at_start_are_retried_until_written(tmp_path: 
 
 
 class UnansweredRoster(FakeLeases):
-    """Writes of the namespace's coordination Lease are applied, but their answers are lost
-    (no answer in time) until ``busy_until`` (virtual s): a mass start's slow API server."""
+    """Merge patches (joins, marks) are applied, but their answers are lost (no answer in
+    time) until ``busy_until`` (virtual s): a mass start's slow API server."""
 
     def __init__(self, busy_until: float) -> None:
         super().__init__()
@@ -414,10 +430,9 @@ class UnansweredRoster(FakeLeases):
         self, name: str, body: dict[str, Any], timeout: float | None = None
     ) -> dict[str, Any]:
         written = await super().patch(name, body, timeout)
-        if name == roster.NAME:
-            self.applied.append(body)
-            if asyncio.get_running_loop().time() < self.busy_until:
-                raise ApiUnavailable("PATCH: no answer within 15.0s", verb="patch")
+        self.applied.append(body)
+        if asyncio.get_running_loop().time() < self.busy_until:
+            raise ApiUnavailable("PATCH: no answer within 15.0s", verb="patch")
         return written
 
 
@@ -429,13 +444,15 @@ def test_a_join_applied_without_an_answer_is_not_written_again(tmp_path: Path) -
         store = UnansweredRoster(busy_until=60)
         a = await Candidate("a", store, tmp_path).start()
         b = await Candidate("b", store, tmp_path).start()
-        await until(lambda: listed(store) == ["a", "b"], 30, "both entries applied")
+        c = await Candidate("c", store, tmp_path).start()
+        await until(lambda: listed(store) == ["b", "c"], 30, "both entries applied")
         await asyncio.sleep(200)  # past busy_until and every backoff
-        for who in ("a", "b"):
+        for who in ("b", "c"):
             key = roster.entry_key(LEASE, who)
             entries = [p for p in store.applied if key in p["metadata"]["annotations"]]
             assert len(entries) == 1, (who, entries)
         assert roster.marked(roster.notes_of(store.objects.get(roster.NAME)), LEASE)
+        await c.stop()
         await b.stop()
         await a.stop()
 
@@ -450,24 +467,25 @@ def test_a_leave_that_meets_another_write_reads_again_and_leaves(tmp_path: Path)
         store = FakeLeases()
         a = await Candidate("a", store, tmp_path).start()
         b = await Candidate("b", store, tmp_path).start()
-        await until(lambda: listed(store) == ["a", "b"], 30, "both joined")
+        await until(lambda: listed(store) == ["b"], 30, "b joined")
         patch = store.patch
 
         async def raced(name: str, body: Any, timeout: float | None = None) -> Any:
-            if name == roster.NAME and store.patch_conflicts == 0:  # someone joins first
+            if name == LEASE and store.patch_conflicts == 0:  # someone writes first
                 await patch(name, {"metadata": {"annotations": {"x/other": "1"}}})
             return await patch(name, body, timeout)
 
         store.patch = raced  # type: ignore[method-assign]
         await b.stop()
-        assert listed(store) == ["a"] and store.patch_conflicts == 1
+        assert listed(store) == [] and store.patch_conflicts == 1
         await a.stop()
 
     run(scenario)
 
 
 def listed(store: FakeLeases) -> list[str]:
-    notes = roster.notes_of(store.objects.get(roster.NAME))
+    """Who the election's roster (annotations of its own Lease) lists."""
+    notes = roster.notes_of(store.objects.get(LEASE))
     return sorted(identity for _, identity, _ in roster.entries(notes, LEASE))
 
 
@@ -501,9 +519,13 @@ def test_a_release_follows_its_successors_claim_on_the_watch_without_reading_the
         store.latency = 0.005
         a, b = await _leader_and_follower(store, tmp_path)
         reads = store.lists - store.label_lists  # reads of the Lease (the sweep's aside)
+        gets = len(store.gets)
         assert await a.stop() == 0
         await until(b.leads, 5, "b takes over")
         assert store.lists - store.label_lists == reads
+        # Nor any other read: the successor's name is in the Lease the release goes over
+        # (every stopping leader of a mass rollout read the namespace's shared roster).
+        assert store.gets[gets:] == []
         assert store.writes[-2:] == [("update", "b"), ("update", "b")]  # hand-off, claim
         await b.stop()
 
@@ -856,9 +878,10 @@ def test_a_leader_whose_hand_off_was_claimed_leaves_its_name_to_the_successor(
     tmp_path: Path,
 ) -> None:
     """Issue 28: in a mass rollout every stopping leader's leave was a merge patch of the one
-    object all candidates of the namespace share, all in the same moment (167 of 200 timed
-    out, 504). A leader whose hand-off was claimed writes nothing there; its successor takes
-    the name out seconds later, spread over ``FORGET_AFTER``. A follower still leaves first."""
+    object all candidates of the namespace shared, all in the same moment (167 of 200 timed
+    out, 504). A leader whose hand-off was claimed writes nothing but the hand-off; its
+    successor takes the name out seconds later, spread over ``FORGET_AFTER``. A follower
+    still leaves first."""
 
     async def scenario() -> None:
         store = FakeLeases()
@@ -875,22 +898,25 @@ def test_a_leader_whose_hand_off_was_claimed_leaves_its_name_to_the_successor(
 
         store.patch, store.replace = patched, replaced  # type: ignore[method-assign]
         a, b = await _leader_and_follower(store, tmp_path)
+        assert await a.stop() == 0  # a created the Lease, never listed: b leads, listed
+        await until(b.leads, 5, "b takes over")
         c = await Candidate("c", store, tmp_path).start()
+        d = await Candidate("d", store, tmp_path).start()
         await asyncio.sleep(2)
         del calls[:]
-        assert await c.stop() == 0  # a follower: leaves, releases nothing
-        assert calls == [f"patch {roster.NAME}"]
+        assert await d.stop() == 0  # a follower: leaves, releases nothing
+        assert calls == [f"patch {LEASE}"]
         del calls[:]
         loop = asyncio.get_running_loop()
-        assert await a.stop() == 0
+        assert await b.stop() == 0
         stopped = loop.time()
-        assert b.leads()
-        assert f"patch {roster.NAME}" not in calls, calls  # the hand-off only
-        assert listed(store) == ["a", "b"]
-        await until(lambda: listed(store) == ["b"], FORGET_AFTER[1] + 1, "b takes a's name out")
+        assert c.leads()
+        assert calls == [f"update {LEASE}", f"update {LEASE}"], calls  # hand-off, claim
+        assert listed(store) == ["b", "c"]
+        await until(lambda: listed(store) == ["c"], FORGET_AFTER[1] + 1, "c takes b's name out")
         assert loop.time() - stopped >= FORGET_AFTER[0]
-        await b.stop()
-        assert listed(store) == []  # b released to nobody: it left itself
+        await c.stop()
+        assert listed(store) == []  # c released to nobody: it left itself
 
     run(scenario)
 

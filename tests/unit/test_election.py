@@ -603,6 +603,14 @@ def test_a_settled_claim_is_the_last_answered_one_and_none_while_a_claim_is_in_f
     assert (
         answered is not None and answered.resource_version == applied["metadata"]["resourceVersion"]
     )
+    # A candidate joins the election's roster (an annotation patch): the claim is as it was.
+    joined = {**applied, "metadata": {**applied["metadata"], "resourceVersion": "9000"}}
+    a.observe(joined, 5.5)
+    settled = a.settled_claim()
+    assert settled is not None and settled.resource_version == "9000"
+    wall[0] = 10.0
+    assert isinstance(a.next_action(10), Write)  # a renew over it, sent, not answered
+    assert a.settled_claim() is None
     a.observe(
         {**applied, "metadata": {**applied["metadata"], "resourceVersion": "50"}}, 6, quorum=True
     )
