@@ -277,15 +277,22 @@ def markdown(res: dict[str, Any]) -> str:
             add(
                 "Writes to the election's Lease per handover in the one-election scenario, "
                 "from the SIGTERM until 0.5 s after the successor led (the release and every "
-                "claim; the successor's renews left out), and how many were refused with 409:\n"
+                "claim; the successor's renews left out), and how many were refused with 409; "
+                "apart, the roster's merge patches in the same windows (a candidate started "
+                "after the previous handover joining the sidecar's roster, annotations of "
+                "that Lease; never a claim):\n"
             )
-            add("| implementation | handovers | writes p50 | writes max | 409s in all | 409s max |")
-            add("|---|---|---|---|---|---|")
+            add(
+                "| implementation | handovers | writes p50 | writes max | 409s in all | 409s max "
+                "| roster patches in all |"
+            )
+            add("|---|---|---|---|---|---|---|")
             for key, b in big.items():
                 w, c = sorted(b["handover_lease_writes"]), b["handover_conflicts"]
+                patches = sum(b.get("handover_roster_patches") or [0])
                 add(
                     f"| {LABELS[key]} | {len(w)} | {w[len(w) // 2]} | {w[-1]} | {sum(c)} | "
-                    f"{max(c)} |"
+                    f"{max(c)} | {patches} |"
                 )
             add("")
         from .burst import markdown as burst_markdown

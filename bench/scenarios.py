@@ -404,10 +404,12 @@ def one_big_election(
             if v != "watch (open)":
                 verbs[v] = verbs.get(v, 0) + k
     lease = f"/leases/leader-{pool.election}"  # every contestant's Lease for the election
+    # Claims and releases: creates and updates. A merge patch is a candidate joining or
+    # leaving the election's roster (annotations of this Lease: the candidate started after
+    # the last handover), never a claim; counted apart.
+    patches = [r for r in reqs if r.verb == "patch" and r.uri.split("?")[0].endswith(lease)]
     writes = [
-        r
-        for r in reqs
-        if r.verb in ("create", "update", "patch") and r.uri.split("?")[0].endswith(lease)
+        r for r in reqs if r.verb in ("create", "update") and r.uri.split("?")[0].endswith(lease)
     ]
     per_handover = []
     for begin, finish, successor in windows:
@@ -429,6 +431,9 @@ def one_big_election(
         # led (the release and every claim; the successor's renews left out), and 409s.
         "handover_lease_writes": [len(w) for w in per_handover],
         "handover_conflicts": [sum(r.code == 409 for r in w) for w in per_handover],
+        "handover_roster_patches": [
+            sum(begin <= r.received < finish for r in patches) for begin, finish, _ in windows
+        ],
     }
 
 
