@@ -120,6 +120,20 @@ def entry_of(notes: dict[str, str], lease: str, identity: str) -> tuple[str, dt.
     return value, read[1]
 
 
+def entries_only(before: dict[str, Any], after: dict[str, Any]) -> bool:
+    """Whether Lease object ``after``'s annotations differ from ``before``'s, and only in
+    roster entries: a candidate joining or leaving (the caller compares the rest)."""
+    old, new = _annotations(before), _annotations(after)
+    changed = {key for key in old.keys() | new.keys() if old.get(key) != new.get(key)}
+    return bool(changed) and all(str(key).startswith(ENTRY) for key in changed)
+
+
+def _annotations(obj: dict[str, Any]) -> dict[Any, Any]:
+    meta = obj.get("metadata")
+    found = meta.get("annotations") if isinstance(meta, dict) else None
+    return found if isinstance(found, dict) else {}
+
+
 def successor(notes: dict[str, str], lease: str, identity: str) -> str | None:
     """The candidate of ``lease`` that joined last, other than ``identity``; None if none."""
     others = [who for _, who, _ in entries(notes, lease) if who != identity]

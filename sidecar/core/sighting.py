@@ -4,7 +4,8 @@ Pure, clock given. Every judgement is made on this candidate's own monotonic
 clock, never on ``renewTime``: node clocks disagree. A claim is waited out for
 its ``leaseDurationSeconds`` from the moment this candidate last saw the
 record change (any write is a sign of life, even one that leaves ``renewTime``
-as it was: a frozen wall clock must not shorten the wait). contract §2 holds
+as it was: a frozen wall clock must not shorten the wait; but not one that
+only adds or removes roster entries, which other candidates write). contract §2 holds
 the rules this module applies; ``Election`` decides on top of it.
 """
 
@@ -14,6 +15,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from . import roster
 from .lease import LeaseRecord, version_number
 
 
@@ -100,7 +102,9 @@ class Sighting:
             self.quarantine_until = now + self.lease_duration
         for problem in record.problems:
             self.problem(problem)
-        moved = known is None or record.resource_version != known.resource_version
+        moved = known is None or (
+            record.resource_version != known.resource_version and not _joined_or_left(known, record)
+        )
         if rolled_back or moved or not record.same_content(known):
             self.observed_at = now
             if record.holder != self.holder:
@@ -146,6 +150,13 @@ class Sighting:
         if problem not in self._problems_seen:
             self._problems_seen.add(problem)
             self.events.append(Event("problem", problem))
+
+
+def _joined_or_left(known: LeaseRecord, record: LeaseRecord) -> bool:
+    """A write that only adds or removes roster entries (contract §2, "the roster"): another
+    candidate's, not the holder's, so no sign of the holder's life."""
+    same = record.same_content(known) and record.handoff_from == known.handoff_from
+    return same and roster.entries_only(known.raw, record.raw)
 
 
 def _released(record: LeaseRecord) -> bool:

@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 
+from sidecar.core import roster
 from sidecar.core.election import Election, Read, Wait, Write
 from sidecar.core.lease import LeaseRecord, vacate
 from sidecar.core.timing import Timing
@@ -764,3 +765,30 @@ def test_a_create_that_lands_after_another_term_began_and_was_deleted_waits_it_o
     # Once a's claim has passed, b takes its own Lease over like any other and leads.
     action = step(b, store, wait.until)
     assert isinstance(action, Write) and b.is_leader(wait.until)
+
+
+def test_a_candidate_joining_the_roster_under_a_dead_holder_does_not_delay_its_takeover() -> None:
+    """A join or leave (a roster entry, an annotation of the Lease) is another candidate's
+    write, not its holder's: it is no sign of the holder's life. A replacement pod started
+    while the leader is dead must not push the takeover a lease duration further. A write
+    that changes nothing the roster holds, though, is still one (a renewal with a frozen
+    wall clock leaves renewTime as it was)."""
+    store, a, b = Store(), make("a"), make("b")
+    step(a, store, 0), step(a, store, 0)  # a leads; then it dies: no more renewals
+    step(b, store, 1)
+    free_at = b.seen.free_at()
+    assert store.obj is not None
+    joined = copy.deepcopy(store.obj)
+    joined["metadata"]["annotations"] = roster.entry("leader-main", "c", EPOCH)
+    joined["metadata"]["resourceVersion"] = "9001"
+    b.observe(joined, 10)
+    assert b.seen.free_at() == free_at  # c's join: a's claim still ends when it did
+    left = copy.deepcopy(joined)
+    left["metadata"]["annotations"] = {}
+    left["metadata"]["resourceVersion"] = "9002"
+    b.observe(left, 11)
+    assert b.seen.free_at() == free_at  # and c leaving again
+    same = copy.deepcopy(left)
+    same["metadata"]["resourceVersion"] = "9003"
+    b.observe(same, 12)
+    assert b.seen.free_at() == 12 + T.lease_duration  # a write with nothing changed: a's
