@@ -279,12 +279,15 @@ class Election:
         record = self.record
         if record is None or record.holder != self.identity or self.written_version is None:
             return None
-        if record.resource_version == self.written_version:
-            return record if record.renew_time == self.sent_renew_time else None
-        newer = version_number(record.resource_version) or 0
-        ours = version_number(self.written_version) or math.inf
         settled = record.renew_time == self.sent_renew_time == self.written_renew_time
-        return record if settled and newer > ours else None
+        newer = (version_number(record.resource_version) or 0) > (
+            version_number(self.written_version) or math.inf
+        )
+        return (
+            record
+            if settled and (record.resource_version == self.written_version or newer)
+            else None
+        )
 
     def resign(self) -> None:
         """Stop claiming leadership now (shutdown); nothing is written here."""

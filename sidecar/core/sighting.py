@@ -155,8 +155,7 @@ class Sighting:
 def _joined_or_left(known: LeaseRecord, record: LeaseRecord) -> bool:
     """A write that only adds or removes roster entries (contract §2, "the roster"): another
     candidate's, not the holder's, so no sign of the holder's life."""
-    same = record.same_content(known) and record.handoff_from == known.handoff_from
-    return same and roster.entries_only(known.raw, record.raw)
+    return record.same_content(known) and roster.entries_only(known.raw, record.raw)
 
 
 def _released(record: LeaseRecord) -> bool:
