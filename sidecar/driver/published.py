@@ -26,6 +26,7 @@ class Published(Observer):
     def __init__(self, state_dir: Path, port: int, metrics: Callable[[], str], log: Logger):
         self.file, self.port, self.metrics, self.log = StateFile(state_dir), port, metrics, log
         self.changes: Changes | None = None
+        self._told_leading = False
         self.server: StatusServer | None = None
 
     async def start(self, control: Control) -> None:
@@ -42,6 +43,9 @@ class Published(Observer):
             await self.server.start()
 
     def on_state(self, view: View) -> None:
+        if self._hand_off_to_pass_over(view):
+            return
+        self._told_leading = view.state.is_leader
         if self.changes is not None:
             self.changes.offer(view.state)
         try:
@@ -49,6 +53,16 @@ class Published(Observer):
             self.log.forget("statefile")
         except StateDirError as err:
             self.log.once("statefile", "error", str(err) + "; readers must rely on valid_until")
+
+    def _hand_off_to_pass_over(self, view: View) -> bool:
+        """A hand-off names who is about to lead, not a term; its successor's claim follows in
+        milliseconds and is what is told, so every follower writes once per handover, not twice
+        (the successor too, as its claim goes out). One that leads or led is told as ever: a
+        step-down is never held back. Unclaimed, it ends by a write that is told: the releaser's
+        emptying of the Lease, or the claim of a follower that waited it out (contract §4)."""
+        record = view.record
+        handing_off = record is not None and record.handoff_from is not None
+        return handing_off and not view.state.is_leader and not self._told_leading
 
     async def before_release(self) -> None:
         """Every subscriber told "not leader" (or its stream closed), bounded, before a successor can lead."""
