@@ -254,11 +254,17 @@ def dockerfile_image(name: str, stem: str, files: dict[str, Path], dockerfile: s
             "--pull-never",
             "--layers=false",
             *mounts,
+            "--iidfile",
+            str(staging / "iid"),
             "--tag",
             name,
             str(context),
         )
-        buildah("push", name, f"docker-archive:{staging / archive.name}:{name}")
+        built = (staging / "iid").read_text().strip()
+        buildah("push", built, f"docker-archive:{staging / archive.name}:{name}")
+        # The archive is what nodes load; buildah's copy (vfs: the whole image again, every
+        # time the tree changes) is of no further use.
+        subprocess.run(["buildah", *_storage(), "rmi", built], capture_output=True)
         _log(f"built {name} from its Dockerfile in {time.monotonic() - t0:.1f}s")
 
     directory = archive.with_suffix(".d")
