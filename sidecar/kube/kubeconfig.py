@@ -16,13 +16,32 @@ from typing import Any
 
 from .apiconfig import ConfigError
 
+#: Why a path with a leading ``~`` or ``~user`` cannot be read.
+NO_HOME = (
+    "names a home directory this process does not have (an unknown user, or no $HOME); "
+    "give the full path"
+)
+
+
+def _home_expanded(value: str) -> str | None:
+    """``value`` with a leading ``~`` or ``~user`` expanded, as a shell would; None when this
+    process has no such home (pathlib's ``expanduser`` raises RuntimeError there instead)."""
+    expanded = os.path.expanduser(value)
+    return None if expanded.startswith("~") else expanded
+
+
+def _kubeconfig_path(value: str) -> Path:
+    if (expanded := _home_expanded(value)) is None:
+        raise ConfigError(f"kubeconfig {value!r} {NO_HOME}")
+    return Path(expanded)
+
 
 def files(explicit: str | None) -> list[Path]:
     """The kubeconfig files to read, in precedence order (the first that sets a value wins)."""
     if explicit:
-        return [Path(explicit).expanduser()]
+        return [_kubeconfig_path(explicit)]
     if env := os.environ.get("KUBECONFIG"):  # the caller skips missing files; a repeat is read once
-        return list(dict.fromkeys(Path(p).expanduser() for p in env.split(os.pathsep) if p))
+        return list(dict.fromkeys(_kubeconfig_path(p) for p in env.split(os.pathsep) if p))
     home = os.path.expanduser("~")
     # A UID with no passwd entry and no $HOME (the image's 65532) has no home file.
     return [] if home.startswith("~") else [Path(home) / ".kube" / "config"]
@@ -53,7 +72,11 @@ class Entry:
     def path(self, key: str) -> str | None:
         """A file named by ``key``; a relative path is from the folder of the file that named it."""
         value = self.text(key)
-        return None if value is None else str(self.origin.parent / Path(value).expanduser())
+        if value is None:
+            return None
+        if (expanded := _home_expanded(value)) is None:
+            raise self.error(f"{self.kind}.{key} {value!r} {NO_HOME}")
+        return str(self.origin.parent / expanded)
 
     def pem(self, key: str) -> tuple[str | None, bytes | None]:
         """(path, data) of a ``<key>`` / ``<key>-data`` pair; the data wins, as in kubectl."""

@@ -45,6 +45,7 @@ def refused(path: Path, capsys: pytest.CaptureFixture[str], **kw: Any) -> str:
 
 
 B64_GARBAGE = base64.b64encode(b"not a certificate").decode()
+NO_SUCH_USER = "no-such-user-28"
 
 
 def on_cluster(fields: dict[str, Any]) -> dict[str, Any]:
@@ -128,6 +129,15 @@ UNUSABLE: dict[str, tuple[Any, str]] = {
         doc(contexts=[{"name": "c", "context": ["k"]}]),
         "context 'c' must be a mapping",
     ),
+    # pathlib raised RuntimeError for a home it cannot find: a traceback (the fuzz test's '~0')
+    "tokenFile-in-an-unknown-home": (
+        doc(user={"tokenFile": f"~{NO_SUCH_USER}/token"}),
+        f"user.tokenFile '~{NO_SUCH_USER}/token' names a home directory this process does not have",
+    ),
+    "ca-in-an-unknown-home": (
+        on_cluster({"certificate-authority": f"~{NO_SUCH_USER}/ca.crt"}),
+        f"cluster.certificate-authority '~{NO_SUCH_USER}/ca.crt' names a home directory",
+    ),
 }
 
 
@@ -139,6 +149,21 @@ def test_unusable_kubeconfig_is_one_line_naming_the_file_and_run_exits_2(
     path = write(tmp_path / f"{name}.kubeconfig", content)
     message = refused(path, capsys)
     assert str(path) in message and expected in message, message
+
+
+def test_a_kubeconfig_flag_in_an_unknown_home_is_one_line_and_run_exits_2(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    path = f"~{NO_SUCH_USER}/config"
+    with pytest.raises(ConfigError) as err:
+        load(path)
+    assert str(err.value) == (
+        f"kubeconfig '{path}' names a home directory this process does not have "
+        "(an unknown user, or no $HOME); give the full path"
+    )
+    argv = ["run", "--election=main", "--port=0", "--state-dir=/tmp/never", f"--kubeconfig={path}"]
+    assert command(argv, os.environ) == 2
+    assert capsys.readouterr().err == f"grelmicro-sidecar: {err.value}\n"
 
 
 def test_kubeconfig_that_is_a_directory(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
