@@ -2,10 +2,11 @@
 
 An observer over the mechanisms of ``publish``: the state file is written first
 at start-up ("not leader", so a file left by a crashed run never claims
-leadership), then on every new state; every new state is a change
-notification; the HTTP endpoints answer from the election's live view at
-request time (``Control.view``), so ``/leader`` turns 503 the instant
-leadership lapses even when the loop is busy. Before the release every
+leadership), then on every new state but a hand-off seen by a follower (its
+claim is told instead); every state written is a change notification; the
+HTTP endpoints answer from the election's live view at request time
+(``Control.view``), so ``/leader`` turns 503 the instant leadership lapses
+even when the loop is busy. Before the release every
 subscriber has been told "not leader" or lost its stream; the endpoints close
 last (contract §4, §5).
 """
