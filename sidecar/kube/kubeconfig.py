@@ -42,9 +42,9 @@ def files(explicit: str | None) -> list[Path]:
         return [_kubeconfig_path(explicit)]
     if env := os.environ.get("KUBECONFIG"):  # the caller skips missing files; a repeat is read once
         return list(dict.fromkeys(_kubeconfig_path(p) for p in env.split(os.pathsep) if p))
-    home = os.path.expanduser("~")
     # A UID with no passwd entry and no $HOME (the image's 65532) has no home file.
-    return [] if home.startswith("~") else [Path(home) / ".kube" / "config"]
+    home = _home_expanded("~")
+    return [] if home is None else [Path(home) / ".kube" / "config"]
 
 
 def label(paths: list[Path]) -> str:
