@@ -1,0 +1,165 @@
+"""The webhook's HTTPS server and its drain, on real sockets (``server``, ``drain``).
+
+A client like the API server's keeps its connection alive between requests;
+the tests read what it sees: which certificate each handshake presents, when
+the server asks it to close, and when the stop comes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import http.client
+import json
+import signal
+import socket
+import ssl
+from collections.abc import AsyncIterator, Awaitable, Callable
+from datetime import UTC, datetime
+from typing import Any
+
+from cryptography import x509
+
+from sidecar.injector.certificates import Wanted, plan
+from sidecar.injector.drain import Drain
+from sidecar.injector.server import WebhookServer, load_pem, tls_context
+from sidecar.kit.logs import Logger
+
+WANTED = Wanted(dns_names=("localhost",), ip_addresses=("127.0.0.1",))
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+class Client:
+    """One keep-alive HTTPS connection, as the API server's webhook client keeps one."""
+
+    def __init__(self, port: int, ca: bytes):
+        context = ssl.create_default_context(cadata=ca.decode())
+        self.conn = http.client.HTTPSConnection("127.0.0.1", port, context=context, timeout=5)
+
+    def post(self, path: str, body: Any) -> tuple[int, dict[str, str], bytes]:
+        self.conn.request("POST", path, json.dumps(body), {"Content-Type": "application/json"})
+        resp = self.conn.getresponse()
+        return resp.status, {k.lower(): v for k, v in resp.getheaders()}, resp.read()
+
+    def peer_serial(self) -> int:
+        sock = self.conn.sock
+        assert isinstance(sock, ssl.SSLSocket)
+        der = sock.getpeercert(binary_form=True)
+        assert der is not None
+        return x509.load_der_x509_certificate(der).serial_number
+
+
+Served = tuple[WebhookServer, int, Any]
+
+
+def run(test: Callable[[Served], Awaitable[None]]) -> None:
+    async def go() -> None:
+        async with serving() as served:
+            await test(served)
+
+    asyncio.run(go())
+
+
+@contextlib.asynccontextmanager
+async def serving() -> AsyncIterator[Served]:
+    now = datetime.now(UTC)
+    material = plan(None, WANTED, now)
+    assert material is not None
+    context = tls_context()
+    load_pem(context, material.cert, material.key)
+    calls: list[Any] = []
+
+    async def echo(review: Any) -> Any:
+        calls.append(review)
+        return {"seen": review}
+
+    port = _free_port()
+    server = WebhookServer(
+        {"inject": echo}, context, host="127.0.0.1", port=port, serving=asyncio.Event()
+    )
+    frames = server(None)  # type: ignore[arg-type]
+    config = await anext(frames)
+    assert config["url"] == f"https://127.0.0.1:{port}"
+    task = asyncio.create_task(anext(frames, None))
+    try:
+        yield server, port, material
+    finally:
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+        await frames.aclose()
+
+
+def test_routes_answer_others_are_404_and_connections_stay_open() -> None:
+    async def test(served: Served) -> None:
+        server, port, material = served
+        assert server.serving.is_set()
+        client = Client(port, material.ca_bundle)
+        status, headers, body = await asyncio.to_thread(client.post, "/inject", {"uid": "1"})
+        assert (status, json.loads(body)) == (200, {"seen": {"uid": "1"}})
+        assert headers.get("connection", "keep-alive").lower() != "close"
+        sock = client.conn.sock
+        status, _, _ = await asyncio.to_thread(client.post, "/other", {})
+        assert status == 404 and client.conn.sock is sock  # the same connection, kept alive
+
+    run(test)
+
+
+def test_a_new_certificate_serves_the_next_handshake_without_cutting_one_open() -> None:
+    async def test(served: Served) -> None:
+        server, port, material = served
+        old = Client(port, material.ca_bundle)
+        await asyncio.to_thread(old.post, "/inject", {})
+        first = old.peer_serial()
+        more = Wanted(dns_names=("localhost", "again"), ip_addresses=("127.0.0.1",))
+        renewed = plan(material, more, datetime.now(UTC))  # a new certificate, same CA
+        assert renewed is not None and renewed.ca_bundle == material.ca_bundle
+        load_pem(server.context, renewed.cert, renewed.key)
+        status, _, _ = await asyncio.to_thread(old.post, "/inject", {})  # the open one goes on
+        assert status == 200 and old.peer_serial() == first
+        new = Client(port, material.ca_bundle)
+        await asyncio.to_thread(new.post, "/inject", {})
+        assert new.peer_serial() == x509.load_pem_x509_certificate(renewed.cert).serial_number
+
+    run(test)
+
+
+def test_while_draining_each_answer_closes_its_connection() -> None:
+    async def test(served: Served) -> None:
+        server, port, material = served
+        client = Client(port, material.ca_bundle)
+        await asyncio.to_thread(client.post, "/inject", {})
+        server.drain()
+        status, headers, _ = await asyncio.to_thread(client.post, "/inject", {"uid": "2"})
+        assert status == 200 and headers["connection"].lower() == "close"
+        # The client opens a new connection for the next request (here, to the same server).
+        status, headers, _ = await asyncio.to_thread(client.post, "/inject", {"uid": "3"})
+        assert status == 200 and headers["connection"].lower() == "close"
+
+    run(test)
+
+
+def test_the_drain_stops_after_its_delay_or_at_a_second_signal() -> None:
+    async def test(served: Served) -> None:
+        server = served[0]
+        stop = asyncio.Event()
+        drain = Drain(0.3, server, stop, Logger("error"))
+        loop = asyncio.get_running_loop()
+        started = loop.time()
+        drain.signalled(signal.SIGTERM)
+        assert drain.draining and server.draining and not stop.is_set()
+        await asyncio.wait_for(stop.wait(), 2)
+        assert loop.time() - started >= 0.29
+
+        stop2 = asyncio.Event()
+        server.draining = False
+        again = Drain(30, server, stop2, Logger("error"))
+        again.signalled(signal.SIGTERM)
+        again.signalled(signal.SIGINT)  # the second signal: at once
+        assert stop2.is_set()
+
+    run(test)
