@@ -49,8 +49,9 @@ from typing import Any
 
 import aiohttp
 
+from sidecar.injector.rbac import role, role_binding
 from sidecar.injector.webhookconfig import (
-    NAMESPACE_LABEL,
+    NAME_LABEL,
     WEBHOOK_NAME,
     ca_bundle_of,
     webhook_configuration,
@@ -247,15 +248,21 @@ async def _measure(
                 await asyncio.sleep(0.1)
 
         await api.request("POST", "/api/v1/namespaces", {"metadata": {"name": namespace}})
+        # The Lease grant a user gives (manifests/rbac.yaml's rules), so the injector's check
+        # of it (leaseaccess: a SubjectAccessReview per verb, once per account) is measured.
+        rbac = f"/apis/rbac.authorization.k8s.io/v1/namespaces/{namespace}"
+        await api.request("POST", f"{rbac}/roles", role(namespace))
+        await api.request("POST", f"{rbac}/rolebindings", role_binding(namespace, "default"))
         hook = webhook_configuration(
             ca_bundle_of(ca.cert_pem),
             url=f"https://127.0.0.1:{port}/inject",
             excluded_namespaces=["kube-system"],
             name=config_name,
         )
-        hook["webhooks"][0]["namespaceSelector"]["matchExpressions"].append(
-            {"key": NAMESPACE_LABEL, "operator": "In", "values": [namespace]}
-        )
+        for webhook in hook["webhooks"]:
+            webhook["namespaceSelector"]["matchExpressions"].append(
+                {"key": NAME_LABEL, "operator": "In", "values": [namespace]}
+            )
         status, body = await api.request(
             "POST", "/apis/admissionregistration.k8s.io/v1/mutatingwebhookconfigurations", hook
         )

@@ -34,6 +34,9 @@ KNOWN = tuple(
     )
 )  # fmt: skip
 INJECT, NAME, _, _, _, STATE_DIR, PORT, GATE_READINESS, LABEL_LEADER = KNOWN
+#: A namespace label asking for the sidecar in every pod of the namespace (as Istio's
+#: ``istio-injection=enabled``); a pod opts out with ``inject: "false"`` (contract §6).
+NAMESPACE_LABEL, NAMESPACE_ENABLED = PREFIX + "inject", "enabled"
 
 _STATE_DIR = re.compile(r"^(/[A-Za-z0-9._-]+)+$")
 T = TypeVar("T")

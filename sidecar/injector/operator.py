@@ -1,19 +1,21 @@
 """The kopf wiring of the injector: the webhook, the health port, the periodic duties.
 
-The only module that imports kopf. kopf runs the HTTPS webhook server (TLS
-from the mounted files, re-read when they change), login (from the one
-``ApiConfig`` the injector's own calls use), signal handling, and the pod
-watch of ``--auto-rbac``. ``POST /inject`` is answered by the pure
-``review.answer`` (which says why kopf's admission engine is bypassed).
+The only module that builds the injector's parts and starts kopf. kopf runs
+the HTTPS webhook server (``server``: its TLS context is kept by
+``servingcert``, the injector's own certificate or the mounted files), login
+(from the one ``ApiConfig`` the injector's own calls use) and the pod watch of
+``--auto-rbac``; ``drain`` takes SIGTERM from kopf. ``POST /inject`` and
+``POST /inject-namespace`` are answered by the pure ``review.answer`` (which
+says why kopf's admission engine is bypassed), then ``leaseaccess``.
 
 Several replicas are safe (contract §9): admission is stateless, the sweep
-runs in every replica (``sweep``), and there is no peering (``standalone``:
-kopf's would pause all but one replica; no KopfPeering CRD). The deployer owns
-the MutatingWebhookConfiguration (``webhookconfig``), not kopf, whose managed
-mode has each replica rewrite it with its own client config at start and strip
-its webhooks at exit: a stopping replica would remove the webhook while others
-still run, and replicas would overwrite each other's ``caBundle``. So the
-injector needs no RBAC on webhook configurations either.
+runs in every replica (``sweep``), the certificate Secret is written over the
+version read, and there is no peering (``standalone``: kopf's would pause all
+but one replica; no KopfPeering CRD). The deployer owns the
+MutatingWebhookConfiguration (``webhookconfig``), not kopf, whose managed mode
+has each replica rewrite it with its own client config at start and strip its
+webhooks at exit: a stopping replica would remove the webhook while others
+still run. The injector only keeps its webhooks' ``caBundle``.
 """
 
 from __future__ import annotations
@@ -22,9 +24,9 @@ import asyncio
 import logging
 import os
 import socket
-import ssl
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import Awaitable, Callable
+from datetime import timedelta
 from typing import Any
 
 import kopf
@@ -35,14 +37,17 @@ from ..kit.logs import Logger
 from ..kube.api import KubeApi
 from ..kube.config import ApiConfig
 from .annotations import INJECT
+from .certificates import Wanted
+from .drain import Drain
+from .leaseaccess import LeaseAccess
 from .metrics import InjectorMetrics
 from .rbac import Grants
-from .review import answer
+from .review import answer, refused
+from .server import WebhookServer, tls_context
+from .servingcert import FileCertificate, OwnCertificate, Source, keep
 from .settings import InjectorSettings
 from .sweep import sweep_every
-from .webhookconfig import WEBHOOK_PATH
-
-HANDLER_ID = WEBHOOK_PATH.strip("/")  # kopf's server passes the path after "/" as the webhook id
+from .webhookconfig import NAMESPACE_PATH, WEBHOOK_PATH
 
 
 def connection_info(config: ApiConfig) -> Any:
@@ -67,21 +72,35 @@ def connection_info(config: ApiConfig) -> Any:
 
 
 def admission(
-    settings: InjectorSettings, log: Logger, metrics: InjectorMetrics
-) -> Callable[[Any], Any]:
-    """``POST /inject``: ``review.answer``, timed and counted by outcome; a denial logged."""
+    settings: InjectorSettings,
+    log: Logger,
+    metrics: InjectorMetrics,
+    access: LeaseAccess | None,
+    opted_in: bool = False,
+) -> Callable[[Any], Awaitable[Any]]:
+    """One webhook path: ``review.answer``, then ``access``'s check of a pod it injects;
+    timed and counted by outcome; a denial logged."""
 
-    def admit(review: Any) -> Any:
+    async def admit(review: Any) -> Any:
         started, outcome = time.perf_counter(), "error"
         try:
-            response, decision = answer(review, settings.sidecar, settings.excluded_namespaces)
+            response, decision = answer(
+                review, settings.sidecar, settings.excluded_namespaces, opted_in
+            )
             if decision is None:
                 outcome = "skipped" if response["response"]["allowed"] else "error"
                 return response
             outcome, request, chosen = decision.outcome, review["request"], decision.settings
             namespace = request.get("namespace")
+            meta = request["object"].get("metadata") or {}
+            if outcome == "injected" and access is not None and namespace:
+                account = (request["object"].get("spec") or {}).get("serviceAccountName")
+                message = await access.missing(namespace, account or "default")
+                if message:
+                    outcome = "denied"
+                    response = refused(str(request.get("uid", "")), message, reason="Forbidden")
+                    decision = type(decision)("denied", message=message, settings=chosen)
             if outcome == "denied":
-                meta = request["object"].get("metadata") or {}
                 pod = meta.get("name") or meta.get("generateName")
                 log.info("denied a pod", namespace=namespace, pod=pod, reason=decision.message)
             elif chosen is not None:
@@ -91,6 +110,7 @@ def admission(
                     namespace=namespace,
                     election=chosen.election,
                     election_source=chosen.election_source,
+                    opted_in_by_namespace=opted_in,
                 )
             return response
         finally:
@@ -99,32 +119,18 @@ def admission(
     return admit
 
 
-class _WebhookServer(kopf.WebhookServer):
-    """kopf's HTTPS server, ``POST /inject`` answered by ``admit``; ``ready`` once it serves.
-    Any other path goes to kopf's own engine, which has no handlers (404)."""
-
-    def __init__(self, admit: Callable[[Any], Any], ready: asyncio.Event, **kwargs: Any):
-        super().__init__(**kwargs)
-        self.admit, self.ready = admit, ready
-
-    async def __call__(self, fn: Any) -> AsyncIterator[Any]:
-        async def route(request: Any, *, webhook: Any = None, **kwargs: Any) -> Any:
-            if webhook == HANDLER_ID:
-                return self.admit(request)
-            return await fn(request, webhook=webhook, **kwargs)
-
-        async for client_config in super().__call__(route):
-            self.ready.set()
-            yield client_config
-
-
 async def _health_server(
-    settings: InjectorSettings, metrics: InjectorMetrics, ready: asyncio.Event
+    settings: InjectorSettings,
+    metrics: InjectorMetrics,
+    ready: Callable[[], str | None],
 ) -> web.AppRunner:
+    """``/healthz``: 200, or 503 with ``ready()``'s reason (starting, draining)."""
+
     async def healthz(_: web.Request) -> web.Response:
-        if ready.is_set():
+        reason = ready()
+        if reason is None:
             return web.Response(text="ok\n")
-        return web.Response(status=503, text="starting: the webhook is not serving yet\n")
+        return web.Response(status=503, text=reason + "\n")
 
     async def render(_: web.Request) -> web.Response:
         return web.Response(text=metrics.render(), content_type="text/plain", charset="utf-8")
@@ -137,25 +143,49 @@ async def _health_server(
     return runner
 
 
+def certificate_source(
+    settings: InjectorSettings, config: ApiConfig, context: Any, log: Logger
+) -> Source:
+    """The injector's own certificate (``--tls-secret``), else the mounted files."""
+    if settings.tls_secret is None:
+        return FileCertificate(settings.tls_cert_file, settings.tls_key_file, context, log)
+    ips = tuple(h for h in settings.cert_hosts if h.replace(".", "").isdigit() or ":" in h)
+    wanted = Wanted(
+        dns_names=tuple(h for h in settings.cert_hosts if h not in ips),
+        ip_addresses=ips,
+        ca_validity=timedelta(seconds=settings.ca_validity),
+        cert_validity=timedelta(seconds=settings.cert_validity),
+    )
+    namespace, secret = settings.tls_secret
+    return OwnCertificate(
+        KubeApi(config), namespace, secret, settings.webhook_config, wanted, context, log
+    )
+
+
 async def serve(settings: InjectorSettings, config: ApiConfig, log: Logger) -> int:
     # kopf logs every handler run at INFO: one line per pod creation is noise.
     log.capture_libraries("debug" if settings.log_level == "debug" else "warning")
     logging.getLogger("aiohttp.access").setLevel(logging.WARNING)
-    metrics, ready = InjectorMetrics(), asyncio.Event()
-    # TLS ≥ 1.2, no TLS 1.3 session tickets: the API server's webhook client keeps no session
-    # cache, so a ticket is handshake work for nothing. kopf loads the files into it (on change).
-    tls = ssl.create_default_context(purpose=ssl.Purpose.CLIENT_AUTH)
-    tls.minimum_version, tls.num_tickets = ssl.TLSVersion.TLSv1_2, 0
+    metrics, serving, stop = InjectorMetrics(), asyncio.Event(), asyncio.Event()
+    access = None
+    if settings.check_lease_access and not settings.auto_rbac:
+        access = LeaseAccess(KubeApi(config, request_timeout=2.0), settings.lease_cluster_role, log)
+    context = tls_context()
+    routes = {
+        path.strip("/"): admission(settings, log, metrics, access, opted_in=path == NAMESPACE_PATH)
+        for path in (WEBHOOK_PATH, NAMESPACE_PATH)
+    }
+    server = WebhookServer(routes, context, host=settings.host, port=settings.port, serving=serving)
+    drain = Drain(settings.drain_delay, server, stop, log)
+    drain.install()  # until kopf starts: a SIGTERM while the certificate loads stops at once
+
+    def not_ready() -> str | None:
+        if drain.draining:
+            return "draining: the pod is stopping"
+        return None if serving.is_set() else "starting: the webhook is not serving yet"
+
     kopf_settings = kopf.OperatorSettings()
-    kopf_settings.admission.server = _WebhookServer(
-        admission(settings, log, metrics),
-        ready,
-        addr=settings.host,
-        port=settings.port,
-        certfile=str(settings.tls_cert_file),
-        pkeyfile=str(settings.tls_key_file),
-        context=tls,
-    )
+    kopf_settings.admission.server = server
     kopf_settings.admission.managed = None  # the deployer owns the configuration (docstring)
     kopf_settings.peering.standalone = True
     kopf_settings.scanning.disabled = True  # no CRD/namespace watches: less RBAC, less load
@@ -176,11 +206,16 @@ async def serve(settings: InjectorSettings, config: ApiConfig, log: Logger) -> i
         async def grant(body: Any, type: str | None = None, **_: Any) -> None:
             await grants.on_pod(body, type)
 
-    runner = await _health_server(settings, metrics, ready)
-    sweeps = []
+    runner = await _health_server(settings, metrics, not_ready)
+    loaded = asyncio.Event()
+    duties = [
+        asyncio.create_task(
+            keep(certificate_source(settings, config, context, log), log, loaded), name="cert"
+        )
+    ]
     if settings.sweep_interval > 0:
         job = sweep_every(settings.sweep_interval, config, settings.sweep_margin, log, metrics)
-        sweeps.append(asyncio.create_task(job, name="sweep"))
+        duties.append(asyncio.create_task(job, name="sweep"))
     log.info(
         "injector starting",
         webhook=f"https://{settings.host}:{settings.port}{WEBHOOK_PATH}",
@@ -189,19 +224,31 @@ async def serve(settings: InjectorSettings, config: ApiConfig, log: Logger) -> i
         excluded_namespaces=list(settings.excluded_namespaces),
         sweep_interval=settings.sweep_interval,
         auto_rbac=settings.auto_rbac,
+        certificate=(
+            "/".join(settings.tls_secret) if settings.tls_secret else str(settings.tls_cert_file)
+        ),
+        drain_seconds=settings.drain_delay,
     )
     # Not kopf's default identity, from getpass.getuser(): it fails for our UID (contract §8).
     identity: Any = os.environ.get("POD_ID") or "grelmicro-sidecar-injector@" + socket.gethostname()
     try:
-        await kopf.operator(
-            registry=registry,
-            settings=kopf_settings,
-            clusterwide=True,
-            standalone=True,
-            identity=identity,
-        )
+        waits = [asyncio.create_task(loaded.wait()), asyncio.create_task(stop.wait())]
+        await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
+        await cancel(waits, 1, log)
+        if loaded.is_set() and not stop.is_set():
+            ignored = asyncio.all_tasks()
+            tasks = await kopf.spawn_tasks(
+                registry=registry,
+                settings=kopf_settings,
+                clusterwide=True,
+                standalone=True,
+                identity=identity,
+                stop_flag=stop,
+            )
+            drain.install()  # over kopf's own handlers, which stop at once
+            await kopf.run_tasks(tasks, ignored=ignored)
     finally:
-        await cancel(sweeps, 5, log)
+        await cancel(duties, 5, log)
         await runner.cleanup()
         log.info("injector stopped")
     return 0

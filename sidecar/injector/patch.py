@@ -19,13 +19,25 @@ from typing import Any, Literal
 
 from ..core.durations import format_duration
 from ..core.timing import Timing
-from .annotations import INJECT, PORT, STATE_DIR, PodSettings, annotations_of, read_settings, show
+from .annotations import (
+    INJECT,
+    NAMESPACE_ENABLED,
+    NAMESPACE_LABEL,
+    PORT,
+    STATE_DIR,
+    PodSettings,
+    annotations_of,
+    read_settings,
+    show,
+)
 
 CONTAINER_NAME = "grelmicro-sidecar"
 VOLUME_NAME = "leader-election"
 PORT_NAME = "leader-http"
-#: The image's own ``USER 65532:65532`` (the Dockerfile), repeated in the pod so
-#: ``runAsNonRoot`` holds even for an image built elsewhere with a named user.
+#: The image's own ``USER 65532:65532`` (the Dockerfile). The sidecar names no UID or GID of
+#: its own (contract §8): it runs as the pod's, as one a namespace policy assigns at
+#: admission (OpenShift's UID ranges), or else as the image's. Only in a pod that runs as
+#: root is it named, since ``runAsNonRoot`` refuses root.
 RUN_AS = 65532
 
 
@@ -79,7 +91,17 @@ def _probe(path: str, period: int, failures: int, timeout: int, **more: int) -> 
     }
 
 
-def sidecar_container(settings: PodSettings, spec: SidecarSpec) -> dict[str, Any]:
+def identity(pod_spec: Mapping[str, Any]) -> dict[str, int]:
+    """The sidecar's ``runAsUser``/``runAsGroup``: none, unless the pod runs as root (or
+    group root), which the sidecar's ``runAsNonRoot`` would refuse (module docstring)."""
+    context = pod_spec.get("securityContext")
+    context = context if isinstance(context, Mapping) else {}
+    return {key: RUN_AS for key in ("runAsUser", "runAsGroup") if context.get(key) == 0}
+
+
+def sidecar_container(
+    settings: PodSettings, spec: SidecarSpec, pod_spec: Mapping[str, Any] | None = None
+) -> dict[str, Any]:
     timing = settings.timing
     # fmt: off
     container: dict[str, Any] = {
@@ -105,7 +127,7 @@ def sidecar_container(settings: PodSettings, spec: SidecarSpec) -> dict[str, Any
         "resources": {"requests": {"cpu": spec.cpu_request, "memory": spec.memory_request},
                       "limits": {"memory": spec.memory_limit}},
         "securityContext": {
-            "runAsNonRoot": True, "runAsUser": RUN_AS, "runAsGroup": RUN_AS,
+            "runAsNonRoot": True, **identity(pod_spec or {}),
             "readOnlyRootFilesystem": True, "allowPrivilegeEscalation": False,
             "capabilities": {"drop": ["ALL"]}, "seccompProfile": {"type": "RuntimeDefault"},
         },
@@ -170,10 +192,14 @@ def _conflicts(settings: PodSettings, containers: list[Any], has_volume: bool) -
     return problems
 
 
-def decide(pod: Mapping[str, Any], spec: SidecarSpec) -> Decision:
-    """Inject, complete, leave alone, skip or deny; never raises."""
+def decide(pod: Mapping[str, Any], spec: SidecarSpec, opted_in: bool = False) -> Decision:
+    """Inject, complete, leave alone, skip or deny; never raises.
+
+    ``opted_in``: the pod's namespace asks for every pod (its label, contract §6), so a pod
+    without the ``inject`` annotation is injected, and one with ``inject: "false"`` skipped.
+    """
     try:
-        return _decide(pod, spec)
+        return _decide(pod, spec, opted_in)
     except Exception as err:  # pragma: no cover - a bug must deny clearly, not 500
         return Decision(
             "denied",
@@ -182,9 +208,19 @@ def decide(pod: Mapping[str, Any], spec: SidecarSpec) -> Decision:
         )
 
 
-def _decide(pod: Mapping[str, Any], spec: SidecarSpec) -> Decision:
-    if not isinstance(pod, Mapping) or annotations_of(pod).get(INJECT) != "true":
+def _decide(pod: Mapping[str, Any], spec: SidecarSpec, opted_in: bool = False) -> Decision:
+    if not isinstance(pod, Mapping):
         return Decision("skipped")
+    asked = annotations_of(pod).get(INJECT, "true" if opted_in else None)
+    if asked != "true":
+        if asked is None or asked == "false" or not opted_in:
+            return Decision("skipped")
+        return Decision(
+            "denied",
+            message=f"annotation {INJECT}: {show(asked)} is not valid in a namespace labelled "
+            f'{NAMESPACE_LABEL}={NAMESPACE_ENABLED}; expected "true" or "false" (to leave '
+            "this pod without the sidecar)",
+        )
     settings = read_settings(pod, spec.timing)
     if isinstance(settings, list):
         return Decision("denied", message="; ".join(settings))
@@ -210,7 +246,7 @@ def _decide(pod: Mapping[str, Any], spec: SidecarSpec) -> Decision:
         problems = _conflicts(settings, containers + inits, has_volume)
         if problems:
             return Decision("denied", message="; ".join(problems), settings=settings)
-        changes["/spec/initContainers"] = [sidecar_container(settings, spec), *inits]
+        changes["/spec/initContainers"] = [sidecar_container(settings, spec, pod_spec), *inits]
     completed = [_completed(c, settings) or c for c in containers]
     if any(new is not old for new, old in zip(completed, containers, strict=True)):
         changes["/spec/containers"] = completed

@@ -27,21 +27,26 @@ def _response(uid: str, allowed: bool, **extra: Any) -> dict[str, Any]:
     return {"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "response": response}
 
 
-def _refused(uid: str, message: str, **reason: str) -> dict[str, Any]:
+def refused(uid: str, message: str, **reason: str) -> dict[str, Any]:
+    """A refusal: ``message`` is what ``kubectl`` prints after "denied the request: "."""
     return _response(uid, False, status={"code": 400, **reason, "message": message})
 
 
 def answer(
-    review: Any, spec: SidecarSpec, excluded_namespaces: Collection[str] = ()
+    review: Any,
+    spec: SidecarSpec,
+    excluded_namespaces: Collection[str] = (),
+    opted_in: bool = False,
 ) -> tuple[dict[str, Any], Decision | None]:
     """(the AdmissionReview response, the decision when a pod was judged).
 
-    A pod in an excluded namespace is allowed unchanged even if a hand-edited
+    ``opted_in``: it came through the namespace webhook (``patch.decide``). A pod in an
+    excluded namespace is allowed unchanged even if a hand-edited
     configuration sends it here: exclusion does not depend on the deployer alone.
     """
     request = review.get("request") if isinstance(review, Mapping) else None
     if not isinstance(request, Mapping):
-        return _refused("", "not an AdmissionReview v1: no request"), None
+        return refused("", "not an AdmissionReview v1: no request"), None
     uid = str(request.get("uid", ""))
     resource = request.get("resource")
     kind = (
@@ -53,10 +58,10 @@ def answer(
         return _response(uid, True), Decision("skipped")
     pod = request.get("object")
     if not isinstance(pod, Mapping):
-        return _refused(uid, "the AdmissionReview has no pod object"), None
-    decision = decide(pod, spec)
+        return refused(uid, "the AdmissionReview has no pod object"), None
+    decision = decide(pod, spec, opted_in)
     if decision.outcome == "denied":
-        return _refused(uid, decision.message, reason="BadRequest"), decision
+        return refused(uid, decision.message, reason="BadRequest"), decision
     if not decision.changes:
         return _response(uid, True), decision
     ops = json.dumps(decision.json_patch(), separators=(",", ":")).encode()

@@ -22,7 +22,8 @@ from .patch import SidecarSpec
 DEFAULT_TLS_DIR = "/etc/grelmicro-sidecar/tls"
 PULL_POLICIES = ("Always", "IfNotPresent", "Never")
 _SPEC = SidecarSpec(image="")  # the sidecar's defaults, from the one place that states them
-_IMAGE = "ghcr.io/example/grelmicro-sidecar:0.1.0"
+_IMAGE = "ghcr.io/grelinfo/grelmicro-sidecar:0.1.0"
+YEAR = 365 * 24 * 3600.0
 env_name = partial(options.env_name, INJECTOR_ENV)
 
 
@@ -40,6 +41,16 @@ class InjectorSettings:
     auto_rbac: bool
     log_level: str
     kubeconfig: str | None
+    #: The injector's own certificate (``servingcert.OwnCertificate``): its Secret, or None
+    #: to serve ``tls_cert_file`` and ``tls_key_file``.
+    tls_secret: tuple[str, str] | None = None
+    webhook_config: str = ""
+    cert_hosts: tuple[str, ...] = ()
+    ca_validity: float = 10 * YEAR
+    cert_validity: float = YEAR
+    drain_delay: float = 10.0
+    check_lease_access: bool = True
+    lease_cluster_role: str = ""
 
 
 def _print_mode(flag: str, help: str) -> Setting[str | None]:
@@ -76,6 +87,32 @@ SWEEP_INTERVAL = Setting(
     "sweep-interval", checks.duration_or_zero, 60.0,
     "period of the expired-Lease sweep; 0 disables it")
 SWEEP_MARGIN = replace(options.MARGIN, flag="sweep-margin")
+TLS_SECRET: Setting[tuple[str, str] | None] = Setting(
+    "tls-secret", checks.object_ref, None,
+    "<namespace>/<name>: keep the injector's own CA and serving certificate in this Secret and "
+    "the CA bundle in --webhook-config, renewing both before they end; unset: serve "
+    "--tls-cert-file and --tls-key-file")
+WEBHOOK_CONFIG = Setting(
+    "webhook-config", str, "", "(with --tls-secret) the MutatingWebhookConfiguration whose "
+    "webhooks get the CA bundle")
+CERT_HOSTS: Setting[tuple[str, ...] | None] = Setting(
+    "cert-hosts", checks.hosts, None, "(with --tls-secret) the DNS names and addresses the "
+    "serving certificate names: those the API server dials", "none")
+CA_VALIDITY = Setting(
+    "ca-validity", checks.lifetime, 10 * YEAR, "(with --tls-secret) how long a CA lives; a new "
+    "one joins the bundle in its last third")
+CERT_VALIDITY = Setting(
+    "cert-validity", checks.lifetime, YEAR, "(with --tls-secret) how long a serving certificate "
+    "lives; a new one is issued in its last third")
+DRAIN_DELAY = Setting(
+    "drain-delay", checks.duration_or_zero, 10.0, "after SIGTERM, keep answering (each "
+    "connection closed after its answer) this long while the pod leaves the Service, then stop")
+CHECK_LEASE_ACCESS = Setting(
+    "check-lease-access", checks.boolean, True, "refuse a pod whose ServiceAccount may not use "
+    "Leases in its namespace (a SubjectAccessReview), naming the fix; not with --auto-rbac")
+LEASE_CLUSTER_ROLE = Setting(
+    "lease-cluster-role", str, "", "the ClusterRole of the sidecar's Lease permissions, which "
+    "that refusal tells to bind", "none: the refusal points to manifests/rbac.yaml")
 AUTO_RBAC = Setting(
     "auto-rbac", checks.boolean, False,
     "true: ensure a Role and RoleBinding on leases for the ServiceAccount of each injected pod")
@@ -93,7 +130,9 @@ INJECTOR: options.Table = (
     HOST, PORT, TLS_CERT_FILE, TLS_KEY_FILE, HEALTH_PORT, SIDECAR_IMAGE, PULL_POLICY,
     CPU_REQUEST, MEMORY_REQUEST, MEMORY_LIMIT,
     *(replace(s, help=f"{s.help}; for pods without the annotation") for s in options.TIMING),
-    EXCLUDED_NAMESPACES, SWEEP_INTERVAL, SWEEP_MARGIN, AUTO_RBAC, options.LOG_LEVEL,
+    EXCLUDED_NAMESPACES, SWEEP_INTERVAL, SWEEP_MARGIN, AUTO_RBAC, TLS_SECRET, WEBHOOK_CONFIG,
+    CERT_HOSTS, CA_VALIDITY, CERT_VALIDITY, DRAIN_DELAY, CHECK_LEASE_ACCESS, LEASE_CLUSTER_ROLE,
+    options.LOG_LEVEL,
     options.KUBECONFIG,
     PRINT_WEBHOOK_CONFIG, CA_FILE, WEBHOOK_URL, SERVICE_NAME, SERVICE_NAMESPACE, SERVICE_PORT,
 )
@@ -120,6 +159,18 @@ def injector_settings(
         own = src.environ.get("POD_NAMESPACE")
         excluded = ("kube-system", own) if own and own != "kube-system" else ("kube-system",)
     level = src.get(options.LOG_LEVEL)
+    tls_secret, cert_hosts = src.get(TLS_SECRET), src.get(CERT_HOSTS)
+    webhook_config = src.get(WEBHOOK_CONFIG)
+    ca_validity, cert_validity = src.get(CA_VALIDITY), src.get(CERT_VALIDITY)
+    if tls_secret and not (cert_hosts and webhook_config):
+        raise SettingsError(
+            "--tls-secret needs --cert-hosts (the names the API server dials, such as "
+            "<service>.<namespace>.svc) and --webhook-config (the MutatingWebhookConfiguration)"
+        )
+    if cert_validity > ca_validity:
+        raise SettingsError(
+            "--cert-validity must not be longer than --ca-validity (a certificate ends with its CA)"
+        )
     return InjectorSettings(
         host=src.get(HOST),
         port=src.get(PORT),
@@ -140,11 +191,22 @@ def injector_settings(
         auto_rbac=src.get(AUTO_RBAC),
         log_level=level,
         kubeconfig=src.get(options.KUBECONFIG),
+        tls_secret=tls_secret,
+        webhook_config=webhook_config,
+        cert_hosts=cert_hosts or (),
+        ca_validity=ca_validity,
+        cert_validity=cert_validity,
+        drain_delay=src.get(DRAIN_DELAY),
+        check_lease_access=src.get(CHECK_LEASE_ACCESS),
+        lease_cluster_role=src.get(LEASE_CLUSTER_ROLE),
     )
 
 
 def check_files(settings: InjectorSettings) -> None:
-    """The TLS files exist and are readable (a missing Secret mount is a config error)."""
+    """The TLS files exist and are readable (a missing Secret mount is a config error); with
+    --tls-secret the injector makes its own and reads no file."""
+    if settings.tls_secret:
+        return
     for flag in ("tls-cert-file", "tls-key-file"):
         path = getattr(settings, flag.replace("-", "_"))
         try:

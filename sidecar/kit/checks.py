@@ -48,6 +48,18 @@ def duration(raw: str, *, zero_disables: bool = False, at_least: float = 0.0) ->
     return value
 
 
+def lifetime(raw: str) -> float:
+    """Seconds, from a Go-style duration of at least a minute and no upper bound (a
+    certificate's validity: 8760h is a year)."""
+    try:
+        value = parse_duration(raw)
+    except ValueError:
+        raise Invalid("a duration of at least 1m, such as 8760h (a year)") from None
+    if value < 60:
+        raise Invalid("a duration of at least 1m, such as 8760h (a year)")
+    return value
+
+
 def port(raw: str, *, zero_disables: bool = False) -> int:
     disable = ", or 0 to disable HTTP" if zero_disables else ""
     if not (raw.isascii() and raw.isdigit() and (0 if zero_disables else 1) <= int(raw) <= 65535):
@@ -104,6 +116,27 @@ namespace = _rule(
 )
 
 
+_HOST = re.compile(r"[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?|[0-9.]+|[0-9a-fA-F:]*:[0-9a-fA-F:.]*")
+
+
+def hosts(raw: str) -> tuple[str, ...]:
+    """A comma-separated list of DNS names and IP addresses, each once."""
+    names = [n.strip() for n in raw.split(",") if n.strip()]
+    if not names or not all(_HOST.fullmatch(n) for n in names):
+        raise Invalid(
+            "a comma-separated list of DNS names or IP addresses, e.g. svc.ns.svc,10.0.0.1"
+        )
+    return tuple(dict.fromkeys(names))
+
+
+def object_ref(raw: str) -> tuple[str, str]:
+    """``<namespace>/<name>``: an object in a namespace."""
+    namespace_, _, name = raw.strip().partition("/")
+    if not (DNS_LABEL.fullmatch(namespace_) and name and "/" not in name):
+        raise Invalid("<namespace>/<name>, such as grelmicro-system/grelmicro-sidecar-tls")
+    return namespace_, name
+
+
 def namespaces(raw: str) -> tuple[str, ...]:
     """A comma-separated list of namespace names, each once; blanks between commas are skipped."""
     names = [n.strip() for n in raw.split(",") if n.strip()]
@@ -115,5 +148,15 @@ def namespaces(raw: str) -> tuple[str, ...]:
 #: The checks of numbers, durations, yes-or-no and lists: an empty value is refused by them,
 #: where for a name or a path it counts as unset (a manifest's ``value: ""``).
 BLANK_REFUSED: frozenset[Callable[[str], object]] = frozenset(
-    {duration, duration_or_zero, sweep_margin, port, port_or_zero, boolean, quantity, namespaces}
+    {
+        duration,
+        duration_or_zero,
+        sweep_margin,
+        lifetime,
+        port,
+        port_or_zero,
+        boolean,
+        quantity,
+        namespaces,
+    }
 )

@@ -1,10 +1,9 @@
 """Renders manifests/install.yaml and manifests/prometheus-rules.yaml (and copies the Grafana dashboard) from the chart: ``python -m tests.ship.render`` (``make manifests``).
 
 install.yaml is the chart with its default values, in namespace
-``grelmicro-system``, with one exception: TLS comes from cert-manager
-(``tls.certManager.enabled=true``). With the chart's default, every render
-generates a new CA and private key; a file in a repository would hand the same
-private key to everyone who applies it. The `helm test` hook is left out.
+``grelmicro-system``, without the `helm test` hook. It holds no key: the
+injector makes its own CA and certificate in the cluster it runs in (the chart
+renders nothing random), so one file serves every cluster.
 ``tests/ship/test_chart.py`` fails when the file drifts from the chart.
 
 prometheus-rules.yaml is the spec of the chart's PrometheusRule
@@ -19,15 +18,15 @@ import sys
 
 from tests.ship.tools import CHART, MANIFESTS, NAMESPACE, template
 
-VALUES = {"tls.certManager.enabled": True}
+VALUES: dict[str, object] = {}
 
 HEADER = f"""\
 # grelmicro-sidecar injector: plain manifests, rendered from charts/grelmicro-sidecar
-# with its default values except tls.certManager.enabled=true (needs cert-manager).
-# Do not edit: regenerate with `make manifests`. Without cert-manager, use the chart,
-# which generates its own CA. Install:
+# with its default values (the injector makes and renews its own TLS certificate).
+# Do not edit: regenerate with `make manifests`. Install:
 #   kubectl apply -f manifests/install.yaml
-#   kubectl apply -n <namespace> -f manifests/rbac.yaml   # in each workload namespace
+#   kubectl create rolebinding grelmicro-sidecar -n <namespace> \
+#     --clusterrole=grelmicro-sidecar-leases --serviceaccount=<namespace>:default
 ---
 apiVersion: v1
 kind: Namespace

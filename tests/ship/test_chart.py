@@ -10,16 +10,12 @@ equals ``manifests/rbac.yaml`` and the injector's autoRBAC Role, and
 from __future__ import annotations
 
 import argparse
-import base64
-import hashlib
-import ipaddress
 import json
 from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
-from cryptography import x509
 
 from sidecar.injector import rbac as injector_rbac
 from sidecar.injector.settings import build_parser, env_name, injector_settings
@@ -265,43 +261,70 @@ def test_two_replicas_spread_across_nodes_with_a_disruption_budget() -> None:
 
 
 @pytest.mark.parametrize(
-    ("url", "extra_san"),
+    "values",
+    [
+        None,
+        {"tls.certManager.enabled": True},
+        {"webhook.url": "https://127.0.0.1:9443/inject"},
+        {"workloadRBAC": [{"namespace": "team-a", "leaderLabel": True}], "injector.autoRBAC": True},
+    ],
+    ids=["defaults", "cert-manager", "url", "rbac"],
+)
+def test_two_renders_of_the_same_values_are_byte_identical(values: Any) -> None:
+    """GitOps (Argo CD, Flux): nothing random in a render, so no diff and no rollout per sync."""
+    first = template(values, release="rel", namespace="ns1").stdout
+    assert first == template(values, release="rel", namespace="ns1").stdout
+    assert "BEGIN CERTIFICATE" not in first and "BEGIN PRIVATE KEY" not in first
+    assert "checksum/" not in first
+
+
+@pytest.mark.parametrize(
+    ("url", "extra_host"),
     [
         ("", None),
         ("https://127.0.0.1:9443/inject", "127.0.0.1"),
         ("https://injector.dev.example:8443/inject", "injector.dev.example"),
     ],
 )
-def test_generated_tls_is_one_consistent_set(url: str, extra_san: str | None) -> None:
+def test_the_injector_keeps_its_own_certificate_in_an_empty_secret(
+    url: str, extra_host: str | None
+) -> None:
     objects = render({"webhook.url": url} if url else None, release="rel", namespace="ns1")
     secret = find(objects, "Secret")
-    assert secret["type"] == "kubernetes.io/tls"
-    data = {k: base64.b64decode(v) for k, v in secret["data"].items()}
-    ca = x509.load_pem_x509_certificate(data["ca.crt"])
-    cert = x509.load_pem_x509_certificate(data["tls.crt"])
-    cert.verify_directly_issued_by(ca)
-    sans = cert.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
-    names = set(sans.get_values_for_type(x509.DNSName)) | {
-        str(i) for i in sans.get_values_for_type(x509.IPAddress)
-    }
+    assert secret["type"] == "Opaque" and "data" not in secret  # the injector fills it
+    name = secret["metadata"]["name"]
+    config = find(objects, "MutatingWebhookConfiguration")
+    assert all("caBundle" not in w["clientConfig"] for w in config["webhooks"])
+    deploy = find(objects, "Deployment")["spec"]["template"]
+    assert "annotations" not in deploy["metadata"]  # no checksum: nothing to roll on a sync
+    assert all("secret" not in v for v in deploy["spec"]["volumes"])  # read through the API
+    env = _injector_env(objects)
+    assert env["GRELMICRO_INJECTOR_TLS_SECRET"] == f"ns1/{name}"
+    assert env["GRELMICRO_INJECTOR_WEBHOOK_CONFIG"] == config["metadata"]["name"]
+    hosts = env["GRELMICRO_INJECTOR_CERT_HOSTS"].split(",")
     assert {
         "rel-grelmicro-sidecar",
         "rel-grelmicro-sidecar.ns1",
         "rel-grelmicro-sidecar.ns1.svc",
-    } <= names
-    if extra_san:
-        assert extra_san in names
-        if extra_san[0].isdigit():
-            assert ipaddress.ip_address(extra_san) in sans.get_values_for_type(x509.IPAddress)
-    webhook = find(objects, "MutatingWebhookConfiguration")["webhooks"][0]
-    assert base64.b64decode(webhook["clientConfig"]["caBundle"]) == data["ca.crt"]
-    deploy = find(objects, "Deployment")
-    checksum = deploy["spec"]["template"]["metadata"]["annotations"]["checksum/tls"]
-    assert checksum == hashlib.sha256(data["tls.crt"]).hexdigest()
-    assert (
-        deploy["spec"]["template"]["spec"]["volumes"][0]["secret"]["secretName"]
-        == secret["metadata"]["name"]
+    } <= set(hosts)
+    assert (extra_host in hosts) if extra_host else len(hosts) == 3
+    assert (env["GRELMICRO_INJECTOR_CA_VALIDITY"], env["GRELMICRO_INJECTOR_CERT_VALIDITY"]) == (
+        "87600h",
+        "8760h",
     )
+    # Least privilege: that one Secret and that one configuration, get and update only.
+    role = find(objects, "Role", "rel-grelmicro-sidecar-injector")
+    assert role["rules"] == [
+        {"apiGroups": [""], "resources": ["secrets"], "resourceNames": [name],
+         "verbs": ["get", "update"]}
+    ]  # fmt: skip
+    cluster_rules = find(objects, "ClusterRole", "rel-grelmicro-sidecar-injector")["rules"]
+    assert {
+        "apiGroups": ["admissionregistration.k8s.io"],
+        "resources": ["mutatingwebhookconfigurations"],
+        "resourceNames": [config["metadata"]["name"]],
+        "verbs": ["get", "update"],
+    } in cluster_rules
 
 
 def test_cert_manager_issues_the_serving_certificate_and_injects_the_ca() -> None:
@@ -329,7 +352,14 @@ def test_cert_manager_issues_the_serving_certificate_and_injects_the_ca() -> Non
     assert webhook["metadata"]["annotations"] == {
         "cert-manager.io/inject-ca-from": "ns1/rel-grelmicro-sidecar-serving"
     }
-    assert "caBundle" not in webhook["webhooks"][0]["clientConfig"]
+    assert all("caBundle" not in w["clientConfig"] for w in webhook["webhooks"])
+    # The injector serves the mounted files and keeps no certificate of its own.
+    env = _injector_env(objects)
+    assert "GRELMICRO_INJECTOR_TLS_SECRET" not in env
+    assert env["GRELMICRO_INJECTOR_TLS_CERT_FILE"] == "/etc/grelmicro-sidecar/tls/tls.crt"
+    volumes = find(objects, "Deployment")["spec"]["template"]["spec"]["volumes"]
+    assert {"name": "tls", "secret": {"secretName": "rel-grelmicro-sidecar-tls"}} in volumes
+    assert not [o for o in objects if o["kind"] == "Role" and "injector" in o["metadata"]["name"]]
 
     own = render(
         {
@@ -352,7 +382,7 @@ def test_cert_manager_issues_the_serving_certificate_and_injects_the_ca() -> Non
 
 def _webhook_from_code(objects: list[dict[str, Any]], **kwargs: Any) -> dict[str, Any]:
     rendered = find(objects, "MutatingWebhookConfiguration")
-    ca_bundle = rendered["webhooks"][0]["clientConfig"].get("caBundle", "")
+    ca_bundle = rendered["webhooks"][0]["clientConfig"].get("caBundle")
     return webhook_configuration(ca_bundle, **kwargs)
 
 
@@ -377,8 +407,17 @@ def _webhook_from_code(objects: list[dict[str, Any]], **kwargs: Any) -> dict[str
             {"webhook.url": "https://127.0.0.1:9443/inject"},
             {"url": "https://127.0.0.1:9443/inject", "excluded_namespaces": ["kube-system", "ops"]},
         ),
+        (
+            {"webhook.failurePolicy": "Ignore", "webhook.timeoutSeconds": 3},
+            {
+                "service": {"namespace": "ops", "name": "rel-grelmicro-sidecar"},
+                "excluded_namespaces": ["kube-system", "ops"],
+                "failure_policy": "Ignore",
+                "timeout_seconds": 3,
+            },
+        ),
     ],
-    ids=["service", "extra-exclusions", "url"],
+    ids=["service", "extra-exclusions", "url", "failure-policy"],
 )
 def test_webhook_configuration_matches_the_injectors_definition(
     values: Any, kwargs: dict[str, Any]
@@ -473,9 +512,18 @@ def test_workload_role_is_the_same_everywhere() -> None:
         == code_role["metadata"]["name"]
     )
     bindings = sorted(
-        o["metadata"]["name"] for o in objects if o["kind"] == "RoleBinding" and not is_hook(o)
+        o["metadata"]["name"]
+        for o in objects
+        if o["kind"] == "RoleBinding" and not is_hook(o) and o["metadata"]["namespace"] == "team-a"
     )
     assert bindings == [injector_rbac.binding_name("default"), injector_rbac.binding_name("worker")]
+    # The same rules as one ClusterRole, for a RoleBinding per namespace (NOTES.txt), and every
+    # grant outlives `helm uninstall`: running sidecars keep their Leases.
+    cluster_role = find(objects, "ClusterRole", "grelmicro-sidecar-leases")
+    assert cluster_role["rules"] == code_role["rules"]
+    kept = [o for o in objects if o["metadata"].get("namespace") == "team-a" or o is cluster_role]
+    assert len(kept) == 4
+    assert all(o["metadata"]["annotations"]["helm.sh/resource-policy"] == "keep" for o in kept)
     assert manifest_binding["metadata"]["name"] == injector_rbac.binding_name("default")
     code_binding = injector_rbac.role_binding("team-a", "worker")
     chart_binding = find(objects, "RoleBinding", injector_rbac.binding_name("worker"))
@@ -538,7 +586,7 @@ def test_leader_label_policy_and_role_are_the_same_everywhere() -> None:
 
 def test_injector_cluster_role_grows_only_with_auto_rbac() -> None:
     def rules(values: Any) -> list[dict[str, Any]]:
-        return find(render(values), "ClusterRole")["rules"]
+        return find(render(values), "ClusterRole", "grelmicro-sidecar-injector")["rules"]
 
     base = rules(None)
     assert base == [
@@ -548,6 +596,17 @@ def test_injector_cluster_role_grows_only_with_auto_rbac() -> None:
             "verbs": ["get", "list", "watch", "delete"],
         },
         {"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "list"]},
+        {
+            "apiGroups": ["admissionregistration.k8s.io"],
+            "resources": ["mutatingwebhookconfigurations"],
+            "resourceNames": ["grelmicro-sidecar-injector"],
+            "verbs": ["get", "update"],
+        },
+        {
+            "apiGroups": ["authorization.k8s.io"],
+            "resources": ["subjectaccessreviews"],
+            "verbs": ["create"],
+        },
     ]
     auto = rules({"injector.autoRBAC": True})
     leases = next(r for r in auto if r["resources"] == ["leases"])
@@ -583,14 +642,14 @@ def test_install_yaml_is_the_chart_rendered() -> None:
             "Namespace",
             "PodDisruptionBudget",
             "ServiceAccount",
+            "Secret",  # empty: the injector keeps its own certificate in it
             "ClusterRole",
+            "ClusterRole",  # the sidecar's Leases, for a RoleBinding per namespace
             "ClusterRoleBinding",
+            "Role",
+            "RoleBinding",
             "Service",
             "Deployment",
-            "Certificate",
-            "Certificate",
-            "Issuer",
-            "Issuer",
             "MutatingWebhookConfiguration",
             "ValidatingAdmissionPolicy",
             "ValidatingAdmissionPolicyBinding",

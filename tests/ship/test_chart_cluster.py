@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import base64
 import json
+import ssl
 import time
 import uuid
 from collections.abc import Iterator
@@ -18,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from cryptography import x509
 
 from tests.cluster import ControlPlane, free_port
 from tests.ship import render as render_module
@@ -277,15 +279,25 @@ def test_install_answers_upgrades_and_uninstalls(
             "the injector Deployment's pods",
         )
         assert len(pods) == 2  # created by the controller-manager; nothing runs them here
+        # Rendered empty: the injector makes its own certificate and sets the webhook's bundle.
+        assert "data" not in kubectl_json(
+            cluster, "get", "secret", f"{fullname}-tls", "-n", namespace
+        )
+        webhook = kubectl_json(
+            cluster, "get", "mutatingwebhookconfiguration", f"{fullname}-injector"
+        )
+        assert all("caBundle" not in w["clientConfig"] for w in webhook["webhooks"])
+
+        # -- the webhook answers, through the API server, with the chart's TLS
+        injector = LocalInjector(cluster, namespace, fullname, port, tmp_path / "v1").start()
         secret = kubectl_json(cluster, "get", "secret", f"{fullname}-tls", "-n", namespace)["data"]
         webhook = kubectl_json(
             cluster, "get", "mutatingwebhookconfiguration", f"{fullname}-injector"
         )
         ca_bundle = webhook["webhooks"][0]["clientConfig"]["caBundle"]
-        assert ca_bundle == secret["ca.crt"]
-
-        # -- the webhook answers, through the API server, with the chart's TLS
-        injector = LocalInjector(cluster, namespace, fullname, port, tmp_path / "v1").start()
+        assert [w["clientConfig"]["caBundle"] for w in webhook["webhooks"]] == [
+            secret["ca.crt"]
+        ] * 2
         try:
             made = create_pod(cluster, workload, annotated_pod("injected"))
             assert made.returncode == 0, made.stderr + injector.log()
@@ -310,7 +322,8 @@ def test_install_answers_upgrades_and_uninstalls(
 
             # (helm test runs for real, on the node: tests/e2e/test_chart.py)
 
-            # -- helm upgrade keeps the CA (the running injector keeps answering) ...
+            # -- helm upgrade keeps what the injector wrote (no template sets it), so the
+            # running injector keeps answering ...
             _install(
                 cluster, release, namespace, {"sidecar.resources.requests.cpu": "25m"}, upgrade=True
             )
@@ -321,7 +334,7 @@ def test_install_answers_upgrades_and_uninstalls(
             webhook = kubectl_json(
                 cluster, "get", "mutatingwebhookconfiguration", f"{fullname}-injector"
             )
-            assert webhook["webhooks"][0]["clientConfig"]["caBundle"] == ca_bundle
+            assert [w["clientConfig"]["caBundle"] for w in webhook["webhooks"]] == [ca_bundle] * 2
             still = json.loads(create_pod(cluster, workload, annotated_pod("after-upgrade")).stdout)
             assert sidecar_of(still) is not None
         finally:
@@ -343,11 +356,17 @@ def test_install_answers_upgrades_and_uninstalls(
             "--wait",
             kubeconfig=cluster.kubeconfig,
         )
-    # -- helm uninstall removes everything it made
+    # -- helm uninstall removes everything it made, but the Lease grants running sidecars use
+    kept = {("ClusterRole", f"{fullname}-leases"), ("Role", "grelmicro-sidecar-leases"),
+            ("RoleBinding", "grelmicro-sidecar-leases-default")}  # fmt: skip
     for kind, name, ns in objects:
+        if (kind, name) in kept:
+            assert _exists(cluster, kind, name, ns), f"{kind}/{name} was not kept"
+            continue
         wait_for(
             lambda k=kind, n=name, s=ns: not _exists(cluster, k, n, s), 60, f"{kind}/{name} deleted"
         )
+    assert {(k, n) for k, n, _ in objects} >= kept
     assert not _exists(cluster, "mutatingwebhookconfiguration", f"{fullname}-injector", None)
     # With the webhook gone, annotated pods are created as they are (and nothing fails closed).
     after = create_pod(cluster, workload, annotated_pod("after-uninstall"))
@@ -408,34 +427,65 @@ def test_auto_rbac_works_with_exactly_the_chart_cluster_role(
         helm("uninstall", release, f"--namespace={namespace}", kubeconfig=cluster.kubeconfig)
 
 
-def test_deleting_the_tls_secret_and_upgrading_rotates_and_rolls_out(
-    cluster: ControlPlane, namespace: str
+def test_two_injectors_renew_the_certificate_and_ca_before_they_end_refusing_nothing(
+    cluster: ControlPlane, namespace: str, second_namespace: str, tmp_path: Path
 ) -> None:
-    """The rotation the README describes: a new CA and certificate, and a new pod template."""
+    """Rotation, tested rather than promised: a certificate of 1 minute and a CA of 2 (renewed in
+    their last third) kept by two replicas sharing the Secret, while a pod is admitted every
+    half second through the API server for 110 s. Every one is injected; the served
+    certificate is renewed, the CA joins the bundle before it signs, and the bundle follows."""
     release = f"t{uuid.uuid4().hex[:6]}"
     fullname = f"{release}-grelmicro-sidecar"
-    _install(cluster, release, namespace, {})
+    port, other = free_port(), free_port()
+    values = {
+        "webhook.url": f"https://127.0.0.1:{port}/inject",
+        "tls.certValidity": "1m",
+        "tls.caValidity": "2m",
+        "workloadRBAC": [{"namespace": second_namespace}],
+    }
+    _install(cluster, release, namespace, values)
     try:
-
-        def state() -> tuple[str, str, str]:
-            secret = kubectl_json(cluster, "get", "secret", f"{fullname}-tls", "-n", namespace)[
-                "data"
-            ]
-            webhook = kubectl_json(
-                cluster, "get", "mutatingwebhookconfiguration", f"{fullname}-injector"
-            )
-            deploy = kubectl_json(cluster, "get", "deployment", fullname, "-n", namespace)
-            checksum = deploy["spec"]["template"]["metadata"]["annotations"]["checksum/tls"]
-            assert webhook["webhooks"][0]["clientConfig"]["caBundle"] == secret["ca.crt"]
-            return secret["ca.crt"], secret["tls.crt"], checksum
-
-        before = state()
-        _install(cluster, release, namespace, {}, upgrade=True)
-        assert state() == before  # an upgrade keeps them
-        cluster.kubectl("delete", "secret", f"{fullname}-tls", "-n", namespace)
-        _install(cluster, release, namespace, {}, upgrade=True)
-        after = state()
-        assert all(a != b for a, b in zip(before, after, strict=True))
+        with (
+            LocalInjector(cluster, namespace, fullname, port, tmp_path / "a"),
+            LocalInjector(cluster, namespace, fullname, other, tmp_path / "b") as second,
+        ):
+            served: list[tuple[int, str]] = []  # (serial, issuer) of the served certificate
+            bundles: list[str] = []
+            failures: list[str] = []
+            deadline = time.monotonic() + 110
+            count = 0
+            while time.monotonic() < deadline:
+                pem = ssl.get_server_certificate(("127.0.0.1", port))
+                cert = x509.load_pem_x509_certificate(pem.encode())
+                issuer = cert.issuer.rfc4514_string()
+                if not served or served[-1][0] != cert.serial_number:
+                    served.append((cert.serial_number, issuer))
+                webhook = kubectl_json(
+                    cluster, "get", "mutatingwebhookconfiguration", f"{fullname}-injector"
+                )
+                bundle = webhook["webhooks"][0]["clientConfig"]["caBundle"]
+                if not bundles or bundles[-1] != bundle:
+                    bundles.append(bundle)
+                trusted = [c.subject.rfc4514_string() for c in x509.load_pem_x509_certificates(
+                    base64.b64decode(bundle))]  # fmt: skip
+                if issuer not in trusted:
+                    failures.append(f"served a certificate of {issuer}, bundle {trusted}")
+                made = cluster.kubectl(
+                    "create", "-n", second_namespace, "--dry-run=server", "-o", "json", "-f", "-",
+                    input=json.dumps(annotated_pod(f"p{count}")), check=False,
+                )  # fmt: skip
+                count += 1
+                if made.returncode != 0 or sidecar_of(json.loads(made.stdout)) is None:
+                    failures.append(made.stderr.strip() or "not injected")
+                time.sleep(0.5)
+            log = second.log()
+        assert not failures, failures[:5]
+        issuers = [i for _, i in served]
+        assert len(served) >= 3, served  # renewed by the same CA, then by the new one
+        assert len(set(issuers)) >= 2, served  # a new CA signed, once it had settled
+        assert len(bundles) >= 2, "the CA bundle never changed"
+        assert count > 150
+        assert "cannot keep the serving certificate" not in log, log
     finally:
         helm("uninstall", release, f"--namespace={namespace}", kubeconfig=cluster.kubeconfig)
 

@@ -175,6 +175,12 @@ def test_examples_are_admitted_and_injected_in_a_restricted_namespace(
             # The account the label example runs as (manifests/leader-label.yaml makes it;
             # its cluster-wide policy is left to the tests that check it).
             cluster.kubectl("create", "serviceaccount", "-n", ns, "grelmicro-sidecar")
+            # ... with the Leases (leader-label.yaml binds them too): without them the injector
+            # refuses its pods (leaseaccess), as it would for a user.
+            cluster.kubectl(
+                "create", "rolebinding", "-n", ns, "grelmicro-sidecar-leases-grelmicro-sidecar",
+                "--role=grelmicro-sidecar-leases", f"--serviceaccount={ns}:grelmicro-sidecar",
+            )  # fmt: skip
             applied = cluster.kubectl("apply", "-n", ns, "-k", str(EXAMPLES))
             assert "configmap/leader-only-work-" in applied.stdout
             expected = {"worker": 3, "api": 2, "manual": 2}

@@ -171,10 +171,13 @@ def http_status(url: str, timeout: float = 2.0) -> int:
 class LocalInjector:
     """The chart's injector Deployment, run as a local process (no kubelet here).
 
-    Takes the container's args and env from the Deployment the chart created,
-    the serving certificate from the chart's Secret and a token of the chart's
-    ServiceAccount (so the chart's RBAC is what it runs with), and listens on
-    127.0.0.1:``port`` where the chart's ``webhook.url`` points.
+    Takes the container's args and env from the Deployment the chart created
+    and a token of the chart's ServiceAccount (so the chart's RBAC is what it
+    runs with), and listens on 127.0.0.1:``port`` where the chart's
+    ``webhook.url`` points. By default it makes its own certificate in the
+    chart's Secret and sets the webhook's CA bundle, as in a pod; with the
+    chart's cert-manager mode it serves the files of the Secret cert-manager
+    would fill (a test fills it). It stops at once (no drain: tests/e2e drains).
     """
 
     def __init__(
@@ -198,15 +201,18 @@ class LocalInjector:
         pod_spec = deploy["spec"]["template"]["spec"]
         self.container = pod_spec["containers"][0]
         volumes = {v["name"]: v for v in pod_spec["volumes"]}
-        secret_name = volumes["tls"]["secret"]["secretName"]
-        secret = wait_for(
-            lambda: self._secret(secret_name), 30, f"Secret {secret_name} with tls.crt/tls.key"
-        )
-        cert = self.workdir / "tls.crt"
-        key = self.workdir / "tls.key"
-        cert.write_bytes(base64.b64decode(secret["tls.crt"]))
-        key.write_bytes(base64.b64decode(secret["tls.key"]))
-        key.chmod(0o600)
+        files = []
+        if "tls" in volumes:  # cert-manager's Secret, mounted in a pod
+            secret_name = volumes["tls"]["secret"]["secretName"]
+            secret = wait_for(
+                lambda: self._secret(secret_name), 30, f"Secret {secret_name} with tls.crt/tls.key"
+            )
+            cert = self.workdir / "tls.crt"
+            key = self.workdir / "tls.key"
+            cert.write_bytes(base64.b64decode(secret["tls.crt"]))
+            key.write_bytes(base64.b64decode(secret["tls.key"]))
+            key.chmod(0o600)
+            files = [f"--tls-cert-file={cert}", f"--tls-key-file={key}"]
         kubeconfig = service_account_kubeconfig(
             self.cluster,
             self.namespace,
@@ -231,9 +237,9 @@ class LocalInjector:
             "--host=127.0.0.1",
             f"--port={self.port}",
             f"--health-port={self.health_port}",
-            f"--tls-cert-file={cert}",
-            f"--tls-key-file={key}",
+            *files,
             f"--kubeconfig={kubeconfig}",
+            "--drain-delay=0",
         ]
         with open(self.log_path, "ab") as log:
             self.proc = subprocess.Popen(

@@ -55,6 +55,27 @@ app.kubernetes.io/component: injector
 {{- printf "%s-injector" (include "grelmicro-sidecar.fullname" .) | trunc 253 }}
 {{- end }}
 
+{{/* The ClusterRole of the sidecar's Lease permissions, bound in each workload namespace. */}}
+{{- define "grelmicro-sidecar.leaseClusterRole" -}}
+{{- printf "%s-leases" (include "grelmicro-sidecar.fullname" .) | trunc 253 }}
+{{- end }}
+
+{{/* The sidecar's permissions in its namespace (contract §8). */}}
+{{- define "grelmicro-sidecar.leaseRules" -}}
+- apiGroups: ["coordination.k8s.io"]
+  resources: ["leases"]
+  verbs: ["get", "list", "watch", "create", "update", "patch", "delete"]
+# Events on the Lease (who became leader, who stopped), for kubectl describe lease.
+- apiGroups: [""]
+  resources: ["events"]
+  verbs: ["create", "patch"]
+# Whether this pod is being deleted, at shutdown: its app stopped first, so the
+# release need not wait for the last valid_until (contract §5).
+- apiGroups: [""]
+  resources: ["pods"]
+  verbs: ["get"]
+{{- end }}
+
 {{- define "grelmicro-sidecar.tlsSecretName" -}}
 {{- printf "%s-tls" (include "grelmicro-sidecar.fullname" .) }}
 {{- end }}
@@ -72,14 +93,39 @@ app.kubernetes.io/component: injector
 
 {{/* Images ------------------------------------------------------------- */}}
 
-{{- define "grelmicro-sidecar.image" -}}
-{{- printf "%s:%s" .Values.image.repository (default .Chart.AppVersion .Values.image.tag) }}
+{{/*
+An image reference from (value's name, repository, tag, digest): repository:tag, then
+@digest when given. A repository with no registry host and no "/" ("grelmicro-sidecar")
+is an official Docker Hub name that no one publishes this image under: nodes could never
+pull it, so the render fails and says which value to set.
+*/}}
+{{- define "grelmicro-sidecar.imageRef" -}}
+{{- $value := index . 0 }}
+{{- $repo := index . 1 }}
+{{- $tag := index . 2 }}
+{{- $digest := index . 3 }}
+{{- if not (contains "/" $repo) }}
+{{- fail (printf "%s %q names no registry, so nodes would look for docker.io/library/%s, which does not exist; set %s to the image's path in a registry your nodes pull from, such as ghcr.io/grelinfo/grelmicro-sidecar (where releases are published) or <your-registry>/grelmicro-sidecar" $value $repo $repo $value) }}
+{{- end }}
+{{- printf "%s:%s" $repo $tag }}
+{{- if and $digest (not (contains "@" $tag)) }}@{{ $digest }}{{ end }}
 {{- end }}
 
+{{- define "grelmicro-sidecar.image" -}}
+{{- include "grelmicro-sidecar.imageRef" (list "image.repository" .Values.image.repository (default .Chart.AppVersion .Values.image.tag) .Values.image.digest) }}
+{{- end }}
+
+{{/* The injected sidecar's image: the injector's unless sidecar.image says otherwise (a digest
+only goes with the repository and tag it was given with). */}}
 {{- define "grelmicro-sidecar.sidecarImage" -}}
-{{- $repo := default .Values.image.repository .Values.sidecar.image.repository }}
-{{- $tag := default (default .Chart.AppVersion .Values.image.tag) .Values.sidecar.image.tag }}
-{{- printf "%s:%s" $repo $tag }}
+{{- $s := .Values.sidecar.image }}
+{{- if or $s.repository $s.tag }}
+{{- $repo := default .Values.image.repository $s.repository }}
+{{- $tag := default (default .Chart.AppVersion .Values.image.tag) $s.tag }}
+{{- include "grelmicro-sidecar.imageRef" (list (ternary "sidecar.image.repository" "image.repository" (ne $s.repository "")) $repo $tag "") }}
+{{- else }}
+{{- include "grelmicro-sidecar.image" . }}
+{{- end }}
 {{- end }}
 
 {{/* Namespaces the webhook never sees: kube-system, the release's, and the extra ones; sorted, unique (as sidecar.injector.webhookconfig builds them). */}}
@@ -145,8 +191,8 @@ would collide with the first one's. Say so before helm's ownership error.
 {{- end }}
 {{- end }}
 {{- end }}
-{{- if and .Values.webhook.caBundle (not .Values.webhook.url) }}
-{{- fail "webhook.caBundle is only used with webhook.url (an injector outside the cluster); remove it, or set webhook.url" }}
+{{- if and .Values.webhook.caBundle (not (and .Values.webhook.url .Values.tls.certManager.enabled)) }}
+{{- fail "webhook.caBundle is only used with webhook.url and tls.certManager.enabled (otherwise the injector sets the CA bundle itself); remove it" }}
 {{- end }}
 {{- if and .Values.webhook.url .Values.tls.certManager.enabled (not .Values.webhook.caBundle) }}
 {{- fail "webhook.url with tls.certManager.enabled needs webhook.caBundle: cert-manager only injects the CA of the in-cluster Service's certificate" }}
@@ -155,58 +201,18 @@ would collide with the first one's. Say so before helm's ownership error.
 
 {{/* TLS ---------------------------------------------------------------- */}}
 
-{{/*
-The chart-generated CA and serving certificate, as JSON {"ca", "crt", "key"} (PEM).
-
-Generated once per render and cached in .Values, so the Secret, the webhook's
-caBundle and the Deployment's checksum all see the same material whatever order
-the templates are rendered in. On upgrade, the existing Secret is reused as long
-as it holds all three, so the CA the API server trusts never changes behind the
-running injector's back.
-*/}}
-{{- define "grelmicro-sidecar.tlsMaterial" -}}
-{{- if not (hasKey .Values "__tls") }}
-{{- $existing := lookup "v1" "Secret" .Release.Namespace (include "grelmicro-sidecar.tlsSecretName" .) }}
-{{- $data := dict }}
-{{- if $existing }}{{ $data = default (dict) $existing.data }}{{ end }}
-{{- $material := dict }}
-{{- if and (index $data "ca.crt") (index $data "tls.crt") (index $data "tls.key") }}
-{{- $material = dict "ca" (index $data "ca.crt" | b64dec) "crt" (index $data "tls.crt" | b64dec) "key" (index $data "tls.key" | b64dec) }}
-{{- else }}
-{{- $days := int .Values.tls.validityDays }}
-{{- $ca := genCA (printf "%s-ca" (include "grelmicro-sidecar.fullname" .)) $days }}
-{{- $dns := include "grelmicro-sidecar.serviceDNSNames" . | fromJsonArray }}
-{{- $ips := list }}
+{{/* The names the serving certificate must carry: the Service's, and webhook.url's host. */}}
+{{- define "grelmicro-sidecar.certHosts" -}}
+{{- $hosts := include "grelmicro-sidecar.serviceDNSNames" . | fromJsonArray }}
 {{- with .Values.webhook.url }}
-{{- $host := regexReplaceAll ":[0-9]+$" (urlParse .).host "" | trimPrefix "[" | trimSuffix "]" }}
-{{- if regexMatch "^[0-9.]+$|:" $host }}
-{{- $ips = append $ips $host }}
-{{- else }}
-{{- $dns = append $dns $host }}
+{{- $hosts = append $hosts (regexReplaceAll ":[0-9]+$" (urlParse .).host "" | trimPrefix "[" | trimSuffix "]") }}
 {{- end }}
-{{- end }}
-{{- $cert := genSignedCert (index $dns 2) $ips $dns $days $ca }}
-{{- $material = dict "ca" $ca.Cert "crt" $cert.Cert "key" $cert.Key }}
-{{- end }}
-{{- $_ := set .Values "__tls" $material }}
-{{- end }}
-{{- index .Values "__tls" | toJson }}
-{{- end }}
-
-{{/* The webhook's caBundle (base64 of the PEM CA); empty with cert-manager, whose CA injector fills it. */}}
-{{- define "grelmicro-sidecar.caBundle" -}}
-{{- if .Values.webhook.caBundle }}
-{{- .Values.webhook.caBundle | b64enc }}
-{{- else if not .Values.tls.certManager.enabled }}
-{{- (include "grelmicro-sidecar.tlsMaterial" . | fromJson).ca | b64enc }}
-{{- end }}
+{{- $hosts | uniq | join "," }}
 {{- end }}
 
 {{/* Security context of every container the chart runs (Pod Security "restricted"). */}}
 {{- define "grelmicro-sidecar.containerSecurityContext" -}}
 runAsNonRoot: true
-runAsUser: 65532
-runAsGroup: 65532
 readOnlyRootFilesystem: true
 allowPrivilegeEscalation: false
 capabilities:
@@ -215,11 +221,7 @@ seccompProfile:
   type: RuntimeDefault
 {{- end }}
 
+{{/* The injector's and the test pod's: injector.podSecurityContext, whose IDs may be unset. */}}
 {{- define "grelmicro-sidecar.podSecurityContext" -}}
-runAsNonRoot: true
-runAsUser: 65532
-runAsGroup: 65532
-fsGroup: 65532
-seccompProfile:
-  type: RuntimeDefault
+{{- toYaml .Values.injector.podSecurityContext }}
 {{- end }}

@@ -230,3 +230,52 @@ def test_decide_does_not_mutate_its_input() -> None:
     before = copy.deepcopy(p)
     decide(p, SPEC)
     assert p == before
+
+
+# ---- the sidecar's user, and namespaces that opt in ---------------------------------
+
+
+def _sidecar(p: dict[str, Any], opted_in: bool = False) -> dict[str, Any]:
+    out = patched(p, decide(p, SPEC, opted_in))
+    sidecar: dict[str, Any] = out["spec"]["initContainers"][0]
+    assert sidecar["name"] == CONTAINER_NAME
+    return sidecar
+
+
+@pytest.mark.parametrize(
+    ("pod_context", "expected"),
+    [
+        ({}, {}),  # the image's own user (65532), or the one a namespace policy assigns
+        ({"runAsUser": 1000700000, "runAsGroup": 1000700000}, {}),  # the pod's, inherited
+        ({"runAsUser": 0}, {"runAsUser": 65532}),  # never root: runAsNonRoot would refuse it
+        ({"runAsUser": 0, "runAsGroup": 0}, {"runAsUser": 65532, "runAsGroup": 65532}),
+        ({"runAsUser": 1000, "runAsGroup": 0}, {"runAsGroup": 65532}),
+    ],
+)
+def test_the_sidecar_runs_as_the_pods_user_and_names_one_only_instead_of_root(
+    pod_context: dict[str, int], expected: dict[str, int]
+) -> None:
+    p = pod(name="p")
+    p["spec"]["securityContext"] = pod_context
+    context = _sidecar(p)["securityContext"]
+    assert context["runAsNonRoot"] is True
+    assert {k: context[k] for k in ("runAsUser", "runAsGroup") if k in context} == expected
+
+
+def test_an_opted_in_namespace_injects_pods_without_the_annotation_and_skips_false() -> None:
+    plain = {"metadata": {"name": "p"}, "spec": {"containers": [{"name": "app"}]}}
+    assert decide(plain, SPEC).outcome == "skipped"
+    assert decide(plain, SPEC, opted_in=True).outcome == "injected"
+    assert _sidecar(plain, opted_in=True)["args"][:2] == ["run", "--election=p"]
+    out = pod({P + "inject": "false"}, name="p")
+    assert decide(out, SPEC, opted_in=True).outcome == "skipped"
+    assert decide(pod(name="p"), SPEC, opted_in=True).outcome == "injected"
+    odd = decide(pod({P + "inject": "yes"}, name="p"), SPEC, opted_in=True)
+    assert odd.outcome == "denied"
+    assert odd.message == (
+        'annotation leader-election.grelmicro.io/inject: "yes" is not valid in a namespace '
+        'labelled leader-election.grelmicro.io/inject=enabled; expected "true" or "false" '
+        "(to leave this pod without the sidecar)"
+    )
+    # Outside an opted-in namespace an odd value is no request at all, as before.
+    assert decide(pod({P + "inject": "yes"}, name="p"), SPEC).outcome == "skipped"

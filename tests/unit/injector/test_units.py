@@ -18,6 +18,8 @@ from sidecar.injector.settings import SettingsError, build_parser, injector_sett
 from sidecar.injector.sweep import sweep_cluster
 from sidecar.injector.webhookconfig import (
     MATCH_EXPRESSION,
+    NAMESPACE_WEBHOOK_NAME,
+    OPT_OUT_EXPRESSION,
     WEBHOOK_NAME,
     ca_bundle_of,
     webhook_configuration,
@@ -106,53 +108,74 @@ def test_webhook_configuration_shape() -> None:
         excluded_namespaces=["ops", "kube-system", "ops"],
     )
     assert config["metadata"]["name"] == "grelmicro-sidecar-injector"
-    (hook,) = config["webhooks"]
-    assert hook["name"] == WEBHOOK_NAME
-    assert hook["clientConfig"] == {"caBundle": "Q0E=", "url": "https://127.0.0.1:8443/inject"}
-    assert hook["rules"] == [
-        {
-            "apiGroups": [""],
-            "apiVersions": ["v1"],
-            "resources": ["pods"],
-            "operations": ["CREATE"],
-            "scope": "Namespaced",
-        }
-    ]
-    assert hook["matchConditions"][0]["expression"] == MATCH_EXPRESSION
+    by_annotation, by_namespace = config["webhooks"]
+    assert (by_annotation["name"], by_namespace["name"]) == (WEBHOOK_NAME, NAMESPACE_WEBHOOK_NAME)
+    assert by_annotation["clientConfig"] == {
+        "caBundle": "Q0E=",
+        "url": "https://127.0.0.1:8443/inject",
+    }
+    assert by_namespace["clientConfig"] == {
+        "caBundle": "Q0E=",
+        "url": "https://127.0.0.1:8443/inject-namespace",
+    }
+    names = {
+        "key": "kubernetes.io/metadata.name",
+        "operator": "NotIn",
+        "values": ["kube-system", "ops"],
+    }
+    label = "leader-election.grelmicro.io/inject"
+    # The two never both see a pod: a namespace is labelled enabled, or it is not.
+    assert by_annotation["namespaceSelector"] == {
+        "matchExpressions": [names, {"key": label, "operator": "NotIn", "values": ["enabled"]}]
+    }
+    assert by_namespace["namespaceSelector"] == {
+        "matchExpressions": [names, {"key": label, "operator": "In", "values": ["enabled"]}]
+    }
+    assert by_annotation["matchConditions"][0]["expression"] == MATCH_EXPRESSION
     assert (
         "has(object.metadata.annotations)" in MATCH_EXPRESSION
         and f"'{INJECT}' in" in MATCH_EXPRESSION
+        and "== 'true'" in MATCH_EXPRESSION
     )
-    assert hook["namespaceSelector"] == {
-        "matchExpressions": [
+    assert by_namespace["matchConditions"][0]["expression"] == OPT_OUT_EXPRESSION
+    assert OPT_OUT_EXPRESSION.startswith("!(") and "== 'false'" in OPT_OUT_EXPRESSION
+    for hook in (by_annotation, by_namespace):
+        assert hook["rules"] == [
             {
-                "key": "kubernetes.io/metadata.name",
-                "operator": "NotIn",
-                "values": ["kube-system", "ops"],
+                "apiGroups": [""],
+                "apiVersions": ["v1"],
+                "resources": ["pods"],
+                "operations": ["CREATE"],
+                "scope": "Namespaced",
             }
         ]
-    }
-    assert (hook["failurePolicy"], hook["sideEffects"], hook["timeoutSeconds"]) == (
-        "Fail",
-        "None",
-        10,
-    )
-    assert (hook["reinvocationPolicy"], hook["admissionReviewVersions"]) == ("IfNeeded", ["v1"])
+        assert (hook["failurePolicy"], hook["sideEffects"], hook["timeoutSeconds"]) == (
+            "Fail",
+            "None",
+            10,
+        )
+        assert (hook["reinvocationPolicy"], hook["admissionReviewVersions"]) == ("IfNeeded", ["v1"])
 
 
-def test_webhook_configuration_service_and_no_exclusions() -> None:
+def test_webhook_configuration_service_no_bundle_no_exclusions_and_its_settings() -> None:
     config = webhook_configuration(
-        ca_bundle_of(b"pem"), service={"namespace": "ops", "name": "inj"}, excluded_namespaces=[]
+        None,
+        service={"namespace": "ops", "name": "inj"},
+        excluded_namespaces=[],
+        failure_policy="Ignore",
+        timeout_seconds=3,
     )
-    hook = config["webhooks"][0]
-    assert base64.b64decode(hook["clientConfig"]["caBundle"]) == b"pem"
-    assert hook["clientConfig"]["service"] == {
-        "namespace": "ops",
-        "name": "inj",
-        "port": 443,
-        "path": "/inject",
-    }
-    assert hook["namespaceSelector"] == {}  # NotIn with no values is invalid
+    paths = []
+    for hook in config["webhooks"]:
+        assert "caBundle" not in hook["clientConfig"]  # the injector puts it there itself
+        paths.append(hook["clientConfig"]["service"].pop("path"))
+        assert hook["clientConfig"]["service"] == {"namespace": "ops", "name": "inj", "port": 443}
+        # NotIn with no values is invalid: only the namespace label is selected on.
+        assert len(hook["namespaceSelector"]["matchExpressions"]) == 1
+        assert (hook["failurePolicy"], hook["timeoutSeconds"]) == ("Ignore", 3)
+    assert paths == ["/inject", "/inject-namespace"]
+    config = webhook_configuration(ca_bundle_of(b"pem"), service={"namespace": "a", "name": "b"})
+    assert base64.b64decode(config["webhooks"][0]["clientConfig"]["caBundle"]) == b"pem"
     with pytest.raises(ValueError):
         webhook_configuration("x", excluded_namespaces=[])
     with pytest.raises(ValueError):
