@@ -96,6 +96,35 @@ def process_identity(cluster: Cluster, namespace: str, pod: str, container: str)
     return out.strip().split(",")
 
 
+def probe_pod(name: str, **spec: Any) -> dict[str, Any]:
+    """An annotated pod Pod Security "restricted" admits, for admission only (a dry run, or
+    ``spec`` pinning it to no node): its app never needs to run."""
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {
+            "name": name,
+            "labels": {"app.kubernetes.io/name": "probe"},
+            "annotations": {"leader-election.grelmicro.io/inject": "true"},
+        },
+        "spec": {
+            **spec,
+            "securityContext": {"runAsNonRoot": True, "seccompProfile": {"type": "RuntimeDefault"}},
+            "containers": [
+                {
+                    "name": "app",
+                    "image": "curlimages/curl:8.11.1",
+                    "command": ["sleep", "infinity"],
+                    "securityContext": {
+                        "allowPrivilegeEscalation": False,
+                        "capabilities": {"drop": ["ALL"]},
+                    },
+                }
+            ],
+        },
+    }
+
+
 def tool(name: str, component: str) -> Path:
     """On someone else's cluster (``E2E_KUBECONFIG``) the user's own kubectl/helm when on
     PATH; otherwise the ones built here."""

@@ -2,9 +2,10 @@
 
 Its own release in its own namespace (one replica), beside the session's release,
 so the other tests keep their injector. After ``helm uninstall`` every kind the
-API server can list is searched for the release's label: the one object allowed
-to remain is the completed ``helm test`` pod, kept on purpose so ``--logs`` can
-read it (README, Troubleshooting), and it goes with the command README gives.
+API server can list is searched for the release's label: the objects allowed
+to remain are the completed ``helm test`` pod, kept on purpose so ``--logs`` can
+read it, and the Lease ClusterRole, kept so running sidecars keep leading
+(docs: Uninstall); both go with the commands the docs give.
 """
 
 from __future__ import annotations
@@ -84,14 +85,14 @@ def test_install_upgrade_test_and_uninstall_leave_nothing_behind(
         e2e.helm("uninstall", RELEASE, f"--namespace={NAMESPACE}", "--wait", "--timeout=120s")
 
     wait_for(lambda: not _injector_pods(e2e), 90, "the injector pods to be gone from the node")
+    kept = [f"ClusterRole//{FULLNAME}-leases", f"Pod/{NAMESPACE}/{FULLNAME}-test"]
     left = wait_for(
-        lambda: (
-            (found := _labelled_anywhere(e2e)) == [f"Pod/{NAMESPACE}/{FULLNAME}-test"] and found
-        ),
+        lambda: (found := _labelled_anywhere(e2e)) == kept and found,
         60,
-        "nothing of the release left but the completed test pod",
+        "nothing of the release left but the completed test pod and the Lease ClusterRole",
     )
     assert left
     e2e.kubectl("delete", "pod", "-n", NAMESPACE, f"{FULLNAME}-test", "--wait=true")
+    e2e.kubectl("delete", "clusterrole", f"{FULLNAME}-leases")
     assert _labelled_anywhere(e2e) == []
     e2e.kubectl("delete", "namespace", NAMESPACE, "--wait=true", "--timeout=120s")
