@@ -18,14 +18,14 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
 import ssl
-import tempfile
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from typing import Any
 
 import kopf
 from aiohttp import web
+
+from ..kit.pem import load_chain
 
 Route = Callable[[Any], Awaitable[Any]]
 
@@ -39,18 +39,9 @@ def tls_context() -> ssl.SSLContext:
 
 
 def load_pem(context: ssl.SSLContext, cert_pem: bytes, key_pem: bytes) -> None:
-    """Put a certificate chain and its key into ``context`` (new handshakes use them).
-
-    ``ssl`` reads them from files only: they are written to a private temporary
-    file (mode 0600) and removed at once.
-    """
-    fd, name = tempfile.mkstemp(prefix="serving-", suffix=".pem")
-    try:
-        with os.fdopen(fd, "wb") as out:
-            out.write(cert_pem.rstrip(b"\n") + b"\n" + key_pem)
-        context.load_cert_chain(name)
-    finally:
-        os.unlink(name)
+    """Put a certificate chain and its key into ``context``: new handshakes use them (the
+    key never touches a disk, ``kit.pem``)."""
+    load_chain(context, cert_pem, key_pem)
 
 
 class WebhookServer:

@@ -8,13 +8,13 @@ builds the same trust and identity. An inline client key never touches a disk.
 
 from __future__ import annotations
 
-import contextlib
-import os
 import ssl
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from urllib.parse import urlsplit
+
+from ..kit.pem import load_chain
 
 
 class ConfigError(Exception):
@@ -59,35 +59,17 @@ class TlsFiles:
     def context(self, ca_fail: Fail = ConfigError, cert_fail: Fail = ConfigError) -> ssl.SSLContext:
         """A verifying client context: this CA (else the system's), this client certificate.
 
-        ssl reads paths only: inline PEM goes through an anonymous in-memory file (memfd), so
-        the key never touches a disk and ``tempfile`` (with shutil, bz2, lzma, zlib) stays
-        unloaded; a private temporary file where there is no memfd (not Linux).
+        Inline PEM never touches a disk (``kit.pem``).
         """
         ctx = tls_context(self.ca_path, self.ca_data, ca_fail)
         if not ((self.cert_path or self.cert_data) and (self.key_path or self.key_data)):
             return ctx
-        with contextlib.ExitStack() as opened:
-
-            def path(data: bytes | None) -> str:
-                if hasattr(os, "memfd_create"):
-                    fd = os.memfd_create("grelmicro-pem", os.MFD_CLOEXEC)
-                    name = f"/proc/self/fd/{fd}"
-                else:
-                    import tempfile
-
-                    fd, name = tempfile.mkstemp(prefix="grelmicro-", suffix=".pem")
-                    opened.callback(Path(name).unlink, missing_ok=True)
-                opened.callback(os.close, fd)
-                with open(fd, "wb", closefd=False) as fh:
-                    fh.write(data or b"")
-                return name
-
-            try:
-                ctx.load_cert_chain(
-                    self.cert_path or path(self.cert_data), self.key_path or path(self.key_data)
-                )
-            except OSError as err:  # ssl.SSLError too
-                raise cert_fail(f"cannot load the client certificate/key: {err}") from None
+        try:
+            load_chain(
+                ctx, self.cert_path or self.cert_data or b"", self.key_path or self.key_data or b""
+            )
+        except OSError as err:  # ssl.SSLError too
+            raise cert_fail(f"cannot load the client certificate/key: {err}") from None
         return ctx
 
 
