@@ -143,6 +143,27 @@ COMPONENTS = {
             tags=("remove_all_sd", "enable_kubernetes_sd"),
         ),
         Component(
+            # The release image's SBOM (hack/release.py): Debian's and Python's packages.
+            "syft",
+            "github.com/anchore/syft",
+            {"syft": "github.com/anchore/syft/cmd/syft"},
+            ("main.version={version_bare}",),
+        ),
+        Component(
+            # Lints .github/workflows (tests/ship/test_workflows.py), shellcheck on their run: steps.
+            "actionlint",
+            "github.com/rhysd/actionlint",
+            {"actionlint": "github.com/rhysd/actionlint/cmd/actionlint"},
+            ("github.com/rhysd/actionlint.version={version}",),
+        ),
+        Component(
+            # The OCI registry that stands in for ghcr.io (tests/cluster/registry.py): TLS, a log.
+            "registry",
+            "github.com/distribution/distribution/v3",
+            {"registry": "github.com/distribution/distribution/v3/cmd/registry"},
+            ("github.com/distribution/distribution/v3/version.version={version}",),
+        ),
+        Component(
             "helm",
             "helm.sh/helm/v3",
             {"helm": "helm.sh/helm/v3/cmd/helm"},
@@ -278,6 +299,8 @@ CONTROL_PLANE = ("kubernetes", "etcd", "helm")
 NODE = ("kubernetes-node", "containerd", "runc", "cni", "coredns")
 #: Prometheus and promtool: the alerting rules, their unit tests and the dashboard's queries.
 MONITORING = ("prometheus",)
+#: What ``make release`` and its tests need besides helm: the SBOM, the workflows' lint, the registry.
+RELEASE = ("syft", "actionlint", "registry")
 
 
 def ensure_all(names: tuple[str, ...] = CONTROL_PLANE) -> dict[str, Path]:
