@@ -48,19 +48,28 @@ def unsupported_reason() -> str | None:
 
 
 def ensure_packages(packages: dict[str, str] = PACKAGES) -> None:
-    """Install the Debian packages (the node's by default) that are missing (apt-get, quietly)."""
-    missing = [name for name, path in packages.items() if not Path(path).exists()]
-    if not missing:
+    """Install the Debian packages (the node's by default) that are missing (apt-get, quietly).
+
+    One apt at a time on this machine (a file lock): apt refuses at once, rather than
+    waiting, when another session's apt-get holds its lock.
+    """
+    from .binaries import file_lock
+
+    if all(Path(path).exists() for path in packages.values()):
         return
-    print(
-        f"[tests.cluster] installing {' '.join(missing)} with apt-get ...",
-        file=sys.stderr,
-        flush=True,
-    )
-    env = dict(os.environ, DEBIAN_FRONTEND="noninteractive")
-    subprocess.run(["apt-get", "update", "-qq"], check=True, env=env)
-    subprocess.run(
-        ["apt-get", "install", "-y", "-qq", "--no-install-recommends", *missing],
-        check=True,
-        env=env,
-    )
+    with file_lock("apt"):
+        missing = [name for name, path in packages.items() if not Path(path).exists()]
+        if not missing:
+            return
+        print(
+            f"[tests.cluster] installing {' '.join(missing)} with apt-get ...",
+            file=sys.stderr,
+            flush=True,
+        )
+        env = dict(os.environ, DEBIAN_FRONTEND="noninteractive")
+        subprocess.run(["apt-get", "update", "-qq"], check=True, env=env)
+        subprocess.run(
+            ["apt-get", "install", "-y", "-qq", "--no-install-recommends", *missing],
+            check=True,
+            env=env,
+        )

@@ -104,7 +104,8 @@ def busybox() -> ImageArchive:
     for test pods that only need to run a command, serve a probe or share a file."""
     candidate = _apt_candidate("busybox-static")
     if not candidate:  # a fresh machine has no package lists yet
-        subprocess.run(["apt-get", "update", "-qq"], check=True)
+        with binaries.file_lock("apt"):  # one apt at a time (host.ensure_packages)
+            subprocess.run(["apt-get", "update", "-qq"], check=True)
         candidate = _apt_candidate("busybox-static")
     if not candidate:
         raise RuntimeError("apt offers no busybox-static package: check the machine's apt sources")
