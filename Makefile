@@ -9,7 +9,7 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
-.PHONY: setup binaries lint typecheck test test-fast demo bench clean manifests kind-e2e
+.PHONY: setup binaries lint typecheck test test-fast demo bench clean manifests kind-e2e release
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -46,6 +46,12 @@ bench: binaries
 # Regenerate manifests/install.yaml and prometheus-rules.yaml from the chart (tests fail when they drift).
 manifests: binaries
 	$(PY) -m tests.ship.render
+
+# A release from sidecar/__init__.py's version into $(DIST): wheel, sdist, image (OCI archive),
+# chart pinned to the image's digest, SBOM, SHA256SUMS (hack/release.py; root: buildah).
+DIST ?= dist
+release: $(STAMP)
+	$(PY) -m hack.release build --dist $(DIST)
 
 # End to end on a kind cluster; needs Docker, kind, kubectl and helm (see README).
 kind-e2e:

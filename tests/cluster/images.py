@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import fnmatch
 import hashlib
-import os
 import re
 import shutil
 import subprocess
@@ -26,10 +25,13 @@ import sys
 import time
 from pathlib import Path
 
-from . import binaries
+import yaml
+
+from . import binaries, host
 from .nodeimages import ImageArchive
 
 ROOT = Path(__file__).resolve().parents[2]
+CHART = ROOT / "charts" / "grelmicro-sidecar"
 BASE_PACKAGES = ("python3", "python3-venv", "python-is-python3", "ca-certificates")
 CURL_PACKAGES = ("curl", "ca-certificates")
 CURL_IMAGE = "docker.io/curlimages/curl:8.11.1"
@@ -60,16 +62,7 @@ def buildah(*args: str, **kwargs: object) -> subprocess.CompletedProcess[str]:
 
 
 def ensure_host_packages() -> None:
-    missing = [name for name, path in HOST_PACKAGES.items() if not Path(path).exists()]
-    if missing:
-        _log(f"installing {' '.join(missing)} with apt-get ...")
-        env = dict(os.environ, DEBIAN_FRONTEND="noninteractive")
-        subprocess.run(["apt-get", "update", "-qq"], check=True, env=env)
-        subprocess.run(
-            ["apt-get", "install", "-y", "-qq", "--no-install-recommends", *missing],
-            check=True,
-            env=env,
-        )
+    host.ensure_packages(HOST_PACKAGES)
 
 
 def apt_sources() -> Path:
@@ -100,10 +93,25 @@ def dockerfile_from() -> str:
 
 
 def product_image_name() -> str:
-    chart = (ROOT / "charts" / "grelmicro-sidecar" / "Chart.yaml").read_text()
-    match = re.search(r'^appVersion:\s*"?([^"\s]+)"?', chart, re.M)
-    assert match, "Chart.yaml has no appVersion"
-    return f"docker.io/library/grelmicro-sidecar:{match.group(1)}"
+    """The image the chart from the source tree installs by default, as a full reference.
+
+    Its values' ``image.repository`` at its ``appVersion``: the name the product
+    image is loaded into the node under, so a chart installed from the tree
+    finds it there (``pullPolicy: IfNotPresent``) and never pulls.
+    """
+    chart = yaml.safe_load((CHART / "Chart.yaml").read_text())
+    values = yaml.safe_load((CHART / "values.yaml").read_text())
+    return f"{full_reference(values['image']['repository'])}:{chart['appVersion']}"
+
+
+def full_reference(repository: str) -> str:
+    """``repository`` as containerd names it: Docker Hub's domain and ``library/`` made explicit."""
+    first, _, rest = repository.partition("/")
+    if not rest or ("." not in first and ":" not in first and first != "localhost"):
+        repository = f"docker.io/{repository}"
+        if not rest:
+            repository = f"docker.io/library/{first}"
+    return repository
 
 
 def _context_files() -> list[Path]:
@@ -236,31 +244,7 @@ def dockerfile_image(name: str, stem: str, files: dict[str, Path], dockerfile: s
 
     def build(staging: Path) -> None:
         t0 = time.monotonic()
-        context = staging / "context"
-        for rel, source in files.items():
-            target = context / rel
-            target.parent.mkdir(parents=True, exist_ok=True)
-            shutil.copy2(source, target)
-        (context / "Dockerfile").write_text(dockerfile)
-        mounts = []
-        # pip inside the build trusts what the machine's own pip trusts.
-        for path in ("/etc/ssl/certs/ca-certificates.crt", "/etc/pip.conf"):
-            if Path(path).exists():
-                mounts += ["--volume", f"{path}:{path}:ro"]
-        buildah(
-            "bud",
-            "--quiet",
-            "--isolation=chroot",
-            "--pull-never",
-            "--layers=false",
-            *mounts,
-            "--iidfile",
-            str(staging / "iid"),
-            "--tag",
-            name,
-            str(context),
-        )
-        built = (staging / "iid").read_text().strip()
+        built = _bud(staging, name, files, dockerfile)
         buildah("push", built, f"docker-archive:{staging / archive.name}:{name}")
         # The archive is what nodes load; buildah's copy (vfs: the whole image again, every
         # time the tree changes) is of no further use.
@@ -268,6 +252,82 @@ def dockerfile_image(name: str, stem: str, files: dict[str, Path], dockerfile: s
         _log(f"built {name} from its Dockerfile in {time.monotonic() - t0:.1f}s")
 
     directory = archive.with_suffix(".d")
+    binaries.build_once(directory, ready=lambda d: (d / archive.name).exists(), build=build)
+    return ImageArchive(name, directory / archive.name)
+
+
+def _bud(
+    staging: Path,
+    name: str,
+    files: dict[str, Path],
+    dockerfile: str,
+    extra: tuple[str, ...] = (),
+) -> str:
+    """``buildah bud`` of ``dockerfile`` over ``files`` (copied into ``staging``), with ``extra``
+    arguments; the image ID."""
+    context = staging / "context"
+    for rel, source in files.items():
+        target = context / rel
+        target.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(source, target)
+    (context / "Dockerfile").write_text(dockerfile)
+    mounts = []
+    # pip inside the build trusts what the machine's own pip trusts.
+    for path in ("/etc/ssl/certs/ca-certificates.crt", "/etc/pip.conf"):
+        if Path(path).exists():
+            mounts += ["--volume", f"{path}:{path}:ro"]
+    buildah(
+        "bud",
+        "--quiet",
+        "--isolation=chroot",
+        "--pull-never",
+        "--layers=false",
+        *mounts,
+        *extra,
+        "--iidfile",
+        str(staging / "iid"),
+        "--tag",
+        name,
+        str(context),
+    )
+    shutil.rmtree(context)
+    return (staging / "iid").read_text().strip()
+
+
+def release_image(name: str, labels: dict[str, str], timestamp: int) -> ImageArchive:
+    """The product image as a release ships it: an OCI archive (layers gzip-compressed, as a
+    registry serves them) whose manifest a push keeps byte for byte, so its digest is the one
+    nodes pull by. The Dockerfile as ``product()`` builds it, plus ``labels``, created at
+    ``timestamp`` (seconds; its files' times too) and without the base annotations: its
+    base is the Debian-made stand-in, which no registry serves under the name the
+    Dockerfile gives. Cached by the hash of every input, so one tree gives one digest."""
+    ensure_host_packages()
+    files = {f.relative_to(ROOT).as_posix(): f for f in _context_files()}
+    dockerfile = (ROOT / "Dockerfile").read_text()
+    base = python_base()
+    extra = [f"--timestamp={timestamp}"]
+    for key in ("org.opencontainers.image.base.name", "org.opencontainers.image.base.digest"):
+        extra += ["--annotation", f"{key}="]
+    for key, value in labels.items():
+        extra += ["--label", f"{key}={value}"]
+    key = _hash(
+        base.path.name.encode(),
+        *(rel.encode() + b"\0" + files[rel].read_bytes() for rel in sorted(files)),
+        dockerfile.encode(),
+        "\0".join(extra).encode(),
+        name.encode(),
+    )
+    archive = _images_dir() / f"release-{key}.oci.tar"
+
+    def build(staging: Path) -> None:
+        t0 = time.monotonic()
+        built = _bud(staging, name, files, dockerfile, tuple(extra))
+        tag = name.rsplit(":", 1)[1]
+        buildah("push", built, f"oci-archive:{staging / archive.name}:{tag}")
+        subprocess.run(["buildah", *_storage(), "rmi", built], capture_output=True)
+        _log(f"built {name} for release in {time.monotonic() - t0:.1f}s")
+
+    directory = archive.parent / f"release-{key}.d"
     binaries.build_once(directory, ready=lambda d: (d / archive.name).exists(), build=build)
     return ImageArchive(name, directory / archive.name)
 
