@@ -22,7 +22,10 @@ CLUSTER="${KIND_CLUSTER:-grelmicro-sidecar}"
 CONTEXT="kind-${CLUSTER}"
 SYSTEM_NS=grelmicro-system
 VERSION="$(sed -n 's/^appVersion: *"\{0,1\}\([^"]*\)"\{0,1\} *$/\1/p' "$ROOT/charts/grelmicro-sidecar/Chart.yaml")"
-IMAGE="grelmicro-sidecar:${VERSION}"
+# The image the chart installs by default (values.yaml's image.repository), so the
+# chart finds the one built here already loaded into kind's nodes.
+REPOSITORY="$(sed -n '/^image:/,/^[^ #]/ s/^  repository: *"\{0,1\}\([^"]*\)"\{0,1\} *$/\1/p' "$ROOT/charts/grelmicro-sidecar/values.yaml")"
+IMAGE="${REPOSITORY}:${VERSION}"
 
 die() {
     echo "kind-e2e: $*" >&2
@@ -46,6 +49,7 @@ need kind "Install kind: https://kind.sigs.k8s.io/docs/user/quick-start/#install
 need kubectl "Install kubectl: https://kubernetes.io/docs/tasks/tools/"
 need helm "Install helm: https://helm.sh/docs/intro/install/"
 [ -n "$VERSION" ] || die "cannot read appVersion from charts/grelmicro-sidecar/Chart.yaml"
+[ -n "$REPOSITORY" ] || die "cannot read image.repository from charts/grelmicro-sidecar/values.yaml"
 
 k() { kubectl --context "$CONTEXT" "$@"; }
 

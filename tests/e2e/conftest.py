@@ -3,7 +3,8 @@
 By default it starts this machine's node (``tests/cluster/node.py``), builds
 the image from the Dockerfile and loads it there. With ``E2E_KUBECONFIG`` set
 it runs against that cluster instead (``hack/kind-e2e.sh`` does this with
-kind), which must already have the image ``grelmicro-sidecar:<appVersion>``.
+kind), which must already have the image the chart names by default
+(``images.product_image_name``: values.yaml's ``image.repository`` at ``appVersion``).
 
 Fixtures: ``e2e`` (kubectl and helm for the cluster), ``release`` (the chart
 installed once per session with the built image, uninstalled at the end) and

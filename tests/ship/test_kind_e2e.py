@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.cluster import images
 from tests.ship.tools import BIN, ROOT
 
 pytestmark = pytest.mark.timeout(60)
@@ -39,6 +40,26 @@ def test_script_runs_the_e2e_suite_on_the_kind_cluster() -> None:
     assert 'E2E_KUBECONFIG="$kubeconfig"' in text and '"$ROOT/tests/e2e"' in text
     assert (ROOT / "tests" / "e2e" / "conftest.py").read_text().count("E2E_KUBECONFIG") >= 1
     assert 'kind load docker-image "$IMAGE"' in text
+
+
+def test_script_loads_the_image_the_chart_installs_by_default() -> None:
+    """The name it builds and loads is the chart's default, as the node's preload is
+    (``images.product_image_name``): the script's own lines, run by bash."""
+    lines = [
+        line
+        for line in SCRIPT.read_text().splitlines()
+        if line.startswith(("VERSION=", "REPOSITORY=", "IMAGE="))
+    ]
+    assert len(lines) == 3, lines
+    result = subprocess.run(
+        ["bash", "-c", "\n".join([f"ROOT={ROOT}", *lines, 'printf %s "$IMAGE"'])],
+        capture_output=True,
+        text=True,
+        timeout=10,
+        check=True,
+    )
+    repository, _, tag = result.stdout.rpartition(":")
+    assert f"{images.full_reference(repository)}:{tag}" == images.product_image_name()
 
 
 def _fake_bin(tmp_path: Path, docker_info_ok: bool | None) -> tuple[Path, Path]:

@@ -23,7 +23,7 @@ from typing import Any
 import pytest
 
 from sidecar.injector.patch import SidecarSpec, decide
-from tests.cluster import ControlPlane, free_port
+from tests.cluster import ControlPlane, free_port, images
 from tests.patched import patched
 from tests.ship.tools import (
     CHART,
@@ -99,8 +99,13 @@ def test_example_images_are_pinned_and_the_project_image_matches_the_chart() -> 
         for c in spec.get("initContainers", []) + spec["containers"]:
             image = c["image"]
             assert ":" in image and not image.endswith(":latest"), f"{name}: {image} is not pinned"
-            if image.startswith("grelmicro-sidecar:"):
-                assert image == f"grelmicro-sidecar:{chart_version}", f"{name}: {image}"
+            if image.rsplit("/", 1)[-1].startswith("grelmicro-sidecar:"):
+                # The image the chart installs by default (and the one the e2e node preloads).
+                repository, _, tag = image.rpartition(":")
+                assert tag == chart_version, f"{name}: {image}"
+                assert f"{images.full_reference(repository)}:{tag}" == (
+                    images.product_image_name()
+                ), f"{name}: {image} is not the chart's default image"
 
 
 @pytest.fixture
