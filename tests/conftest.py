@@ -3,6 +3,9 @@
 - ``cluster``: the ``ControlPlane`` (admin kubeconfig at ``cluster.kubeconfig``).
 - ``api``: an official ``kubernetes.client.ApiClient`` acting as admin.
 - ``namespace``: a fresh namespace per test, deleted afterwards.
+- ``released``: ``make release``'s folder (wheel, sdist, image, chart, SBOM,
+  digests), built once per session into a temporary ``DIST``; root only (buildah),
+  skipped elsewhere with a one-line reason, except under ``CI=true``.
 - ``node``: a real node (kubelet, containerd, CNI, CoreDNS) with its own control
   plane, started on first use; skipped with a one-line reason where this
   machine cannot run one, except under ``CI=true`` where that fails the test.
@@ -15,7 +18,9 @@ etcd and controller-manager logs are printed in the terminal summary.
 from __future__ import annotations
 
 import os
+import subprocess
 import tempfile
+import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -71,6 +76,37 @@ def node() -> Iterator[Node]:
         if not left:
             started.remove()
         assert not left, f"stopping the node left this behind (see {workdir}): {left}"
+
+
+@pytest.fixture(scope="session")
+def released(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    if os.geteuid() != 0:
+        reason = "make release builds the image with buildah, which needs root here"
+        if os.environ.get("CI") == "true":
+            pytest.fail(f"CI must build the release, but {reason}")
+        pytest.skip(reason)
+    dist = tmp_path_factory.mktemp("dist")
+    root = Path(__file__).resolve().parents[1]
+    started = time.monotonic()
+    done = subprocess.run(
+        # -o: the virtualenv this very session runs from is never rebuilt under it.
+        [
+            "make",
+            "--no-print-directory",
+            "-C",
+            str(root),
+            "-o",
+            ".venv/.installed",
+            "release",
+            f"DIST={dist}",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=3000,
+    )
+    assert done.returncode == 0, f"make release failed:\n{done.stdout}\n{done.stderr[-4000:]}"
+    print(f"\nmake release in {time.monotonic() - started:.0f}s:\n{done.stdout}")
+    return dist
 
 
 @pytest.fixture(scope="session")
@@ -131,3 +167,10 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
         item.add_marker(pytest.mark.cluster)
         if TIERS.get(folder) == "node" or "node" in getattr(item, "fixturenames", ()):
             item.add_marker(pytest.mark.node)
+    # A test that needs a node where the chart was never installed (README's commands with the
+    # defaults) runs first of the node tests, before any installs it (``release`` is
+    # session-scoped); the node still starts where the node tests start.
+    fresh = [item for item in items if item.get_closest_marker("fresh_cluster")]
+    rest = [item for item in items if not item.get_closest_marker("fresh_cluster")]
+    first_node = next((i for i, item in enumerate(rest) if item.get_closest_marker("node")), 0)
+    items[:] = rest[:first_node] + fresh + rest[first_node:]

@@ -93,6 +93,12 @@ class Node:
         return self.run / "containerd" / "containerd.sock"
 
     @property
+    def registry_hosts(self) -> Path:
+        """containerd's registry ``config_path``: a ``<host>/hosts.toml`` here redirects pulls
+        of that host (read at every pull; ``registry.Registry.mirror`` writes one)."""
+        return self.run / "certs.d"
+
+    @property
     def _record(self) -> Path:
         return self.workdir / "node.json"
 
@@ -188,6 +194,7 @@ class Node:
         cni_bin = self.bins["bridge"].parent
         root, state = self.run / "containerd-root", self.run / "containerd"
         config = self.run / "containerd.toml"
+        self.registry_hosts.mkdir(exist_ok=True)
         config.write_text(
             _containerd_config(
                 root=root,
@@ -198,6 +205,7 @@ class Node:
                 cni_bin=cni_bin,
                 cni_conf=self.run / "cni-conf",
                 opt=self.run / "opt",
+                registry_hosts=self.registry_hosts,
             )
         )
         network.cni_config(self.run / "cni-conf", self.run / "cni-ipam")
@@ -554,6 +562,7 @@ def _containerd_config(
     cni_bin: Path,
     cni_conf: Path,
     opt: Path,
+    registry_hosts: Path,
 ) -> str:
     return f"""\
 version = 4
@@ -583,6 +592,8 @@ disabled_plugins = [
     snapshotter = 'overlayfs'
     [plugins.'io.containerd.cri.v1.images'.pinned_images]
       sandbox = '{nodeimages.PAUSE_IMAGE}'
+    [plugins.'io.containerd.cri.v1.images'.registry]
+      config_path = '{registry_hosts}'
 
   [plugins.'io.containerd.cri.v1.runtime']
     restrict_oom_score_adj = true
