@@ -42,7 +42,8 @@ _ACCESS = re.compile(r'"(?P<method>[A-Z]+) (?P<path>/v2/\S*) HTTP/[\d.]+" (?P<st
 @dataclass(frozen=True)
 class Request:
     method: str
-    path: str
+    path: str  # without the query
+    query: str  # containerd adds ns=<the host it mirrors>
     status: int
     line: str
 
@@ -181,8 +182,9 @@ server = "https://{self.host}"
         for line in self.log.read_text(errors="replace").splitlines():
             match = _ACCESS.search(line)
             if match:
+                path, _, query = match["path"].partition("?")
                 out.append(
-                    Request(match["method"], match["path"], int(match["status"]), line.strip())
+                    Request(match["method"], path, query, int(match["status"]), line.strip())
                 )
         return out
 

@@ -195,11 +195,12 @@ def test_readme_installs_the_published_release_and_my_app_gets_one_leader(
         chart_paths = [r.path for r in pulled if r.path.startswith("/v2/grelinfo/charts/")]
         assert f"/v2/grelinfo/charts/grelmicro-sidecar/manifests/{version}" in chart_paths, pulled
         assert any("/blobs/sha256:" in p for p in chart_paths), chart_paths
-        status = json.loads(
-            shell.run(f"helm status grelmicro-sidecar -n {SYSTEM} -o json", trace=False).output
+        [listed] = json.loads(
+            shell.run(f"helm list --namespace {SYSTEM} -o json", trace=False).output
         )
-        assert status["chart"]["metadata"]["version"] == version
-        assert status["config"] == {} and status["info"]["status"] == "deployed"
+        assert (listed["chart"], listed["status"]) == (f"grelmicro-sidecar-{version}", "deployed")
+        values = shell.run(f"helm get values grelmicro-sidecar -n {SYSTEM} -o json", trace=False)
+        assert json.loads(values.output) in (None, {})  # README sets no value: the defaults
 
         # The node pulled the sidecar's image from the registry, by the release's digest.
         image_paths = [
@@ -207,6 +208,8 @@ def test_readme_installs_the_published_release_and_my_app_gets_one_leader(
         ]
         assert f"/v2/grelinfo/grelmicro-sidecar/manifests/{digest}" in image_paths, pulled
         assert any("/blobs/sha256:" in p for p in image_paths), image_paths
+        by_node = [r for r in pulled if r.path.startswith("/v2/grelinfo/grelmicro-sidecar/")]
+        assert all(r.query == "ns=ghcr.io" for r in by_node), by_node  # containerd's mirror
         expected = f"ghcr.io/grelinfo/grelmicro-sidecar@{digest}"
         pods = e2e.json("get", "pods", "-n", NAMESPACE, "-l", f"app.kubernetes.io/name={APP}")
         running = [p for p in pods["items"] if not p["metadata"].get("deletionTimestamp")]
