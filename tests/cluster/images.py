@@ -232,13 +232,14 @@ def dockerfile_image(name: str, stem: str, files: dict[str, Path], dockerfile: s
     """``dockerfile`` built with ``files`` as its context (path inside the context -> source).
 
     Its ``FROM`` must be the Python base (``python_base``), the one base this
-    machine can make; cached under ``<stem>-<hash of every input>.tar``.
+    machine can make; cached under ``<stem>-<hash of every input and the name>.tar``.
     """
     base = python_base()
     key = _hash(
         base.path.name.encode(),
         *(rel.encode() + b"\0" + files[rel].read_bytes() for rel in sorted(files)),
         dockerfile.encode(),
+        name.encode(),  # the archive loads under it, and it follows the chart's values
     )
     archive = _images_dir() / f"{stem}-{key}.tar"
 
