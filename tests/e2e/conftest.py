@@ -7,9 +7,13 @@ kind), which must already have the image the chart names by default
 (``images.product_image_name``: values.yaml's ``image.repository`` at ``appVersion``).
 
 Fixtures: ``e2e`` (kubectl and helm for the cluster), ``release`` (the chart
-installed once per session with the built image, uninstalled at the end) and
+installed once per session with the built image, uninstalled at the end),
 ``workload_namespace`` (a fresh namespace enforcing Pod Security
-``restricted``, with ``manifests/rbac.yaml`` applied as a user would).
+``restricted``, with ``manifests/rbac.yaml`` applied as a user would),
+``registry`` (a stand-in for ghcr.io that this machine's node pulls from,
+``tests/cluster/registry.py``) and ``published`` (``make release``'s image and
+chart pushed there by ``hack/publish.sh``, as the release workflow pushes them).
+README's blocks run against them through ``tests/e2e/readme.py``.
 """
 
 from __future__ import annotations
@@ -27,8 +31,9 @@ from typing import Any
 
 import pytest
 
-from tests.cluster import binaries
+from tests.cluster import binaries, host
 from tests.cluster.node import Node
+from tests.cluster.registry import Registry
 
 ROOT = Path(__file__).resolve().parents[2]
 CHART = ROOT / "charts" / "grelmicro-sidecar"
@@ -190,6 +195,57 @@ def release(e2e: Cluster) -> Iterator[str]:
             check=False,
         )
         e2e.kubectl("delete", "namespace", RELEASE_NAMESPACE, "--wait=false", check=False)
+
+
+@pytest.fixture(scope="session")
+def registry(
+    e2e: Cluster, request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[Registry]:
+    """The stand-in for ghcr.io, mirrored into this machine's node's containerd."""
+    if os.environ.get("E2E_KUBECONFIG"):
+        pytest.skip("mirrors ghcr.io in this machine's containerd")
+    node: Node = request.getfixturevalue("node")
+    started = Registry(tmp_path_factory.mktemp("registry") / "registry").start()
+    started.mirror(node.registry_hosts)
+    try:
+        yield started
+    finally:
+        left = started.stop()
+        assert not left, f"the registry left this behind: {left}"
+
+
+@dataclass(frozen=True)
+class Published:
+    registry: Registry
+    dist: Path  # make release's folder
+    version: str
+    digest: str  # the image's manifest digest, the chart's image.digest
+
+
+#: What hack/publish.sh needs besides helm (GitHub's runners have it).
+PUBLISH_TOOLS = {"skopeo": "/usr/bin/skopeo"}
+
+
+@pytest.fixture(scope="session")
+def published(
+    e2e: Cluster, registry: Registry, released: Path, tmp_path_factory: pytest.TempPathFactory
+) -> Published:
+    """``make release``'s image and chart in the stand-in for ghcr.io, pushed by the release
+    workflow's own script, as a maintainer's shell runs it (ghcr.io resolved to the registry)."""
+    from sidecar import __version__
+    from tests.e2e.readme import UserShell
+
+    host.ensure_packages(PUBLISH_TOOLS)
+    shell = UserShell(e2e.kubeconfig, tmp_path_factory.mktemp("publisher"), registry)
+    shell.env = {"DIST": str(released)}
+    pushed = shell.run("hack/publish.sh")
+    assert pushed.ok, f"hack/publish.sh failed:\n{pushed.output}"
+    stored = {(r.method, r.path) for r in registry.requests() if r.status < 400}
+    for repository in ("grelmicro-sidecar", "charts/grelmicro-sidecar"):
+        put = ("PUT", f"/v2/grelinfo/{repository}/manifests/{__version__}")
+        assert put in stored, f"hack/publish.sh did not push {put[1]}: {sorted(stored)}"
+    digest = (released / f"grelmicro-sidecar-{__version__}.image-digest").read_text().strip()
+    return Published(registry, released, __version__, digest)
 
 
 @pytest.fixture

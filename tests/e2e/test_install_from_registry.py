@@ -1,11 +1,11 @@
 """Installed from a registry, exactly as README says: the release, published, then README's
 "Install on your cluster" block run word for word against the user's Deployment.
 
-A registry on this machine stands in for ghcr.io (``tests/cluster/registry.py``):
-the node's containerd mirrors ghcr.io to it, and the user's commands run in a
-private mount namespace whose ``/etc/hosts`` sends ghcr.io there
-(``tests/e2e/readme.py``). ``make release``'s image and chart are pushed to it
-by ``hack/publish.sh``, the release workflow's own push. Then, on a namespace
+A registry on this machine stands in for ghcr.io (``registry`` and ``published``
+in conftest.py): the node's containerd mirrors ghcr.io to it, ``make release``'s
+image and chart are pushed to it by ``hack/publish.sh`` (the release workflow's
+own push), and the user's commands run in a private mount namespace whose
+``/etc/hosts`` sends ghcr.io there (``tests/e2e/readme.py``). Then, on a namespace
 ``my-app`` (Pod Security ``restricted``) with a Deployment ``my-app`` of three
 replicas whose app reads the sidecar's state file, README's block runs
 unchanged, and the test checks that the chart came from the registry, that the
@@ -20,19 +20,13 @@ commands use the defaults): ``fresh_cluster`` runs it before the other tests.
 from __future__ import annotations
 
 import json
-import os
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-import sidecar
-from tests.cluster import host
-from tests.cluster.node import Node
-from tests.cluster.registry import Registry
 from tests.e2e import readme
-from tests.e2e.conftest import Cluster, wait_for
+from tests.e2e.conftest import Cluster, Published, wait_for
 
 pytestmark = [pytest.mark.timeout(3600), pytest.mark.fresh_cluster]
 
@@ -40,8 +34,6 @@ INSTALL = "## Install on your cluster"
 NAMESPACE = "my-app"
 APP = "my-app"
 SYSTEM = "grelmicro-system"
-#: What hack/publish.sh needs besides helm (GitHub's runners have it).
-PUBLISH_TOOLS = {"skopeo": "/usr/bin/skopeo"}
 APP_IMAGE = "curlimages/curl:8.11.1"  # the examples' app image (a Debian stand-in on our node)
 # The app: reads the state file its sidecar writes and prints whether it leads.
 APP_SCRIPT = r"""
@@ -98,25 +90,6 @@ def deployment() -> dict[str, Any]:
     }
 
 
-@pytest.fixture(scope="module")
-def registry(
-    e2e: Cluster, request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[Registry]:
-    """The stand-in for ghcr.io, mirrored into this machine's node's containerd."""
-    if os.environ.get("E2E_KUBECONFIG"):
-        pytest.skip("mirrors ghcr.io in this machine's containerd")
-    node: Node = request.getfixturevalue("node")
-    host.ensure_packages(PUBLISH_TOOLS)
-    workdir = tmp_path_factory.mktemp("registry") / "registry"
-    started = Registry(workdir).start()
-    started.mirror(node.registry_hosts)
-    try:
-        yield started
-    finally:
-        left = started.stop()
-        assert not left, f"the registry left this behind: {left}"
-
-
 def _cleanup(e2e: Cluster, shell: readme.UserShell) -> None:
     shell.run(f"helm uninstall grelmicro-sidecar --namespace {SYSTEM} --wait || true")
     # Kept on uninstall by design (README); this cluster is shared with the tests after this one.
@@ -151,7 +124,7 @@ def _one_leader(e2e: Cluster, pods: list[str]) -> str | None:
 
 
 def test_readme_installs_the_published_release_and_my_app_gets_one_leader(
-    e2e: Cluster, registry: Registry, released: Path, tmp_path: Path
+    e2e: Cluster, published: Published, tmp_path: Path
 ) -> None:
     try:
         install = readme.block(INSTALL)
@@ -161,18 +134,8 @@ def test_readme_installs_the_published_release_and_my_app_gets_one_leader(
     assert json.loads(installed) == [], (
         f"README installs the chart with its defaults on a cluster that has none yet: {installed}"
     )
-    version = sidecar.__version__
-    digest = (released / f"grelmicro-sidecar-{version}.image-digest").read_text().strip()
+    registry, version, digest = published.registry, published.version, published.digest
     shell = readme.UserShell(e2e.kubeconfig, tmp_path / "home", registry)
-
-    # The release workflow's push, against the stand-in for ghcr.io.
-    shell.env = {"DIST": str(released)}
-    published = shell.run("hack/publish.sh")
-    assert published.ok, published.output
-    shell.env = {}
-    pushed = {(r.method, r.path) for r in registry.requests() if r.status < 400}
-    assert ("PUT", f"/v2/grelinfo/grelmicro-sidecar/manifests/{version}") in pushed, pushed
-    assert ("PUT", f"/v2/grelinfo/charts/grelmicro-sidecar/manifests/{version}") in pushed, pushed
     before = len(registry.requests())
 
     try:
