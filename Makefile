@@ -53,7 +53,13 @@ DIST ?= dist
 release: $(STAMP)
 	$(PY) -m hack.release build --dist $(DIST)
 
-# End to end on a kind cluster; needs Docker, kind, kubectl and helm (see README).
+# The docs site (mkdocs.yml, docs/) into site/, built with --strict, then every link it
+# and README have into the site or the repository checked offline (tests/ship/docs.py).
+.PHONY: docs
+docs: $(STAMP)
+	$(PY) -m tests.ship.docs
+
+# End to end on a kind cluster; needs Docker, kind, kubectl and helm (see docs/install.md).
 kind-e2e:
 	hack/kind-e2e.sh
 
