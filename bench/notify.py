@@ -3,12 +3,12 @@
 Not a test (tests/sidecar/test_notifications.py asserts the behaviour with
 generous bounds); this reports the numbers. Three sidecars in one election on
 the embedded control plane; every round SIGTERMs the leader, and on each
-follower four "applications" listen at once, the way README shows:
+follower four "applications" listen at once, the way docs/application.md shows:
 
 - ``events``: the ``/events`` stream (Server-Sent Events);
 - ``long-poll``: ``GET /leader?wait=5s`` with the last ETag;
 - ``poll-http-1s``: ``GET /leader`` every second (what a loop without
-  notifications does; README's leader-only-work.sh uses 10 s);
+  notifications does; manifests/examples/leader-only-work.sh uses 10 s);
 - ``poll-file-1s``: reading state.json every second.
 
 For the successor, each one's delay is measured from the moment its sidecar

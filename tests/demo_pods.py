@@ -5,7 +5,7 @@
 2. Build the image from the Dockerfile (cached) and load it into the node.
 3. ``helm install`` the chart; the injector's two replicas come up.
 4. ``kubectl apply -f manifests/rbac.yaml -f manifests/leader-label.yaml`` and
-   ``-k manifests/examples`` in namespace ``demo``, as README tells a user to.
+   ``-k manifests/examples`` in namespace ``demo``, as docs/application.md tells a user to.
 5. Who leads, read from inside each ``worker`` pod's app container, and
    ``kubectl get leases``.
 6. ``kubectl delete pod`` the leader: the sidecar releases the Lease on

@@ -1,7 +1,7 @@
 """What the application is told (contract §4): one typed value for state.json, /leader and /status.
 
 ``State.of`` reads it off the election at one instant; the state file, the
-HTTP endpoints and README's example all show ``as_dict()``, so they cannot
+HTTP endpoints and docs/application.md's example all show ``as_dict()``, so they cannot
 disagree on a field.
 """
 

@@ -1,6 +1,6 @@
 """The examples as a user applies them (``manifests/rbac.yaml`` and
 ``manifests/leader-label.yaml``, ``kubectl apply -k manifests/examples``), running; and
-what README says about readiness gating (``gated-readiness.yaml``), observed.
+what docs/application.md says about readiness gating (``gated-readiness.yaml``), observed.
 """
 
 from __future__ import annotations
@@ -121,7 +121,7 @@ def _replica_sets(e2e: Cluster, namespace: str) -> dict[str, int]:
 def test_gated_readiness_recreate_rolls_and_the_default_strategy_stalls(
     e2e: Cluster, workload_namespace: str
 ) -> None:
-    """README, "Readiness gating": with ``gate-readiness`` only ``Recreate`` replaces the
+    """docs/application.md, "Readiness gating": with ``gate-readiness`` only ``Recreate`` replaces the
     pods; the default rolling update stalls with the old leader kept as the only Ready pod."""
     ns = workload_namespace
     e2e.kubectl(

@@ -175,7 +175,7 @@ def test_the_leader_service_follows_the_leader_across_a_pod_deletion_and_a_rolli
     assert max(len(s.labelled) for s in samples) == 1, [s for s in samples if len(s.labelled) > 1]
     assert max(len(s.routed) for s in samples) == 1, [s for s in samples if len(s.routed) > 1]
     # The Service routes to a pod without the label only in the EndpointSlice
-    # controller's lag after the label came off (README: about a second).
+    # controller's lag after the label came off (docs/application.md: about a second).
     lag = longest(samples, lambda s: bool(s.routed) and not set(s.routed) <= set(s.labelled))
     first_routed = next(i for i, s in enumerate(samples) if s.routed)
     unrouted = longest(samples[first_routed:], lambda s: not s.routed)

@@ -46,7 +46,7 @@ def install_yaml() -> str:
 RULES_HEADER = """\
 # grelmicro-sidecar alerting rules: a Prometheus rule file (rule_files), the spec of
 # the chart's PrometheusRule (monitoring.prometheusRule.enabled=true) with its
-# default values. Do not edit: regenerate with `make manifests`. README, "Alerts".
+# default values. Do not edit: regenerate with `make manifests`. docs/monitoring.md, "Alerts".
 """
 
 

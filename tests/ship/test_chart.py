@@ -672,7 +672,7 @@ def test_renders_with_helms_defaults_for_offline_and_gitops_use() -> None:
 
 
 def test_helm_package_carries_the_release_version(tmp_path: Path) -> None:
-    """The archive a user pushes (README: helm push ... oci://) names this release's version."""
+    """The archive a user pushes (docs/install.md: helm push ... oci://) names this release's version."""
     from sidecar import __version__
 
     helm("package", str(CHART), f"--destination={tmp_path}")

@@ -34,7 +34,7 @@ def policy_only() -> str:
 
 @pytest.fixture
 def label_grant(cluster: ControlPlane, api: Any, namespace: str) -> Iterator[None]:
-    """``kubectl apply`` the Role, its binding and the policy, as README says; wait for both.
+    """``kubectl apply`` the Role, its binding and the policy, as docs/application.md says; wait for both.
 
     The policy is cluster-wide: deleted afterwards, so that a chart installed
     later in the session owns its own.

@@ -31,7 +31,7 @@ from tests.sidecar.test_leader_label import (
     wait_for_policy,
 )
 
-pytestmark = pytest.mark.usefixtures("label_grant")  # kubectl apply, as README says
+pytestmark = pytest.mark.usefixtures("label_grant")  # kubectl apply, as docs/application.md says
 
 
 def test_other_workloads_on_default_are_left_alone_and_a_pod_of_another_uid_is_refused(

@@ -1,6 +1,6 @@
 """Change notifications on real sidecars: ``/events`` and ``/leader?wait=`` (contract §4).
 
-An application subscribes the way README shows and is told of a handover
+An application subscribes the way docs/application.md shows and is told of a handover
 within milliseconds, the stopping leader's stream says "not leader" before its
 successor's says "leader", and the waiting requests stay within the status
 server's bounds.

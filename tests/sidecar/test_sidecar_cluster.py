@@ -73,7 +73,7 @@ def test_a_new_elections_first_candidate_leads_at_once_and_all_views_agree(
     parsed = samples(metrics)
     assert parsed['leader_election_master_status{name="leader-main"}'] == 1
     assert parsed['grelmicro_sidecar_leader_acquisitions_total{name="leader-main"}'] >= 1
-    # What the alerts compare (README, "Alerts"): the election's timing, how long since
+    # What the alerts compare (docs/monitoring.md, "Alerts"): the election's timing, how long since
     # the Lease last changed (the leader renews every renew deadline / 2 = 5 s), and
     # when this process started.
     assert parsed['grelmicro_sidecar_lease_duration_seconds{name="leader-main"}'] == 15
