@@ -1,12 +1,13 @@
 """Stopping without refusing a pod: leave the Service, answer what still comes, then stop.
 
 A deleted injector pod leaves its Service's endpoints as its SIGTERM arrives,
-but the API server's open connections to it stay: each request on one of
-them would meet a closed socket (``failed calling webhook … EOF``) and, with
-``failurePolicy: Fail``, refuse the pod being created. So on the first SIGTERM
-or SIGINT the injector reports not ready, keeps answering with each connection
-closed after its answer (``WebhookServer.drain``), and stops only after
-``delay``; a second signal stops it at once.
+but the API server's open connections to it stay, and routes not yet updated
+still lead to it: a request meeting a closed socket (``failed calling webhook
+… EOF``, or a refused connection) would, with ``failurePolicy: Fail``, refuse
+the pod being created. So on the first SIGTERM or SIGINT the injector reports
+not ready, closes its open connections as they fall idle and answers what
+still arrives (``WebhookServer.drain``), and stops only after ``delay``; a
+second signal stops it at once.
 
 Guarantee: ``stop`` is set exactly once, ``delay`` after the first signal, or
 at the second.

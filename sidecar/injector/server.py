@@ -7,10 +7,13 @@ client config once it serves). Each ``POST /<path>`` whose path is a key of
 - a certificate given to ``use`` applies from the next TLS handshake on; the
   listener and the open connections are never restarted (kopf's own server
   restarts its listener when its files change, cutting requests in flight);
-- while ``draining``, every response carries ``Connection: close``: the API
-  server's keep-alive connections to the Service stay pinned to this pod after
-  it has left the endpoints, and each one is closed after its next answer, so
-  the API server's next request opens a connection to a pod that is staying;
+- once ``drain`` is called, the API server's keep-alive connections to this pod
+  (pinned to it by the Service after it left the endpoints) are closed: idle
+  ones at once, busy ones after their answer, and every later answer carries
+  ``Connection: close``; the listener stays open for what still arrives by a
+  route not yet updated. So the API server's next requests go to the pods that
+  stay, and a pod created after an upgrade gets the new replicas' sidecar, not
+  this one's;
 - stopping (cancellation) waits for the requests in flight, up to ``grace``.
 """
 
@@ -62,10 +65,20 @@ class WebhookServer:
         #: Set once the listener accepts connections (the health port's readiness).
         self.serving = serving
         self.draining = False
+        self._runner: web.AppRunner | None = None
 
     def drain(self) -> None:
-        """From now on, close each connection after its answer."""
+        """Close the open connections (idle ones now, busy ones after their answer) and from
+        now on each connection after its answer."""
         self.draining = True
+        server = self._runner.server if self._runner is not None else None
+        for handler in server.connections if server is not None else ():
+            # aiohttp's own flag; unknown (another aiohttp) counts as busy, which only delays
+            # the close to after the next answer.
+            if getattr(handler, "_request_in_progress", True):
+                handler.close()
+            else:
+                handler.force_close()
 
     async def _handle(self, request: web.Request) -> web.StreamResponse:
         route = self.routes.get(request.match_info["path"])
@@ -92,6 +105,7 @@ class WebhookServer:
             app, handle_signals=False, access_log=None, shutdown_timeout=self.grace
         )
         await runner.setup()
+        self._runner = runner
         try:
             site = web.TCPSite(runner, self.host, self.port, ssl_context=self.context)
             await site.start()
