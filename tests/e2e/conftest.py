@@ -22,6 +22,7 @@ import json
 import os
 import shutil
 import subprocess
+import sys
 import time
 import uuid
 from collections.abc import Callable, Iterator
@@ -246,6 +247,60 @@ def published(
         assert put in stored, f"hack/publish.sh did not push {put[1]}: {sorted(stored)}"
     digest = (released / f"grelmicro-sidecar-{__version__}.image-digest").read_text().strip()
     return Published(registry, released, __version__, digest)
+
+
+def _next_patch(version: str) -> str:
+    major, minor, patch = (int(part) for part in version.split(".")[:3])
+    return f"{major}.{minor}.{patch + 1}"
+
+
+@pytest.fixture(scope="session")
+def published_next(
+    e2e: Cluster, published: Published, tmp_path_factory: pytest.TempPathFactory
+) -> Published:
+    """The release after this one, as a maintainer makes it: this tree's tracked files with
+    the version bumped where ``make release`` reads it (sidecar/__init__.py, Chart.yaml, a
+    CHANGELOG entry), built by that copy's ``make release`` (another image: the version is
+    in its package and its label) and pushed by its ``hack/publish.sh``."""
+    from tests.e2e.readme import UserShell
+
+    version = _next_patch(published.version)
+    tree = tmp_path_factory.mktemp("next") / "grelmicro-sidecar"
+    tracked = (
+        subprocess.run(["git", "-C", str(ROOT), "ls-files", "-z"], capture_output=True, check=True)
+        .stdout.decode()
+        .split("\0")
+    )
+    for rel in filter(None, tracked):
+        source = ROOT / rel
+        if source.is_file():
+            (tree / rel).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(source, tree / rel)
+    bumps = [  # (file, old, new, how many)
+        ("sidecar/__init__.py", f'"{published.version}"', f'"{version}"', 1),
+        ("charts/grelmicro-sidecar/Chart.yaml", published.version, version, 2),
+        ("CHANGELOG.md", "## [", f"## [{version}] - Unreleased\n\nA test release.\n\n## [", 1),
+    ]
+    for rel, old, new, count in bumps:
+        text = (tree / rel).read_text()
+        assert text.count(old) >= count, f"{rel} has no {old!r}"
+        (tree / rel).write_text(text.replace(old, new, count))
+    git = ["git", "-C", str(tree), "-c", "user.name=test", "-c", "user.email=test@example"]
+    for args in (["init", "-q"], ["add", "-A"], ["commit", "-qm", f"release {version}"]):
+        subprocess.run([*git, *args], check=True, capture_output=True)
+    dist = tree / "dist"
+    built = subprocess.run(
+        [sys.executable, "-m", "hack.release", "build", "--dist", str(dist)],
+        cwd=tree, capture_output=True, text=True, timeout=1800,
+    )  # fmt: skip
+    assert built.returncode == 0, f"the next release failed:\n{built.stderr[-4000:]}"
+    shell = UserShell(e2e.kubeconfig, tmp_path_factory.mktemp("publisher-next"), published.registry)
+    shell.env = {"DIST": str(dist)}
+    pushed = shell.run(str(tree / "hack" / "publish.sh"))
+    assert pushed.ok, f"publishing {version} failed:\n{pushed.output}"
+    digest = (dist / f"grelmicro-sidecar-{version}.image-digest").read_text().strip()
+    assert digest != published.digest, "the next release's image is this one's"
+    return Published(published.registry, dist, version, digest)
 
 
 @pytest.fixture

@@ -121,6 +121,15 @@ def handovers(views: dict[str, list[Answer]]) -> list[tuple[str, str, float]]:
     return out
 
 
+def leaderless(views: dict[str, list[Answer]]) -> list[tuple[float, float]]:
+    """Every stretch in which no app was told it leads, (from, to), longest first: from a
+    200 answer to the next one, whichever pods answered (a leader that stops and comes back
+    counts, where ``handovers`` sees only a change of pod)."""
+    leading = sorted((a.sent, a.received) for answers in views.values() for a in answers if a.leads)
+    gaps = [(received, sent) for (_, received), (sent, _) in itertools.pairwise(leading)]
+    return sorted((g for g in gaps if g[1] > g[0]), key=lambda g: g[0] - g[1])
+
+
 @dataclass
 class Views:
     """Follows the app log of every pod labelled ``app.kubernetes.io/name=NAME``."""

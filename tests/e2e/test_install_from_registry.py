@@ -1,5 +1,6 @@
-"""Installed from a registry, exactly as README says: the release, published, then README's
-"Install on your cluster" block run word for word against the user's Deployment.
+"""Installed, upgraded and uninstalled from a registry, exactly as README says, while the
+user's Deployment keeps exactly one leader: README's "Install on your cluster", "Upgrade"
+and "Uninstall" blocks run word for word.
 
 A registry on this machine stands in for ghcr.io (``registry`` and ``published``
 in conftest.py): the node's containerd mirrors ghcr.io to it, ``make release``'s
@@ -11,7 +12,13 @@ replicas whose app reads the sidecar's state file, README's block runs
 unchanged, and the test checks that the chart came from the registry, that the
 node pulled the sidecar's image from it by the release's digest, and that
 ``my-app`` has exactly one leader (``kubectl get leases`` and the state files).
-Everything is uninstalled and deleted at the end, the registry stopped.
+Then, with the apps recording what their sidecars tell them (``observer``):
+``helm upgrade`` of a value, README's "Upgrade" to the next release (made from
+this tree with the version bumped, ``published_next``) with its ``kubectl
+rollout restart``, and README's "Uninstall"; through all of it no app may be
+told it leads while another's pod surely does, no stretch without a leader may
+exceed 2 s, and after the uninstall the leader keeps renewing (the Lease RBAC
+is kept). Everything is deleted at the end, the registry stopped.
 
 It needs a cluster where no release of the chart is installed yet (README's
 commands use the defaults): ``fresh_cluster`` runs it before the other tests.
@@ -20,6 +27,7 @@ commands use the defaults): ``fresh_cluster`` runs it before the other tests.
 from __future__ import annotations
 
 import json
+import time
 from pathlib import Path
 from typing import Any
 
@@ -27,24 +35,20 @@ import pytest
 
 from tests.e2e import readme
 from tests.e2e.conftest import Cluster, Published, wait_for
+from tests.e2e.observer import OBSERVER_SCRIPT, Views, handovers, leaderless, overlaps
 
 pytestmark = [pytest.mark.timeout(3600), pytest.mark.fresh_cluster]
 
-INSTALL = "## Install on your cluster"
+INSTALL, UPGRADE, UNINSTALL = "## Install on your cluster", "## Upgrade", "## Uninstall"
+#: The most a workload may go without a leader through an upgrade or the uninstall.
+MAX_LEADERLESS = 2.0
 NAMESPACE = "my-app"
 APP = "my-app"
 SYSTEM = "grelmicro-system"
 APP_IMAGE = "curlimages/curl:8.11.1"  # the examples' app image (a Debian stand-in on our node)
-# The app: reads the state file its sidecar writes and prints whether it leads.
-APP_SCRIPT = r"""
-trap 'exit 0' TERM
-while true; do
-  if [ -f "${LEADER_ELECTION_STATE_FILE:-/nonexistent}" ]; then
-    grep -o '"is_leader": *[a-z]*' "$LEADER_ELECTION_STATE_FILE" || true
-  fi
-  sleep 1
-done
-"""
+# The app asks its sidecar who leads five times a second and logs each answer (observer.py);
+# before the sidecar is injected there is no $LEADER_ELECTION_URL and it logs 000.
+APP_SCRIPT = OBSERVER_SCRIPT
 
 
 def deployment() -> dict[str, Any]:
@@ -123,8 +127,8 @@ def _one_leader(e2e: Cluster, pods: list[str]) -> str | None:
     return leaders[0]
 
 
-def test_readme_installs_the_published_release_and_my_app_gets_one_leader(
-    e2e: Cluster, published: Published, tmp_path: Path
+def test_readme_install_upgrade_and_uninstall_keep_my_app_with_one_leader(
+    e2e: Cluster, published: Published, published_next: Published, tmp_path: Path
 ) -> None:
     try:
         install = readme.block(INSTALL)
@@ -198,5 +202,80 @@ def test_readme_installs_the_published_release_and_my_app_gets_one_leader(
         assert (
             f"leader-{APP}" in ran.output and leader in ran.output
         )  # `kubectl get leases` showed it
+
+        with Views(e2e, NAMESPACE, APP).recording() as views:
+            wait_for(lambda: len(views.logs) == 3, 60, "the three apps' logs")
+            since = wait_for(
+                lambda: (
+                    any(a.leads for ans in views.answers().values() for a in ans) and time.time()
+                ),
+                30,
+                "an app told it leads",
+            )
+            _upgrade_then_uninstall(e2e, shell, published_next, views)
+        _check_views(views.since(since))
     finally:
         _cleanup(e2e, shell)
+
+
+def _upgrade_then_uninstall(
+    e2e: Cluster, shell: readme.UserShell, nxt: Published, views: Views
+) -> None:
+    # helm upgrade of a value: the injector rolls out; running pods are not touched.
+    value = shell.run(
+        "helm upgrade grelmicro-sidecar oci://ghcr.io/grelinfo/charts/grelmicro-sidecar "
+        f"--version {_installed_version(shell)} --namespace {SYSTEM} --wait "
+        "--set injector.logLevel=debug"
+    )
+    assert value.ok, value.output
+    # README's Upgrade, to the next release: the injector, then my-app, rolled out.
+    upgrade = readme.block(UPGRADE)
+    assert "<new>" in upgrade, upgrade
+    ran = shell.run(upgrade.replace("<new>", nxt.version), timeout=900)
+    assert ran.ok, f"README's upgrade block failed:\n{ran.output}"
+    expected = f"ghcr.io/grelinfo/grelmicro-sidecar@{nxt.digest}"
+    pods = e2e.json("get", "pods", "-n", NAMESPACE, "-l", f"app.kubernetes.io/name={APP}")
+    running = [p for p in pods["items"] if not p["metadata"].get("deletionTimestamp")]
+    images = [
+        s["imageID"]
+        for p in running
+        for s in p["status"].get("initContainerStatuses", [])
+        if s["name"] == "grelmicro-sidecar"
+    ]
+    assert images == [expected] * 3, images  # every pod runs the new sidecar
+    names = [p["metadata"]["name"] for p in running]
+    wait_for(lambda: _one_leader(e2e, names), 60, "one leader after the upgrade")
+
+    # README's Uninstall: the injector goes, the Lease grants stay, the leader keeps leading.
+    ran = shell.run(readme.block(UNINSTALL), timeout=300)
+    assert ran.ok, f"README's uninstall block failed:\n{ran.output}"
+    assert e2e.json("get", "mutatingwebhookconfigurations")["items"] == []
+    can = e2e.kubectl(
+        "auth", "can-i", "update", "leases.coordination.k8s.io", "-n", NAMESPACE,
+        "--as", f"system:serviceaccount:{NAMESPACE}:default", check=False,
+    )  # fmt: skip
+    assert can.stdout.strip() == "yes", can.stdout + can.stderr
+    lease = e2e.json("get", "lease", "-n", NAMESPACE, f"leader-{APP}")["spec"]
+    time.sleep(25)  # more than a lease (15 s): a leader without its grants would have lost it
+    later = e2e.json("get", "lease", "-n", NAMESPACE, f"leader-{APP}")["spec"]
+    assert later["holderIdentity"] == lease["holderIdentity"], (lease, later)
+    assert later["renewTime"] != lease["renewTime"], "the leader stopped renewing"
+    assert _one_leader(e2e, names) == later["holderIdentity"]
+
+
+def _installed_version(shell: readme.UserShell) -> str:
+    [listed] = json.loads(shell.run(f"helm list -n {SYSTEM} -o json", trace=False).output)
+    return str(listed["app_version"])
+
+
+def _check_views(views: dict[str, list[Any]]) -> None:
+    assert not overlaps(views), overlaps(views)[:3]
+    gaps = leaderless(views)
+    moves = handovers(views)
+    print(
+        f"\nupgrade and uninstall: {len(moves)} handover(s) "
+        f"{[round(g, 3) for _, _, g in moves]} s; longest without a leader "
+        f"{gaps[0][1] - gaps[0][0] if gaps else 0.0:.3f} s"
+    )
+    assert moves, "the rollout restart moved no leadership"
+    assert not gaps or gaps[0][1] - gaps[0][0] <= MAX_LEADERLESS, gaps[:3]

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from tests.e2e.observer import Answer, handovers, overlaps, parse
+from tests.e2e.observer import Answer, handovers, leaderless, overlaps, parse
 
 
 def _run(start: float, code: str, token: int | None, n: int, step: float = 0.25) -> list[Answer]:
@@ -37,3 +37,16 @@ def test_answers_far_apart_or_with_another_token_do_not_prove_a_run() -> None:
     assert overlaps({"a": far, "b": [Answer(5.0, 5.01, "200", 2)]}) == []
     changed = [Answer(0.0, 0.01, "200", 1), Answer(0.25, 0.26, "200", 2)]
     assert overlaps({"a": changed, "b": [Answer(0.1, 0.11, "200", 3)]}) == []
+
+
+def test_leaderless_finds_every_silence_longest_first_a_handover_or_not() -> None:
+    views = {
+        # a leads, falls silent for 3 s (no change of pod: handovers cannot see it), leads again
+        "a": _run(0.0, "200", 1, 4) + _run(4.0, "200", 1, 4),
+        # ... then b after a 1.2 s handover
+        "b": _run(6.0, "200", 2, 4),
+    }
+    assert handovers(views) == [("a", "b", handovers(views)[0][2])]
+    gaps = leaderless(views)
+    assert [round(to - start, 2) for start, to in gaps[:2]] == [3.24, 1.24]
+    assert all(to - start < 0.25 for start, to in gaps[2:])  # the polling in between
