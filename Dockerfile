@@ -1,7 +1,8 @@
 # One image, two roles: `grelmicro-sidecar run` (the default command, injected
 # next to applications) and `grelmicro-sidecar injector` (the admission webhook).
 #
-# Build:  docker build -t grelmicro-sidecar:0.1.0 .
+# Build:  docker build -t ghcr.io/grelinfo/grelmicro-sidecar:0.1.0 .
+#         (a release: `make release` builds it with buildah into an OCI archive)
 #
 # The runtime stage holds only the Python runtime, a virtualenv and bytecode; it
 # runs as a numeric non-root user (65532, so runAsNonRoot can verify it) and needs
