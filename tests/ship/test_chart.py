@@ -125,9 +125,41 @@ BAD_RULES = [
     ({"test.namespace": "kube-system"}, "test.namespace (kube-system) is excluded from injection"),
     (
         {"webhook.caBundle": "-----BEGIN CERTIFICATE-----\nx\n-----END CERTIFICATE-----\n"},
-        "webhook.caBundle is only used with webhook.url",
+        "webhook.caBundle is only used with webhook.url and tls.certManager.enabled",
+    ),
+    # An image no node can pull (Docker Hub's official namespace, where it is never published)
+    # is refused at render, naming the value to set (the old default ended in ImagePullBackOff).
+    (
+        {"image.repository": "grelmicro-sidecar"},
+        'image.repository "grelmicro-sidecar" names no registry, so nodes would look for '
+        "docker.io/library/grelmicro-sidecar, which does not exist; set image.repository to "
+        "the image's path in a registry your nodes pull from, such as "
+        "ghcr.io/grelinfo/grelmicro-sidecar (where releases are published)",
+    ),
+    (
+        {"sidecar.image.repository": "sidecar"},
+        'sidecar.image.repository "sidecar" names no registry',
     ),
 ]
+
+
+def test_the_image_is_the_published_one_pinned_by_digest_when_given() -> None:
+    digest = "sha256:" + "ab" * 32
+    for values, expected in (
+        (None, "ghcr.io/grelinfo/grelmicro-sidecar:0.1.0"),
+        ({"image.digest": digest}, f"ghcr.io/grelinfo/grelmicro-sidecar:0.1.0@{digest}"),
+        (
+            {"image.repository": "registry.corp:5000/mirror/grelmicro-sidecar", "image.tag": "x"},
+            "registry.corp:5000/mirror/grelmicro-sidecar:x",
+        ),
+    ):
+        objects = render(values)
+        container = find(objects, "Deployment")["spec"]["template"]["spec"]["containers"][0]
+        assert container["image"] == expected
+        assert _injector_env(objects)["GRELMICRO_INJECTOR_SIDECAR_IMAGE"] == expected
+    # A sidecar image of its own takes no digest meant for another.
+    own = _injector_env(render({"image.digest": digest, "sidecar.image.tag": "9.9.9"}))
+    assert own["GRELMICRO_INJECTOR_SIDECAR_IMAGE"] == "ghcr.io/grelinfo/grelmicro-sidecar:9.9.9"
 
 
 @pytest.mark.parametrize(("values", "message"), BAD_RULES, ids=[str(v) for v, _ in BAD_RULES])
