@@ -10,7 +10,7 @@ still arrives (``WebhookServer.drain``), and stops only after ``delay``; a
 second signal stops it at once.
 
 Guarantee: ``stop`` is set exactly once, ``delay`` after the first signal, or
-at the second.
+at the second, or at the first while nothing is served yet (nothing to drain).
 """
 
 from __future__ import annotations
@@ -41,7 +41,7 @@ class Drain:
 
     def signalled(self, signum: int) -> None:
         name = signal.Signals(signum).name
-        if self.server.draining or self.delay <= 0:
+        if self.server.draining or self.delay <= 0 or not self.server.serving.is_set():
             self.log.info("stopping", signal=name)
             self._stop()
             return

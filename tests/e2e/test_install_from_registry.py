@@ -35,7 +35,8 @@ import pytest
 
 from tests.e2e import readme
 from tests.e2e.conftest import Cluster, Published, wait_for
-from tests.e2e.observer import OBSERVER_SCRIPT, Views, handovers, leaderless, overlaps
+from tests.e2e.observer import Views, handovers, leaderless, overlaps
+from tests.e2e.test_election import deployment as election_deployment
 
 pytestmark = [pytest.mark.timeout(3600), pytest.mark.fresh_cluster]
 
@@ -45,53 +46,16 @@ MAX_LEADERLESS = 2.0
 NAMESPACE = "my-app"
 APP = "my-app"
 SYSTEM = "grelmicro-system"
-APP_IMAGE = "curlimages/curl:8.11.1"  # the examples' app image (a Debian stand-in on our node)
-# The app asks its sidecar who leads five times a second and logs each answer (observer.py);
-# before the sidecar is injected there is no $LEADER_ELECTION_URL and it logs 000.
-APP_SCRIPT = OBSERVER_SCRIPT
 
 
 def deployment() -> dict[str, Any]:
-    """The user's Deployment before README: three replicas, no annotation yet."""
-    labels = {"app.kubernetes.io/name": APP}
-    return {
-        "apiVersion": "apps/v1",
-        "kind": "Deployment",
-        "metadata": {"name": APP, "namespace": NAMESPACE, "labels": labels},
-        "spec": {
-            "replicas": 3,
-            "selector": {"matchLabels": labels},
-            "template": {
-                "metadata": {"labels": labels},
-                "spec": {
-                    "terminationGracePeriodSeconds": 30,
-                    "securityContext": {
-                        "runAsNonRoot": True,
-                        "runAsUser": 65532,
-                        "runAsGroup": 65532,
-                        "seccompProfile": {"type": "RuntimeDefault"},
-                    },
-                    "containers": [
-                        {
-                            "name": "app",
-                            "image": APP_IMAGE,
-                            "imagePullPolicy": "IfNotPresent",
-                            "command": ["sh", "-c", APP_SCRIPT],
-                            "resources": {
-                                "requests": {"cpu": "10m", "memory": "16Mi"},
-                                "limits": {"memory": "32Mi"},
-                            },
-                            "securityContext": {
-                                "allowPrivilegeEscalation": False,
-                                "readOnlyRootFilesystem": True,
-                                "capabilities": {"drop": ["ALL"]},
-                            },
-                        }
-                    ],
-                },
-            },
-        },
-    }
+    """The user's Deployment before README: three replicas, no annotation yet. Its app asks
+    its sidecar who leads five times a second and logs each answer (observer.py); before the
+    sidecar is injected there is no $LEADER_ELECTION_URL, and it logs 000."""
+    mine = election_deployment(APP, replicas=3)
+    mine["metadata"]["namespace"] = NAMESPACE
+    del mine["spec"]["template"]["metadata"]["annotations"]
+    return mine
 
 
 def _cleanup(e2e: Cluster, shell: readme.UserShell) -> None:

@@ -165,6 +165,13 @@ def test_the_drain_stops_after_its_delay_or_at_a_second_signal() -> None:
         await asyncio.wait_for(stop.wait(), 2)
         assert loop.time() - started >= 0.29
 
+        server.draining = False
+        server.serving.clear()  # not serving yet (its certificate is still loading): at once
+        early = asyncio.Event()
+        Drain(30, server, early, Logger("error")).signalled(signal.SIGTERM)
+        assert early.is_set() and not server.draining
+        server.serving.set()
+
         stop2 = asyncio.Event()
         server.draining = False
         again = Drain(30, server, stop2, Logger("error"))
