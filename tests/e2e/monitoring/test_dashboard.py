@@ -1,8 +1,10 @@
 """Every query of the Grafana dashboard, evaluated by a real Prometheus while workloads run.
 
-Two elections in one namespace, one with a candidate that lacks the Lease RBAC
-(another ServiceAccount: its requests fail, so the API errors panel has data
-while its election still has a leader). Each panel's query must return data,
+Two elections in one namespace, one with a candidate that lost the Lease RBAC
+(another ServiceAccount, whose RoleBinding is deleted once its pod runs, for
+the injector refuses a pod created without it; its sidecar is then restarted
+through the runtime, as a crash would, so it asks again and is refused: the
+API errors panel has data while its election still has a leader). Each panel's query must return data,
 for this namespace where it is grouped by namespace, and the leadership panel
 must show exactly one leader per election and nothing that is not a sidecar's
 election.
@@ -16,6 +18,7 @@ from typing import Any
 
 import pytest
 
+from tests.cluster.node import Node
 from tests.cluster.prometheus import Prometheus
 from tests.e2e.conftest import Cluster
 from tests.e2e.monitoring.conftest import INTERVAL, deploy, idle_deployment, leaders, poll
@@ -35,15 +38,26 @@ def _panels() -> list[dict[str, Any]]:
 
 
 def test_every_panel_returns_data_and_the_leadership_panel_one_leader_per_election(
-    e2e: Cluster, prometheus: Prometheus, monitored_namespace: str
+    e2e: Cluster, prometheus: Prometheus, monitored_namespace: str, local_node: Node
 ) -> None:
     ns = monitored_namespace
     deploy(e2e, ns, idle_deployment("web", 2, {}))
     deploy(e2e, ns, idle_deployment("api", 2, {}))
     e2e.kubectl("create", "serviceaccount", "-n", ns, "no-lease-rbac")
+    grant = ("rolebinding", "-n", ns, "stray-leases")
+    e2e.kubectl(
+        "create", *grant, "--role=grelmicro-sidecar-leases",
+        f"--serviceaccount={ns}:no-lease-rbac",
+    )  # fmt: skip
     stray = idle_deployment("api-stray", 1, {"leader-election.grelmicro.io/name": "api"})
     stray["spec"]["template"]["spec"]["serviceAccountName"] = "no-lease-rbac"
     deploy(e2e, ns, stray)
+    e2e.kubectl("delete", *grant)
+    [pod] = e2e.json("get", "pods", "-n", ns, "-l", "app.kubernetes.io/name=api-stray")["items"]
+    [sidecar] = [
+        c for c in pod["status"]["initContainerStatuses"] if c["name"] == "grelmicro-sidecar"
+    ]
+    local_node.kill_container(sidecar["containerID"])
     poll(
         lambda: all(
             len(leaders(prometheus, ns, lease)) == 1 for lease in ("leader-web", "leader-api")
