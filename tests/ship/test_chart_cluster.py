@@ -245,6 +245,14 @@ def test_install_answers_upgrades_and_uninstalls(
     }
     notes = _install(cluster, release, namespace, values)
     assert f"helm test {release} -n {namespace}" in notes
+    # NOTES.txt is all a chart user has: it names nothing the package lacks (no repository
+    # file), and the one command that grants the Leases, with this release's ClusterRole.
+    assert "manifests/" not in notes and "README" not in notes and ".yaml" not in notes, notes
+    assert f"done by this release for namespace {workload}" in notes
+    assert (
+        "kubectl create rolebinding grelmicro-sidecar --namespace <namespace> \\\n"
+        f"      --clusterrole={fullname}-leases --serviceaccount=<namespace>:<serviceaccount>"
+    ) in notes, notes
     try:
         # -- every object the chart rendered exists
         objects = _manifest_objects(cluster, release, namespace)
