@@ -6,7 +6,9 @@ sidecar uses, and a pod whose account lacks one is refused with one line that
 names the command granting them: the user learns it when creating the pod, not
 from a sidecar's log. Guarantees:
 
-- a "yes" is remembered for ``ttl`` per (namespace, account); a "no" is never
+- one account is asked about once at a time: the pods of a burst (a new
+  Deployment's replicas) wait for the same answer, not one set of reviews each;
+- a "yes" is remembered for ``TTL`` per (namespace, account); a "no" is never
   remembered, so the pod created right after the fix is admitted;
 - a review that cannot be made (the API server slow or down, the injector's
   own permission missing) admits the pod: this check never blocks what the
@@ -15,6 +17,7 @@ from a sidecar's log. Guarantees:
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections.abc import Callable
 
@@ -74,11 +77,19 @@ class LeaseAccess:
     ):
         self.api, self.cluster_role, self.log, self.monotonic = api, cluster_role, log, monotonic
         self.allowed_until: dict[tuple[str, str], float] = {}
+        self._asking: dict[tuple[str, str], asyncio.Future[str | None]] = {}
 
     async def missing(self, namespace: str, account: str) -> str | None:
         key = (namespace, account)
         if self.allowed_until.get(key, 0.0) > self.monotonic():
             return None
+        asking = self._asking.get(key)
+        if asking is None:
+            asking = self._asking[key] = asyncio.ensure_future(self._ask(namespace, account))
+            asking.add_done_callback(lambda _: self._asking.pop(key, None))
+        return await asyncio.shield(asking)  # one pod's timeout does not cancel the others'
+
+    async def _ask(self, namespace: str, account: str) -> str | None:
         denied = []
         try:
             for verb in VERBS:
@@ -98,7 +109,7 @@ class LeaseAccess:
             return None
         self.log.forget("lease-access:error")
         if not denied:
-            self.allowed_until[key] = self.monotonic() + TTL
+            self.allowed_until[(namespace, account)] = self.monotonic() + TTL
             return None
         return (
             f"ServiceAccount {namespace}/{account} may not {', '.join(denied)} leases "
