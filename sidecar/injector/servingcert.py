@@ -92,34 +92,45 @@ class OwnCertificate:
             body = dict(secret, data=material.secret_data())
             await self.api.call("PUT", self._secret_url, "update secrets", body)
 
-    async def _trust(self, bundle: bytes) -> bool:
-        """Every webhook of the configuration carries ``bundle``; False when it does not exist."""
+    async def _trust(self, bundle: bytes) -> None:
+        """Every webhook of the configuration carries ``bundle`` (once the configuration exists).
+
+        Over the version read: another replica setting the same new bundle at the same moment
+        (both saw the Secret change) is a 409, read again, most often to find it done."""
         url = path(ADMISSION, "mutatingwebhookconfigurations", name=self.webhook_config)
         what = "mutatingwebhookconfigurations"
-        try:
-            config = await self.api.call("GET", url, f"get {what}")
-        except NotFound:
-            self.log.once(
-                "cert:no-webhook",
-                "warning",
-                "the webhook configuration does not exist; its CA bundle is set once it does",
-                webhook_configuration=self.webhook_config,
-            )
-            return False
-        self.log.forget("cert:no-webhook")
         encoded = base64.b64encode(bundle).decode()
-        webhooks = config.get("webhooks") or []
-        stale = [w for w in webhooks if (w.get("clientConfig") or {}).get("caBundle") != encoded]
-        if stale:
+        for _ in range(5):
+            try:
+                config = await self.api.call("GET", url, f"get {what}")
+            except NotFound:
+                self.log.once(
+                    "cert:no-webhook",
+                    "warning",
+                    "the webhook configuration does not exist; its CA bundle is set once it does",
+                    webhook_configuration=self.webhook_config,
+                )
+                return
+            self.log.forget("cert:no-webhook")
+            webhooks = config.get("webhooks") or []
+            stale = [
+                w for w in webhooks if (w.get("clientConfig") or {}).get("caBundle") != encoded
+            ]
+            if not stale:
+                return
             for webhook in stale:
                 webhook.setdefault("clientConfig", {})["caBundle"] = encoded
-            await self.api.call("PUT", url, f"update {what}", config)
+            try:
+                await self.api.call("PUT", url, f"update {what}", config)
+            except Conflict:
+                continue
             self.log.info(
                 "set the webhook's CA bundle",
                 webhook_configuration=self.webhook_config,
                 webhooks=[w.get("name") for w in stale],
             )
-        return True
+            return
+        raise ApiError("the webhook configuration changed under every write; trying again")
 
     async def once(self) -> datetime:
         """One pass (module docstring); returns when the next one is due. Raises ``ApiError``."""
