@@ -54,6 +54,24 @@ class Wanted:
     cert_validity: timedelta = timedelta(days=365)
     common_name: str = "grelmicro-sidecar-injector"
 
+    @classmethod
+    def of(cls, hosts: tuple[str, ...], ca_validity: float, cert_validity: float) -> Wanted:
+        """From the names the API server dials (addresses among them) and lives in seconds."""
+
+        def is_address(host: str) -> bool:
+            try:
+                ipaddress.ip_address(host)
+            except ValueError:
+                return False
+            return True
+
+        return cls(
+            dns_names=tuple(h for h in hosts if not is_address(h)),
+            ip_addresses=tuple(h for h in hosts if is_address(h)),
+            ca_validity=timedelta(seconds=ca_validity),
+            cert_validity=timedelta(seconds=cert_validity),
+        )
+
     @property
     def settle(self) -> timedelta:
         """``SETTLE``, shorter for short lives: it fits in the CA's renewal window, and a

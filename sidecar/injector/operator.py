@@ -26,7 +26,6 @@ import os
 import socket
 import time
 from collections.abc import Awaitable, Callable
-from datetime import timedelta
 from typing import Any
 
 import kopf
@@ -41,6 +40,7 @@ from .certificates import Wanted
 from .drain import Drain
 from .leaseaccess import LeaseAccess
 from .metrics import InjectorMetrics
+from .patch import Decision
 from .rbac import Grants
 from .review import answer, refused
 from .server import WebhookServer, tls_context
@@ -99,7 +99,7 @@ def admission(
                 if message:
                     outcome = "denied"
                     response = refused(str(request.get("uid", "")), message, reason="Forbidden")
-                    decision = type(decision)("denied", message=message, settings=chosen)
+                    decision = Decision("denied", message=message, settings=chosen)
             if outcome == "denied":
                 pod = meta.get("name") or meta.get("generateName")
                 log.info("denied a pod", namespace=namespace, pod=pod, reason=decision.message)
@@ -149,13 +149,7 @@ def certificate_source(
     """The injector's own certificate (``--tls-secret``), else the mounted files."""
     if settings.tls_secret is None:
         return FileCertificate(settings.tls_cert_file, settings.tls_key_file, context, log)
-    ips = tuple(h for h in settings.cert_hosts if h.replace(".", "").isdigit() or ":" in h)
-    wanted = Wanted(
-        dns_names=tuple(h for h in settings.cert_hosts if h not in ips),
-        ip_addresses=ips,
-        ca_validity=timedelta(seconds=settings.ca_validity),
-        cert_validity=timedelta(seconds=settings.cert_validity),
-    )
+    wanted = Wanted.of(settings.cert_hosts, settings.ca_validity, settings.cert_validity)
     namespace, secret = settings.tls_secret
     return OwnCertificate(
         KubeApi(config), namespace, secret, settings.webhook_config, wanted, context, log
@@ -169,7 +163,7 @@ async def serve(settings: InjectorSettings, config: ApiConfig, log: Logger) -> i
     metrics, serving, stop = InjectorMetrics(), asyncio.Event(), asyncio.Event()
     access = None
     if settings.check_lease_access and not settings.auto_rbac:
-        access = LeaseAccess(KubeApi(config, request_timeout=2.0), settings.lease_cluster_role, log)
+        access = LeaseAccess(KubeApi(config), settings.lease_cluster_role, log)  # its own timeout
     context = tls_context()
     routes = {
         path.strip("/"): admission(settings, log, metrics, access, opted_in=path == NAMESPACE_PATH)

@@ -169,3 +169,10 @@ def test_over_three_ca_lifetimes_the_served_certificate_is_always_trusted(seed: 
             assert now - entered[key] >= WANTED.settle, "served before its CA settled"
         served_cas.add(key)
     assert len(served_cas) >= 3  # the CA turned over at least twice
+
+
+def test_hosts_split_into_names_and_addresses_by_what_parses_as_an_address() -> None:
+    wanted = Wanted.of(("svc.ns.svc", "10.0.0.7", "fd00::1", "1.example"), 3600.0, 60.0)
+    assert wanted.dns_names == ("svc.ns.svc", "1.example")
+    assert wanted.ip_addresses == ("10.0.0.7", "fd00::1")
+    assert (wanted.ca_validity, wanted.cert_validity) == (timedelta(hours=1), timedelta(minutes=1))
