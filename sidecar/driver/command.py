@@ -27,7 +27,7 @@ import time
 from pathlib import Path
 
 from ..kit.logs import Logger
-from . import guard
+from . import guard, orphans
 
 #: the command is killed this long before ``valid_until``, not at it
 KILL_MARGIN = 0.1
@@ -62,7 +62,7 @@ class Command:
         loop.add_signal_handler(signal.SIGCHLD, self._reap_orphans)
 
     def _reap_orphans(self) -> None:
-        guard.reap_orphans(keep=self.guard.pid if self.running and self.guard else None)
+        orphans.reap_orphans(keep=self.guard.pid if self.running and self.guard else None)
 
     async def start(self, deadline: float, env: dict[str, str], token: int | None) -> None:
         """Start the guard, and through it the command, allowed to run until ``deadline``."""
@@ -184,8 +184,8 @@ class Command:
         ending.spare = frozenset()
         valid_until = ending.deadline + KILL_MARGIN
         while True:
-            guard.reap_orphans(keep=None)
-            left = guard.alive(os.getpid())
+            orphans.reap_orphans(keep=None)
+            left = orphans.alive(os.getpid())
             if not left:
                 return
             if time.monotonic() >= valid_until:

@@ -23,8 +23,8 @@ one that called setsid. Guarantees (contract §7):
 - a guard that gets to run only after its deadline never starts the command
   (exit ``LATE_EXIT``).
 
-The helpers at the end are ``lock``'s too, for the same tree when the guard is
-the process that is frozen or killed.
+The helpers at the end are ``lock``'s too (with ``orphans``), for the same tree
+when the guard is the process that is frozen or killed.
 """
 
 from __future__ import annotations
@@ -273,29 +273,6 @@ def descendants(root: int) -> dict[int, tuple[str, int]]:
                 found[child] = table[child][1:]
                 todo.append(child)
     return found
-
-
-def alive(root: int, spare: frozenset[int] = frozenset()) -> list[int]:
-    """The descendants of ``root`` that still run (zombies are dead), but ``spare``."""
-    return [
-        p for p, (state, _) in descendants(root).items() if state not in DEAD and p not in spare
-    ]
-
-
-def reap_orphans(keep: int | None) -> list[int]:
-    """Reap this process's zombie children but ``keep``, each by its own PID; those reaped.
-
-    Found in /proc, never by ``wait(-1)``: the status of ``keep`` (``lock``'s
-    guard) is left to the one waiting for it (asyncio's child watcher).
-    """
-    me = os.getpid()
-    reaped = []
-    for pid, (ppid, state, _) in processes().items():
-        if ppid == me and state == "Z" and pid != keep:
-            with contextlib.suppress(ChildProcessError):
-                if os.waitpid(pid, os.WNOHANG)[0] == pid:
-                    reaped.append(pid)
-    return reaped
 
 
 if __name__ == "__main__":
