@@ -46,7 +46,7 @@ PR_SET_CHILD_SUBREAPER = 36  # <linux/prctl.h>
 #: the guard got to run only after its deadline, and did not start the command (``lock``'s
 #: "leadership lost", EX_TEMPFAIL)
 LATE_EXIT = 75
-DEAD = ("Z", "X")  # the /proc states of a process that has exited
+DEAD = ("Z", "X")  # the /proc states of a thread (a process: of all its threads) that has exited
 
 
 class Ending:
@@ -243,7 +243,11 @@ def become_subreaper() -> bool:
 
 
 def processes() -> dict[int, tuple[int, str, int]]:
-    """Every process /proc shows: PID -> (parent PID, state letter, process group)."""
+    """Every process /proc shows: PID -> (parent PID, state letter, process group).
+
+    The state is ``Z`` only once every thread has exited: /proc/PID/stat is the
+    main thread's, ``Z`` from its ``pthread_exit`` on while the others run (issue 38).
+    """
     table: dict[int, tuple[int, str, int]] = {}
     for name in os.listdir("/proc"):
         if not name.isdigit():
@@ -253,10 +257,25 @@ def processes() -> dict[int, tuple[int, str, int]]:
                 stat = f.read()
             # "pid (comm) state ppid pgrp ...": comm may hold spaces and parentheses
             state, ppid, pgrp = stat[stat.rindex(b")") + 2 :].split()[:3]
+            if state.decode() in DEAD:
+                state = _live_thread_state(name) or state
             table[int(name)] = (int(ppid), state.decode(), int(pgrp))
         except (OSError, ValueError):
             continue  # gone meanwhile
     return table
+
+
+def _live_thread_state(pid: str) -> bytes:
+    """The state of a thread of ``pid`` that has not exited; empty when none is left."""
+    for tid in os.listdir(f"/proc/{pid}/task"):
+        with (
+            contextlib.suppress(OSError, IndexError),
+            open(f"/proc/{pid}/task/{tid}/stat", "rb") as f,
+        ):
+            state = f.read().rpartition(b")")[2].split()[0]
+            if state.decode() not in DEAD:
+                return state
+    return b""
 
 
 def descendants(root: int) -> dict[int, tuple[str, int]]:

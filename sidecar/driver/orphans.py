@@ -16,7 +16,7 @@ from .guard import DEAD, descendants, processes
 
 
 def alive(root: int, spare: frozenset[int] = frozenset()) -> list[int]:
-    """The descendants of ``root`` that still run (zombies are dead), but ``spare``."""
+    """The descendants of ``root`` that still run (a thread of theirs has not exited), but ``spare``."""
     return [
         p for p, (state, _) in descendants(root).items() if state not in DEAD and p not in spare
     ]

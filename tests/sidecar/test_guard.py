@@ -7,6 +7,7 @@ die at any moment, before it read the guard's report too.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import signal
@@ -18,9 +19,9 @@ from pathlib import Path
 
 import pytest
 
-from sidecar.driver import guard
+from sidecar.driver import guard, orphans
 from tests.sidecar.proc import wait_for
-from tests.sidecar.trees import ESCAPING, heartbeat, kill_survivors, survivors, tree
+from tests.sidecar.trees import ESCAPING, heartbeat, kill_survivors, state, survivors, tree
 
 GUARD = Path(guard.__file__)
 
@@ -246,3 +247,68 @@ def test_the_guard_owns_the_whole_tree_as_an_unprivileged_user_without_capabilit
 def _uid(pid: int) -> int:
     status = Path(f"/proc/{pid}/status").read_text()
     return int(status.split("Uid:")[1].split()[0])
+
+
+LONE_THREAD = Path(__file__).with_name("lonethread.py")
+
+
+def _lone_thread(out: Path) -> int:
+    """The PID ``lonethread.py`` wrote to ``out`` once its main thread had exited."""
+    first = wait_for(
+        lambda: out.exists() and out.read_text().partition("\n")[0], 10, what="lonethread's PID"
+    )
+    return int(first.split()[1])
+
+
+def _runs(pid: int) -> bool:
+    """Whether a thread of ``pid`` runs (its main thread may have exited), from /proc."""
+    try:
+        tids = os.listdir(f"/proc/{pid}/task")
+    except FileNotFoundError:
+        return False
+    for tid in tids:
+        with (
+            contextlib.suppress(FileNotFoundError),
+            open(f"/proc/{pid}/task/{tid}/stat", "rb") as f,
+        ):
+            if f.read().rpartition(b")")[2].split()[0] not in (b"Z", b"X"):
+                return True
+    return False
+
+
+def test_a_process_whose_main_thread_exited_is_ended_like_any_other(tmp_path: Path) -> None:
+    """The command leaves behind a process whose main thread called pthread_exit: /proc shows it
+    ``Z`` while its other thread runs on (ignoring SIGTERM). The guard must not take it for a
+    zombie (issue 38): it gets SIGTERM and SIGKILL like any process of the tree, and the guard
+    exits with the command's 3 only once it is gone."""
+    out = tmp_path / "lone.beats"
+    script = (
+        f"{sys.executable} {LONE_THREAD} {out} & until [ -s {out} ]; do sleep 0.02; done; exit 3"
+    )
+    proc, _control_w, _report_r, _ = _start(tmp_path, 60.0, ["sh", "-c", script])
+    pid = _lone_thread(out)
+    try:
+        assert state(pid) == "Z" and _runs(pid)  # what the guard sees, and the truth
+        wait_for(lambda: proc.poll() is not None, 5, what="the guard to end the lone thread")
+        ended = time.time()
+        assert not _runs(pid), "the guard exited while a process of the tree ran"
+        assert proc.returncode == 3
+        assert float(out.read_text().split()[-1]) < ended
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+        proc.kill()
+        proc.wait(10)
+
+
+def test_lock_counts_a_process_whose_main_thread_exited_as_alive(tmp_path: Path) -> None:
+    """``lock`` releases the Lease once ``alive`` finds nothing of its tree: a process whose main
+    thread exited (``Z`` in /proc) while another thread runs is part of what is left."""
+    out = tmp_path / "lone.beats"
+    child = subprocess.Popen([sys.executable, str(LONE_THREAD), str(out)])
+    try:
+        assert _lone_thread(out) == child.pid and _runs(child.pid)
+        assert child.pid in orphans.alive(os.getpid())
+    finally:
+        child.kill()
+        child.wait(10)
