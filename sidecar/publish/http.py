@@ -29,7 +29,7 @@ from .notify import Answer, Notifications, Waiter
 StateFn = Callable[[], State]
 
 # Bounds that keep a flood of connections from taking the sidecar down (contract §4):
-# at most this many at once (the idle longest is closed to admit a new one), each
+# at most this many at once (one from outside the pod is closed to admit a new one), each
 # request must arrive whole within the deadline, and no request head may exceed 16 KiB.
 MAX_CONNECTIONS = 32
 REQUEST_DEADLINE = 5.0
@@ -56,9 +56,10 @@ class StatusServer:
         self.log, self.changes = log, changes
         self.notify = Notifications(changes)
         self.server: asyncio.Server | None = None
-        # Open connections, and those waiting for a request, oldest first (dicts keep order).
-        self._open: dict[asyncio.StreamWriter, None] = {}
-        self._idle: dict[asyncio.StreamWriter, None] = {}
+        # Open connections (whether from loopback), and those waiting for the bytes of a
+        # request, head or body, oldest first (dicts keep order).
+        self._open: dict[asyncio.StreamWriter, bool] = {}
+        self._pending: dict[asyncio.StreamWriter, None] = {}
 
     async def start(self) -> None:
         # Every interface: the kubelet probes the pod IP, the app uses loopback. Named by
@@ -102,42 +103,56 @@ class StatusServer:
         return 404, "text/plain", NOT_FOUND
 
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        self._admit(writer)
+        local = _loopback(writer.get_extra_info("peername"))
+        self._admit(writer, local)
         try:
-            await self._converse(reader, writer)
+            await self._converse(reader, writer, local)
         except (h11.RemoteProtocolError, OSError, asyncio.CancelledError):
             # Only our own close() or the loop's shutdown cancels a connection; Python
             # 3.11's stream callback prints a traceback for a handler that ends cancelled.
             pass
         finally:
             self._open.pop(writer, None)
-            self._idle.pop(writer, None)
+            self._pending.pop(writer, None)
             writer.close()
 
-    def _admit(self, writer: asyncio.StreamWriter) -> None:
-        """Make room for a new connection: close the one idle the longest, else the oldest
-        waiting request from outside the pod, else the oldest connection.
-
-        A probe sends its request as soon as it connects, so the connections that sit
-        idle are not probes; the pod's own app's streams go last; the newest connection
-        always gets in.
+    def _admit(self, writer: asyncio.StreamWriter, local: bool) -> None:
+        """Make room for a new connection: close one from outside the pod while there is
+        one, the app's (loopback) only when all are; the newest connection always gets in.
         """
         if len(self._open) >= MAX_CONNECTIONS:
-            victim = next(iter(self._idle), None) or self.notify.evictable()
-            victim = victim or next(iter(self._open))
-            self._idle.pop(victim, None)
+            victim = self._victim(local=False) or self._victim(local=True)
+            assert victim is not None  # the connections are full, so one is open
+            self._pending.pop(victim, None)
             self._open.pop(victim, None)
             victim.transport.abort()
-        self._open[writer] = None
+        self._open[writer] = local
 
-    async def _converse(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    def _victim(self, local: bool) -> asyncio.StreamWriter | None:
+        """The connection from this origin to close first: the one that has waited the
+        longest for the bytes of a request (its head or its body), else the oldest waiting
+        request (long poll or stream), else the oldest.
+
+        Whatever a client outside the pod does, its connections go before the app's: one
+        that never sends the body its head announced is neither idle nor waiting, and one
+        that pipelines requests and reads the answers slowly stays busy as long as it
+        likes. A probe sends its request as soon as it connects, so the connections that
+        wait for bytes are not probes.
+        """
+        # A connection already closed may wait for bytes once more before its task ends.
+        pending = (w for w in self._pending if self._open.get(w) == local)
+        waiting = (w for w in self.notify.waiting(local) if w in self._open)
+        ours = (w for w, here in self._open.items() if here == local)
+        return next(pending, None) or next(waiting, None) or next(ours, None)
+
+    async def _converse(
+        self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, local: bool
+    ) -> None:
         """Answer requests on one connection, each within ``REQUEST_DEADLINE`` of the last."""
         conn = h11.Connection(h11.SERVER, max_incomplete_event_size=MAX_REQUEST_BYTES)
-        local = _loopback(writer.get_extra_info("peername"))
         loop = asyncio.get_running_loop()
         deadline = loop.time() + REQUEST_DEADLINE
         received = 0  # bytes of the request being read: h11 bounds only an incomplete head
-        self._idle[writer] = None
         while True:
             try:
                 event = conn.next_event()
@@ -148,6 +163,7 @@ class StatusServer:
                     writer.write(conn.send(h11.Response(status_code=status, headers=empty)))
                 return
             if event is h11.NEED_DATA:
+                self._pending[writer] = None  # (already pending: keeps its place)
                 async with asyncio.timeout_at(deadline):
                     data = await reader.read(8192)
                 received += len(data)
@@ -156,7 +172,7 @@ class StatusServer:
                     return
                 conn.receive_data(data)
             elif isinstance(event, h11.Request):
-                self._idle.pop(writer, None)
+                self._pending.pop(writer, None)
                 who = Waiter(local, writer)
                 if _is_stream(event) and self.notify.too_many(local) is None:
                     stream = functools.partial(self.notify.stream, conn)
@@ -173,7 +189,7 @@ class StatusServer:
                     return
                 conn.start_next_cycle()
                 deadline, received = loop.time() + REQUEST_DEADLINE, 0
-                self._idle[writer] = None
+                self._pending.pop(writer, None)
             elif isinstance(event, h11.ConnectionClosed) or conn.our_state in CLOSING:
                 return
 

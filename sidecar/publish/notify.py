@@ -20,7 +20,7 @@ import asyncio
 import contextlib
 import json
 import os
-from collections.abc import Callable, Coroutine
+from collections.abc import Callable, Coroutine, Iterator
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import parse_qs
@@ -76,9 +76,10 @@ class Notifications:
             return None
         return 429, "text/plain", f"too many waiting requests ({bound}); retry later\n".encode()
 
-    def evictable(self) -> asyncio.StreamWriter | None:
-        """The oldest waiting request from outside the pod (closed first when connections run out)."""
-        return next((w.writer for w in self._waiting.values() if not w.local), None)
+    def waiting(self, local: bool) -> Iterator[asyncio.StreamWriter]:
+        """The connections of the waiting requests from loopback or from elsewhere, oldest first
+        (closed first of their origin's busy connections when connections run out)."""
+        return (w.writer for w in self._waiting.values() if w.local == local)
 
     async def waiter(
         self,

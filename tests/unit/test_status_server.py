@@ -2,7 +2,7 @@
 
 What the pod's own app is promised (contract §4): its change notifications
 always get a slot whatever other clients hold, a client that hangs up frees
-its slot at once, when connections run out the app's streams are closed last,
+its slot at once, when connections run out every one from outside goes first,
 and before a release every subscriber has been told "not leader" or lost its
 stream.
 """
@@ -18,6 +18,7 @@ import pytest
 
 from sidecar.core.state import State
 from sidecar.kit.logs import Logger
+from sidecar.publish import http
 from sidecar.publish.changes import Changes
 from sidecar.publish.http import MAX_CONNECTIONS, StatusServer
 from sidecar.publish.notify import MAX_LOCAL, MAX_REMOTE
@@ -80,6 +81,15 @@ class Served:
         await writer.drain()
         return Client(reader, writer)
 
+    async def body_pending(self, host: str) -> Client:
+        """A connection whose request head announces a body that never comes, once answered."""
+        reader, writer = await asyncio.open_connection(host, self.port)
+        writer.write(b"GET /status HTTP/1.1\r\nHost: x\r\nContent-Length: 1\r\n\r\n")
+        await writer.drain()
+        client = Client(reader, writer)
+        assert await client.status() == 200  # the head was read: the server awaits the body
+        return client
+
 
 @dataclasses.dataclass
 class Client:
@@ -99,6 +109,13 @@ class Client:
                     break
                 got += chunk
         return got
+
+    async def hears(self, marker: bytes) -> bool:
+        """Whether ``marker`` arrives on this connection (False when it is closed first)."""
+        try:
+            return marker in await self.read_until(marker)
+        except ConnectionError:
+            return False
 
     def hang_up(self) -> None:
         self.writer.transport.abort()
@@ -184,6 +201,51 @@ def test_when_connections_run_out_the_idle_ones_go_and_every_stream_stays() -> N
         for stream in [*app, *remote]:  # every stream is still there and hears the change
             assert b'"is_leader":false' in await stream.read_until(b'"is_leader":false')
         del flood
+
+    served(test)
+
+
+def test_bodies_that_never_come_from_outside_never_close_the_apps_stream() -> None:
+    """Issue 38: heads with ``Content-Length: 1`` and no body, from outside, fill every slot
+    again and again; the connections closed to admit them are theirs, never the app's stream."""
+    outside = this_hosts_address()
+
+    async def test(s: Served) -> None:
+        app = await s.request("/events")
+        assert await app.status() == 200
+        flood = [await s.body_pending(outside) for _ in range(3 * MAX_CONNECTIONS)]
+        s.publish(NOT_LEADER)
+        assert await app.hears(b'"is_leader":false'), "the app's stream was closed"
+        del flood
+
+    served(test)
+
+
+def test_a_client_outside_that_does_not_read_its_answers_goes_before_the_apps_stream(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Once its requests are whole, a client outside the pod that pipelines more answers
+    than the buffers hold and reads none holds its slot while they are written: the port
+    is down to two connections, so the next one must close that client's or the app's."""
+    outside = this_hosts_address()
+    monkeypatch.setattr(http, "MAX_CONNECTIONS", 2)
+
+    async def test(s: Served) -> None:
+        app = await s.request("/events")
+        assert await app.status() == 200
+        s.publish(dataclasses.replace(LEADER, holder="h" * 4000))  # each answer about 8 kB
+        loop, greedy = asyncio.get_running_loop(), socket.socket()
+        greedy.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+        greedy.setblocking(False)
+        await loop.sock_connect(greedy, (outside, s.port))
+        pipelined = b"GET /status HTTP/1.1\r\nHost: x\r\n\r\n" * 2000  # 16 MB to answer
+        await loop.sock_sendall(greedy, pipelined)
+        await asyncio.sleep(0.5)
+        probe = await s.request("/healthz", outside)
+        assert await probe.status() == 200
+        s.publish(NOT_LEADER)
+        assert await app.hears(b'"is_leader":false'), "the app's stream was closed"
+        greedy.close()
 
     served(test)
 
