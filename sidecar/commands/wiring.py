@@ -17,6 +17,7 @@ from pathlib import Path
 from ..driver.coordination import Coordination
 from ..driver.elector import Elector
 from ..driver.events import EventRecorder
+from ..driver.handofflock import HandoffLock
 from ..driver.handover import Handover
 from ..driver.label import LeaderLabel
 from ..driver.lock import Lock
@@ -89,7 +90,7 @@ def wire(
         observers.append(recorder)
     observers.append(published)
     elector = Elector(
-        LeaseLock(store, lease),
+        HandoffLock(LeaseLock(store, lease), handover),
         identity=identity,
         election=settings.election,
         lease=lease,
@@ -98,6 +99,5 @@ def wire(
         observers=observers,
         log=log,
         clock=clock,
-        roster=handover,
     )
     return Sidecar(elector, metrics, published, lock)

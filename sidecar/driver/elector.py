@@ -1,9 +1,11 @@
 """The elector: runs one election against its Lease, tells the observers, releases on shutdown.
 
-A loop over a small Lease lock (``kube.leaselock``), in the manner of
+A loop over a small lock (``electionlock.ElectionLock``), in the manner of
 client-go's ``LeaderElector.Run``: the state machine (``core.election``)
-decides, observers (``observer``) react from outside. The lock and the clock
-are given, so tests drive it in-process on a fake store and virtual time.
+decides, observers (``observer``) react from outside, and what the lock adds
+(the hand-off, the first term: ``handofflock``) stays behind it. The lock and
+the clock are given, so tests drive it in-process on a fake store and virtual
+time.
 Three tasks: the loop (ask, do, report back, tell the observers); the watch,
 so followers learn of a release in milliseconds without polling (losing it
 never delays a step-down: that is a timer); a watchdog that republishes at
@@ -22,16 +24,15 @@ from collections.abc import Awaitable, Callable, Coroutine, Sequence
 from typing import Any
 
 from ..core.election import Election, Read, Wait, Write
-from ..core.lease import LeaseRecord
 from ..core.state import State
 from ..core.timing import Timing
 from ..kit import aio
 from ..kit.clock import Clock
 from ..kit.logs import Logger
 from ..kube.errors import ApiError, Conflict, NotFound
-from ..kube.leaselock import Changed, Deleted, Failed, Healthy, LeaseLock
-from .observer import Call, Observer, View
-from .release import Roster, release
+from ..kube.leaselock import Changed, Deleted, Failed, Healthy
+from .electionlock import Absent, ElectionLock
+from .observer import Call, Observer, Observers, View
 
 #: Release and after-release steps, well inside the default 30 s grace period.
 SHUTDOWN_BUDGET = 10.0
@@ -46,7 +47,7 @@ MIN_WAIT = 0.001
 class Elector:
     def __init__(
         self,
-        lock: LeaseLock,
+        lock: ElectionLock,
         *,
         identity: str,
         election: str,
@@ -56,7 +57,6 @@ class Elector:
         observers: Sequence[Observer],
         log: Logger,
         clock: Clock | None = None,
-        roster: Roster | None = None,
     ):
         self.lock, self.clock = lock, clock or Clock()
         self.election = Election(
@@ -64,10 +64,9 @@ class Elector:
         )
         #: The election's name as given (``State.election``); the Lease is ``lease``.
         self.name = election
-        self.observers, self.log, self.roster = list(observers), log, roster
+        self.observers, self.log = Observers(observers), log
         self._wake, self._leading, self._stop = asyncio.Event(), asyncio.Event(), asyncio.Event()
         self._tasks: list[asyncio.Task[Any]] = []  # the elector's three, then spawned ones
-        self._last: dict[str, Any] | None = None
 
     # ---- Control (what observers may ask) -----------------------------------
     def view(self) -> View:
@@ -93,8 +92,7 @@ class Elector:
 
     async def start(self) -> None:
         """Every observer's start, in order ("not leader" is published first)."""
-        for observer in self.observers:
-            await observer.start(self)
+        await self.observers.start(self)
 
     async def run(self) -> int:
         """The election until ``stop`` (0) or a task's end, which is a bug (1)."""
@@ -139,14 +137,14 @@ class Elector:
         try:
             obj = await self.lock.read(self._request_timeout())
         except ApiError as err:
-            self._called(Call("read", err))
+            self.observers.on_call(Call("read", err))
             self.election.on_error(self.clock.monotonic(), err.retry_after)
             return
-        self._called(Call("read"))
-        first = False  # found absent with nothing seen before: a first term (contract §2)?
-        if obj is None and not self.election.seen.known and self.roster is not None:
-            first = await self.roster.first_term(self._request_timeout())
-        self.election.on_read(obj, self.clock.monotonic(), first_term=first)
+        self.observers.on_call(Call("read"))
+        if isinstance(obj, Absent):
+            self.election.on_read(None, self.clock.monotonic(), first_term=obj.first_term)
+        else:
+            self.election.on_read(obj, self.clock.monotonic())
 
     async def _write(self, action: Write) -> None:
         kind = "create" if action.create else action.purpose
@@ -162,19 +160,19 @@ class Elector:
             return
         except NotFound as err:
             if action.create:  # a create cannot miss the Lease: the namespace is missing
-                self._called(Call("create", err))
+                self.observers.on_call(Call("create", err))
                 # Not transient: retry at the slowest backoff step from the start.
                 self.election.on_error(self.clock.monotonic(), retry_after=math.inf)
             else:
                 self.election.on_not_found(self.clock.monotonic())
             return
         except ApiError as err:
-            self._called(Call(kind, err))
+            self.observers.on_call(Call(kind, err))
             self.election.on_error(self.clock.monotonic(), err.retry_after)
             return
         now = self.clock.monotonic()
         self.election.on_written(obj, started, now)
-        self._called(Call(kind, seconds=now - started))
+        self.observers.on_call(Call(kind, seconds=now - started))
 
     async def _wait(self, until: float) -> None:
         timeout = until - self.clock.monotonic()
@@ -193,17 +191,8 @@ class Elector:
         for event in events:
             if event.kind == "leading":
                 self._leading.set()
-            for observer in self.observers:
-                observer.on_event(event, view)
-        comparable = view.state.comparable()
-        if force or comparable != self._last:
-            self._last = comparable
-            for observer in self.observers:
-                observer.on_state(view)
-
-    def _called(self, call: Call) -> None:
-        for observer in self.observers:
-            observer.on_call(call)
+            self.observers.on_event(event, view)
+        self.observers.on_state(view, force)
 
     async def _watch(self) -> None:
         async for event in self.lock.events():
@@ -216,7 +205,7 @@ class Elector:
                 error, retry_in = (
                     (event.error, event.retry_in) if isinstance(event, Failed) else (None, 0.0)
                 )
-                self._called(Call("watch", error, retry_in=retry_in))
+                self.observers.on_call(Call("watch", error, retry_in=retry_in))
                 continue
             else:
                 self.election.mark_stale()  # events were missed: re-read before acting
@@ -233,19 +222,6 @@ class Elector:
             await asyncio.sleep(max(0.0, valid - self.clock.monotonic()) + 0.001)
             self._publish()
 
-    async def _watch_moves_past(self, moved: Callable[[LeaseRecord], bool], seconds: float) -> bool:
-        """Whether the watch shows the Lease deleted, or a record that has ``moved``, within
-        ``seconds``; it wakes this as it wakes the loop, which is stopped by then."""
-        deadline = self.clock.monotonic() + seconds
-        while True:
-            self._wake.clear()
-            record = self.election.seen.record
-            if record is None or moved(record):
-                return True
-            if self.clock.monotonic() >= deadline:
-                return False
-            await self._wait(deadline)
-
     # ---- shutdown ---------------------------------------------------------------
     async def _shutdown(self) -> None:
         """contract §5: "not leader" first, then the observers', the release, the rest; bounded."""
@@ -253,17 +229,9 @@ class Elector:
         self._publish(force=True)  # the step-down of a leader is told like any other
         loop, watch, watchdog = self._tasks[:3]
         await aio.cancel([loop, watchdog], TASK_STOP_SECONDS, self.log)
-        for observer in self.observers:
-            await observer.before_release()
+        await self.observers.before_release()
         released = functools.partial(
-            release,
-            self.lock,
-            self.election,
-            self.clock,
-            self.log,
-            SHUTDOWN_BUDGET,
-            self.roster,
-            self._watch_moves_past,
+            self.lock.release, self.election, self.clock, self.log, SHUTDOWN_BUDGET
         )
 
         async def unwatch() -> None:  # the release followed the hand-off on it

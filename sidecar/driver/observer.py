@@ -94,3 +94,33 @@ class Observer:
 
     async def after_release(self) -> None:
         """Shutdown, the Lease released (or left to expire): tidy up."""
+
+
+class Observers(list[Observer]):
+    """The wired observers as one: each call goes to every one, in the wiring's order."""
+
+    _told: dict[str, Any] | None = None  # the last state told (``State.comparable``)
+
+    async def start(self, control: Control) -> None:
+        for observer in self:
+            await observer.start(control)
+
+    def on_event(self, event: Event, view: View) -> None:
+        for observer in self:
+            observer.on_event(event, view)
+
+    def on_state(self, view: View, force: bool = False) -> None:
+        """Tell ``view`` if its state differs from the last one told, or when ``force``d."""
+        comparable = view.state.comparable()
+        if force or comparable != self._told:
+            self._told = comparable
+            for observer in self:
+                observer.on_state(view)
+
+    def on_call(self, call: Call) -> None:
+        for observer in self:
+            observer.on_call(call)
+
+    async def before_release(self) -> None:
+        for observer in self:
+            await observer.before_release()

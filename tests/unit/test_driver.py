@@ -1020,7 +1020,7 @@ def test_clock_skew_warns_once_and_again_only_after_the_clock_came_back(tmp_path
         counts = []
         for low, high in [(600, 601), (600, 601), (3, 4), (1, 2), (600, 601), (-9, -8)]:
             store.clock_offset = ClockOffset(low, high)  # type: ignore[assignment]
-            a.elector._called(Call("read"))  # an answer came, with a Date header
+            a.elector.observers.on_call(Call("read"))  # an answer came, with a Date header
             assert a.sidecar.metrics.clock_skew == (low + high) / 2
             lines = log.stream.getvalue().splitlines()  # type: ignore[union-attr]
             counts.append(len([line for line in lines if "clock is off" in line]))

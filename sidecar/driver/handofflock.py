@@ -1,0 +1,86 @@
+"""The election's Lease with its hand-off: the lock the elector is given in a pod.
+
+It wraps the bare Lease (``kube.leaselock.LeaseLock``) the way client-go's
+``MultiLock`` wraps two locks: the elector sees one lock
+(``electionlock.ElectionLock``) and never the roster. What it adds:
+
+- a read that finds no Lease asks the roster whether the election ever had
+  one, only when this lock has seen nothing of the Lease before (a read's
+  answer, or a watch event): the first term (contract §2);
+- the release names a successor, follows its claim on the watch this lock
+  relays (no request while it waits), and empties a hand-off nobody claimed
+  (``release.release``).
+
+Guarantees: every request and event passes through unchanged; what it adds
+can only make an absent Lease free sooner when the roster says no Lease was
+ever created, and a release is written only over a claim this process wrote.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator, Callable
+
+from ..core.election import Election
+from ..core.lease import LeaseRecord
+from ..kit.clock import Clock
+from ..kit.logs import Logger
+from ..kube.leaselock import Changed, Deleted, LeaseLock
+from ..kube.leases import Obj
+from .electionlock import Absent, Event
+from .release import Roster, release
+
+#: The shortest wait on the watch: see ``elector.MIN_WAIT``.
+MIN_WAIT = 0.001
+
+
+class HandoffLock:
+    """``lease`` with the hand-off of ``roster`` (none: a release names nobody)."""
+
+    def __init__(self, lease: LeaseLock, roster: Roster | None) -> None:
+        self.lease, self.roster = lease, roster
+        self.name, self.request_timeout = lease.name, lease.request_timeout
+        self._known = False  # a read has answered, or the watch told of the Lease
+        self._relayed = asyncio.Event()  # set once the elector has taken an event in
+
+    async def read(self, timeout: float) -> Obj | Absent:
+        obj = await self.lease.read(timeout)
+        known, self._known = self._known, True
+        if obj is not None:
+            return obj
+        first = not known and self.roster is not None and await self.roster.first_term(timeout)
+        return Absent(first_term=first)
+
+    async def create(self, body: Obj, timeout: float) -> Obj:
+        return await self.lease.create(body, timeout)
+
+    async def replace(self, body: Obj, timeout: float) -> Obj:
+        return await self.lease.replace(body, timeout)
+
+    async def events(self) -> AsyncIterator[Event]:
+        async for event in self.lease.events():
+            if isinstance(event, Changed | Deleted):
+                self._known = True
+            yield event
+            # The elector asks for the next event once it has taken this one in.
+            self._relayed.set()
+
+    async def release(self, election: Election, clock: Clock, log: Logger, budget: float) -> None:
+        async def seen(moved: Callable[[LeaseRecord], bool], seconds: float) -> bool:
+            """Whether the watch shows the Lease deleted, or a record that has ``moved``,
+            within ``seconds`` (the election takes in what the watch shows)."""
+            deadline = clock.monotonic() + seconds
+            while True:
+                self._relayed.clear()
+                record = election.seen.record
+                if record is None or moved(record):
+                    return True
+                left = deadline - clock.monotonic()
+                if left <= 0:
+                    return False
+                with contextlib.suppress(TimeoutError):
+                    async with asyncio.timeout(max(left, MIN_WAIT)):
+                        await self._relayed.wait()
+
+        await release(self.lease, election, clock, log, budget, self.roster, seen)
