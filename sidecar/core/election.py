@@ -35,6 +35,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from .actions import Action, Read, Wait, Write
 from .lease import LeaseRecord, claim, version_number
 from .sighting import Event, Sighting
 from .timing import Timing
@@ -42,28 +43,6 @@ from .timing import Timing
 __all__ = ["Action", "Election", "Event", "Read", "Wait", "Write"]
 
 
-@dataclass(frozen=True)
-class Read:
-    """Fetch the Lease (the record is unknown or stale)."""
-
-
-@dataclass(frozen=True)
-class Write:
-    """Create or replace the Lease with ``body`` (it carries the resourceVersion read)."""
-
-    body: dict[str, Any]
-    create: bool
-    purpose: Literal["acquire", "renew"]
-
-
-@dataclass(frozen=True)
-class Wait:
-    """Nothing to do before ``until`` (monotonic), unless the watch brings news."""
-
-    until: float
-
-
-Action = Read | Write | Wait
 #: A renew is due this much before its instant at the latest: sums of floats land a hair late.
 EARLY = 1e-6
 
