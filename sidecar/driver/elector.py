@@ -24,7 +24,6 @@ from collections.abc import Awaitable, Callable, Coroutine, Sequence
 from typing import Any
 
 from ..core.election import Election, Read, Wait, Write
-from ..core.state import State
 from ..core.timing import Timing
 from ..kit import aio
 from ..kit.clock import Clock
@@ -70,9 +69,7 @@ class Elector:
 
     # ---- Control (what observers may ask) -----------------------------------
     def view(self) -> View:
-        now, e = self.clock.monotonic(), self.election
-        state = State.of(e, self.name, now, self.clock.wall())
-        return View(state, e.valid_until(now), e.record, now - e.seen.observed_at)
+        return View.of(self.election, self.name, self.clock.monotonic(), self.clock.wall())
 
     def healthy(self) -> bool:
         return bool(self._tasks) and not any(t.done() for t in self._tasks)

@@ -24,13 +24,14 @@ Callbacks are synchronous and must not block: anything slow runs in a task
 from __future__ import annotations
 
 import asyncio
+import datetime as dt
 import math
 from collections.abc import Coroutine
 from dataclasses import dataclass
 from typing import Any, Literal, Protocol
 
-from ..core.election import Event
-from ..core.lease import LeaseRecord
+from ..core.election import Election, Event
+from ..core.lease import LeaseRecord, format_microtime
 from ..core.state import State
 from ..kube.errors import ApiError
 
@@ -47,6 +48,29 @@ class View:
     record: LeaseRecord | None
     #: Seconds since this candidate last saw the Lease change, on its monotonic clock (inf: never).
     unchanged_for: float = math.inf
+
+    @classmethod
+    def of(cls, election: Election, name: str, now: float, now_wall: dt.datetime) -> View:
+        """``election`` (named ``name``) at monotonic ``now``; its state written at ``now_wall``."""
+        leading, record = election.is_leader(now), election.record
+        state = State(
+            election=name,
+            namespace=election.namespace,
+            lease=election.lease,
+            identity=election.identity,
+            is_leader=leading,
+            holder=record.holder if record is not None else None,
+            fencing_token=election.fencing_token if leading else None,
+            acquired_at=_iso(record.acquire_time) if record is not None else None,
+            renewed_at=_iso(record.renew_time) if record is not None else None,
+            valid_until=_iso(election.vouched_until(now)),
+            updated_at=format_microtime(now_wall),
+        )
+        return cls(state, election.valid_until(now), record, now - election.seen.observed_at)
+
+
+def _iso(when: dt.datetime | None) -> str | None:
+    return format_microtime(when) if when is not None else None
 
 
 @dataclass(frozen=True)
