@@ -61,10 +61,6 @@ def role(namespace: str, what: str = "leases") -> dict[str, Any]:
     }
 
 
-def label_role(namespace: str) -> dict[str, Any]:
-    return role(namespace, "leader-label")
-
-
 def binding_name(service_account: str, role_name: str = ROLE_NAME) -> str:
     return f"{role_name}-{service_account}"[:253]
 

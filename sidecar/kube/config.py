@@ -68,11 +68,6 @@ def resolve_namespace(explicit: str | None, config: ApiConfig) -> str:
     return explicit or own or os.environ.get("POD_NAMESPACE") or config.namespace or "default"
 
 
-def from_kubeconfig(path: Path | str, context: str | None = None) -> ApiConfig:
-    """One kubeconfig file, nothing else."""
-    return load(str(path), context)
-
-
 def in_cluster(sa_dir: Path | None = None) -> ApiConfig:
     """The pod's service account, and the API server's address the kubelet puts in the env."""
     sa_dir = sa_dir or SERVICE_ACCOUNT_DIR

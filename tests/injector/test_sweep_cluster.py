@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 from kubernetes import client
 
-from sidecar.kube.config import from_kubeconfig
+from sidecar.kube.config import load
 from sidecar.kube.errors import Conflict
 from sidecar.kube.leases import LeaseStore
 from tests.cluster import ControlPlane
@@ -122,7 +122,7 @@ def test_a_stale_judgement_cannot_delete_a_renewed_lease(
     coord.replace_namespaced_lease("leader-renewed", namespace, fresh)
 
     async def delete_as_judged() -> None:
-        every = LeaseStore(from_kubeconfig(cluster.kubeconfig), "")  # the injector's store
+        every = LeaseStore(load(str(cluster.kubeconfig)), "")  # the injector's store
         try:
             await every.delete("leader-renewed", judged, namespace=namespace)
         finally:

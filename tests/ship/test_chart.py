@@ -573,7 +573,11 @@ def test_leader_label_policy_and_role_are_the_same_everywhere() -> None:
     assert find(objects, kind)["metadata"]["name"] == injector_rbac.LABEL_POLICY
     chart_role = find(objects, "Role", injector_rbac.LABEL_ROLE_NAME)
     manifest_role = find(manifest, "Role", injector_rbac.LABEL_ROLE_NAME)
-    assert chart_role["rules"] == manifest_role["rules"] == injector_rbac.label_role("x")["rules"]
+    assert (
+        chart_role["rules"]
+        == manifest_role["rules"]
+        == injector_rbac.role("x", "leader-label")["rules"]
+    )
     # Bound to a ServiceAccount of its own, never `default` (contract §8, issue 27 item 5),
     # with the Leases too; the same names as autoRBAC gives that account.
     account = "grelmicro-sidecar"
@@ -655,7 +659,7 @@ def test_injector_cluster_role_grows_only_with_auto_rbac() -> None:
     assert set(injector_rbac.EVENT_VERBS) <= set(events["verbs"])
     assert not any(r["resources"] == ["events"] for r in base)
     # The leader label's grant (pods patch, the marker), only while the policy is installed.
-    label_rules = [r for r in injector_rbac.label_role("x")["rules"]]
+    label_rules = [r for r in injector_rbac.role("x", "leader-label")["rules"]]
     assert all(r in auto for r in label_rules)
     no_policy = rules({"injector.autoRBAC": True, "leaderLabel.policy": False})
     assert not any(r in no_policy for r in label_rules)

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from sidecar.kube.config import ConfigError, TokenFile, from_kubeconfig, in_cluster
+from sidecar.kube.config import ConfigError, TokenFile, in_cluster, load
 from tests.cluster.pki import CertificateAuthority
 
 
@@ -84,11 +84,13 @@ def test_injector_login_and_its_own_calls_share_one_kubeconfig_reading(
     cert, key = ca.issue("injector")
     (tmp_path / "ca.pem").write_bytes(ca.cert_pem)
     b64 = lambda b: base64.b64encode(b).decode()  # noqa: E731
-    config = from_kubeconfig(
-        _kubeconfig(
-            tmp_path / "kc",
-            {"certificate-authority": "ca.pem"},
-            {"client-certificate-data": b64(cert), "client-key-data": b64(key)},
+    config = load(
+        str(
+            _kubeconfig(
+                tmp_path / "kc",
+                {"certificate-authority": "ca.pem"},
+                {"client-certificate-data": b64(cert), "client-key-data": b64(key)},
+            )
         )
     )
     login = connection_info(config)
@@ -136,7 +138,7 @@ def test_kubeconfig_with_inline_client_certificate(
         {"certificate-authority-data": b64(ca.cert_pem)},
         {"client-certificate-data": b64(cert), "client-key-data": b64(key)},
     )
-    cfg = from_kubeconfig(path)
+    cfg = load(str(path))
     assert cfg.namespace == "team" and cfg.authorization() is None
     assert list(tmp_path.iterdir()) == [path], "no key material is left behind"
 
@@ -144,8 +146,8 @@ def test_kubeconfig_with_inline_client_certificate(
 def test_kubeconfig_relative_token_file(tmp_path: Path, ca: CertificateAuthority) -> None:
     (tmp_path / "ca.pem").write_bytes(ca.cert_pem)
     (tmp_path / "tok").write_text("abc")
-    cfg = from_kubeconfig(
-        _kubeconfig(tmp_path / "kc", {"certificate-authority": "ca.pem"}, {"tokenFile": "tok"})
+    cfg = load(
+        str(_kubeconfig(tmp_path / "kc", {"certificate-authority": "ca.pem"}, {"tokenFile": "tok"}))
     )
     assert cfg.authorization() == "Bearer abc"
 
@@ -167,7 +169,7 @@ def test_kubeconfig_problems_are_named(
     tmp_path: Path, cluster: dict[str, object], user: dict[str, object], message: str
 ) -> None:
     with pytest.raises(ConfigError, match=message):
-        from_kubeconfig(_kubeconfig(tmp_path / "kc", cluster, user))
+        load(str(_kubeconfig(tmp_path / "kc", cluster, user)))
 
 
 def test_yaml_kubeconfig(tmp_path: Path, ca: CertificateAuthority) -> None:
@@ -179,7 +181,7 @@ def test_yaml_kubeconfig(tmp_path: Path, ca: CertificateAuthority) -> None:
         "users:\n- name: u\n  user:\n    token: yaml-token\n"
         "contexts:\n- name: c\n  context:\n    cluster: k\n    user: u\n"
     )
-    assert from_kubeconfig(path).authorization() == "Bearer yaml-token"
+    assert load(str(path)).authorization() == "Bearer yaml-token"
 
 
 def test_the_api_servers_date_bounds_this_nodes_clock_offset() -> None:

@@ -20,7 +20,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from sidecar.commands.cli import command
-from sidecar.kube.config import ConfigError, from_kubeconfig, load
+from sidecar.kube.config import ConfigError, load
 
 from .kubeconfigs import doc, write
 
@@ -218,7 +218,7 @@ def test_fuzzed_kubeconfig_only_ever_raises_config_error(changes: dict[str, Any]
     with tempfile.NamedTemporaryFile("w", suffix=".kubeconfig", delete=False) as fh:
         json.dump(data, fh)
     try:
-        from_kubeconfig(Path(fh.name))
+        load(fh.name)
     except ConfigError as err:
         message = str(err)
         assert "\n" not in message, message
