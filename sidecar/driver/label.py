@@ -14,7 +14,10 @@ Guarantees:
 - an API error never touches the election: it is logged once with its fix and
   retried with backoff until the label is what the state says; a label that
   should be off (or may be on) is retried as soon as any API call of the
-  elector succeeds, and one known to be on at least every ``RETRY_OFF``.
+  elector succeeds, and one known to be on at least every ``RETRY_OFF``;
+- a patch without an answer (no answer, a 5xx) may have been applied: the
+  label is then unknown and put again for the state of the moment, even one
+  it had before (a put of "on" that was applied unheard, then a step-down).
 """
 
 from __future__ import annotations
@@ -25,7 +28,7 @@ from collections.abc import Awaitable, Callable
 
 from ..kit import aio
 from ..kit.logs import Logger
-from ..kube.errors import ApiError, Forbidden, NotFound
+from ..kube.errors import ApiError, ApiUnavailable, Forbidden, NotFound
 from .observer import Call, Control, Observer, View
 
 RETRY_FIRST = 0.5
@@ -55,6 +58,8 @@ class LeaderLabel(Observer):
         self.log = log
         self.want = False
         self.have: bool | None = None  # unknown at start-up: taken off first
+        #: A put of "on" (or a put over a label known on) went unanswered: it may be on.
+        self._may_be_on = False
         self._news = asyncio.Event()
         self._news.set()
         self._settled = asyncio.Event()
@@ -106,7 +111,11 @@ class LeaderLabel(Observer):
                     await self._put(want)
                 except ApiError as err:
                     self._failed(err, retry)
-                    stale = self.have and not want  # on, and it should not be: cheap, one pod
+                    if isinstance(err, ApiUnavailable):  # it may have been applied, unheard
+                        self._may_be_on = self._may_be_on or want or self.have is True
+                        self.have = None
+                    # on (or may be), and it should not be: cheap, one pod
+                    stale = not want and (self.have is True or self._may_be_on)
                     with contextlib.suppress(TimeoutError):
                         async with asyncio.timeout(min(retry, RETRY_OFF) if stale else retry):
                             await self._news.wait()
@@ -115,9 +124,9 @@ class LeaderLabel(Observer):
                     continue
                 retry = RETRY_FIRST
                 self.log.forget_prefix("label:")
-                if want or self.have is not None:
+                if want or self.have is not None or self._may_be_on:
                     self.log.info("leader label " + ("set" if want else "removed"), pod=self.pod)
-                self.have = want
+                self.have, self._may_be_on = want, False
             self._settled.set()
 
     def _failed(self, err: ApiError, retry: float) -> None:
