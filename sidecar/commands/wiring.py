@@ -68,18 +68,20 @@ def wire(
     handover = Handover(shared, lease, identity, clock, log)
     published = Published(settings.state_dir, settings.port, metrics.render, log)
     lock = None
+    release = settings.release if settings.pod or settings.release != "auto" else "now"
+    vouch = Vouch(release, pod_deleting, clock, log)
     observers: list[Observer] = [
         LogReport(log, lease, namespace, timing, offset=lambda: store.clock_offset),
         metrics,
+        vouch.asking,  # first of the shutdown's steps (driver.vouch)
     ]
     if put_label is not None and settings.label_pod:
         observers.append(LeaderLabel(put_label, settings.label_pod, log))
     if command is not None:
         lock = Lock(command.command, command.kill_grace, Path(settings.state_dir) / STATE_FILE, log)
         observers.append(lock)
-    release = settings.release if settings.pod or settings.release != "auto" else "now"
     observers += [
-        Vouch(release, pod_deleting, clock, log),
+        vouch,
         handover,
         ExitSweep(store, shared, identity, clock, log, on_delete=metrics.count_swept),
     ]

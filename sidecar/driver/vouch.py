@@ -13,6 +13,14 @@ whether this pod is being deleted (one GET of the pod; no answer, or no pod,
 counts as "may run"); ``now`` always releases at once (outside a pod, or an
 app that checks ``/leader`` before each action); ``after-valid-until`` always
 waits.
+
+``auto`` asks as the shutdown begins (``asking``, first of the shutdown's
+steps), not after the label and the subscribers: the kubelet stops this
+container for a deletion only once it has seen it, so a deletion that the
+answer does not show came after this stop began (a liveness kill, an in-place
+update), and the app may run on. Not the app containers' status: the kubelet
+writes their end only once the whole pod has stopped, this sidecar included,
+so during a deletion it still says "running" whatever the app did.
 """
 
 from __future__ import annotations
@@ -41,14 +49,28 @@ class Vouch(Observer):
         self.policy, self.deleting, self.clock, self.log = policy, deleting, clock, log
         #: The last ``valid_until`` published, on the monotonic clock (-inf: none yet).
         self.until = -math.inf
+        self._answer: asyncio.Future[bool] | None = None
+        #: Wired before every other step of the shutdown: asks there (module docstring).
+        self.asking: Observer = _Ask(self)
 
     def on_state(self, view: View) -> None:
         if view.valid_until is not None:
             self.until = view.valid_until
 
+    def ask(self) -> None:
+        """Send the question now, if the answer may matter; ``before_release`` waits for it."""
+        if self._answer is None and self.policy == "auto" and self.until > self.clock.monotonic():
+            self._answer = asyncio.ensure_future(self._app_stopped())
+
     async def before_release(self) -> None:
+        self.ask()  # not asked yet (no ``asking`` wired): now
+        answer, self._answer = self._answer, None
         left = self.until - self.clock.monotonic()
-        if left <= 0 or self.policy == "now" or await self._app_stopped():
+        if left <= 0 or self.policy == "now":
+            if answer is not None:
+                answer.cancel()
+            return
+        if answer is not None and await answer:
             return
         self.log.info(
             "the app may still act on the last valid_until; releasing once it has passed",
@@ -65,3 +87,13 @@ class Vouch(Observer):
         except ApiError as err:
             self.log.once("vouch", "warning", UNKNOWN, error=str(err))
             return False
+
+
+class _Ask(Observer):
+    """``Vouch``'s question, sent as the shutdown begins (before the label and the rest)."""
+
+    def __init__(self, vouch: Vouch):
+        self.vouch = vouch
+
+    async def before_release(self) -> None:
+        self.vouch.ask()
