@@ -1,10 +1,15 @@
 """An in-memory, optimistic Lease store with the ``LeaseStore`` interface, for the driver in-process.
 
-Behaves like the API server where the driver can tell: resourceVersions go up
-with every write (and are checked on replace and on preconditioned delete,
-409 otherwise), a create of an existing Lease is a 409, a replace of a missing
-one a 404, a watch replays what happened after the version it starts from and
-ends after its timeout, and a version older than the compaction point is 410.
+Behaves like the API server where the driver can tell, as the conformance
+suite (``lease_conformance``) checks against the real one: resourceVersions go
+up with every write (and are checked on replace, on a merge patch that names
+one and on preconditioned delete, 409 otherwise; a replace that names none, or
+a patch that names a null one, is a 422), a write that changes nothing stores nothing (same version, no event),
+a create of an existing Lease is a 409, a create gives a new uid, a replace
+naming another uid is a 409, of a missing Lease too (without a uid it creates
+it, as Leases allow), a watch replays what happened after the version it
+starts from (a delete under the delete's own version) and ends after its
+timeout, and a version older than the compaction point is 410.
 ``down = True`` makes every call fail as an unreachable server would.
 """
 
@@ -12,10 +17,11 @@ from __future__ import annotations
 
 import asyncio
 import copy
+import itertools
 from collections.abc import AsyncIterator
 from typing import Any
 
-from sidecar.kube.errors import ApiUnavailable, Conflict, Gone, NotFound
+from sidecar.kube.errors import ApiError, ApiUnavailable, Conflict, Gone, NotFound
 
 
 class FakeLeases:
@@ -40,8 +46,8 @@ class FakeLeases:
         self.watch_latency = 0.0
         self._visible_at: dict[int, float] = {}  # resourceVersion -> when watches may see it
         #: (verb, holderIdentity) of writes to election Leases (labelled managed-by
-        #: grelmicro); the namespace's coordination Lease's (roster, marks, sweep duty) to
-        #: ``roster_writes``
+        #: grelmicro), a write that changes nothing included (it was sent); the
+        #: namespace's coordination Lease's (roster, marks, sweep duty) to ``roster_writes``
         self.writes: list[tuple[str, str]] = []
         self.roster_writes: list[tuple[str, str]] = []
         #: Writes refused with 409 (every Lease; merge patches that name a resourceVersion
@@ -54,6 +60,7 @@ class FakeLeases:
         self.label_lists = 0  # lists by label (the sweep's), not the election's by name
         self._generation = 0
         self._changed = asyncio.Condition()
+        self._uids = itertools.count(1)
 
     # ---- the LeaseStore interface -----------------------------------------
     async def _travel(self) -> None:
@@ -74,12 +81,26 @@ class FakeLeases:
         async with self._changed:
             self._changed.notify_all()
 
-    def _stamp(self, body: dict[str, Any]) -> dict[str, Any]:
-        self.rv += 1
+    def _stamp(self, body: dict[str, Any], current: dict[str, Any] | None = None) -> dict[str, Any]:
+        """``body`` as stored over ``current`` (None: created): the uid kept (a new one on a
+        create), a new resourceVersion, unless nothing changed: then ``current`` itself."""
         obj = copy.deepcopy(body)
-        obj["metadata"]["resourceVersion"] = str(self.rv)
-        obj["metadata"].setdefault("namespace", self.namespace)
+        meta = obj["metadata"]
+        meta.setdefault("namespace", self.namespace)
+        meta["uid"] = current["metadata"]["uid"] if current else f"uid-{next(self._uids)}"
+        if current is not None:
+            meta["resourceVersion"] = current["metadata"]["resourceVersion"]
+            if obj == current:
+                return current
+        self.rv += 1
+        meta["resourceVersion"] = str(self.rv)
         return obj
+
+    @staticmethod
+    def _unversioned(verb: str) -> ApiError:
+        """A write over no resourceVersion: Leases are never updated blindly."""
+        message = f"{verb} leases: HTTP 422: metadata.resourceVersion: must be specified"
+        return ApiError(message, status=422, verb=verb)
 
     def _wrote(self, verb: str, obj: dict[str, Any]) -> None:
         labels = obj["metadata"].get("labels") or {}
@@ -123,20 +144,35 @@ class FakeLeases:
         await self._record("ADDED", obj)
         return copy.deepcopy(obj)
 
+    async def _store(self, verb: str, obj: dict[str, Any], current: dict[str, Any]) -> None:
+        """Keep ``obj`` written over ``current``: an event, unless nothing changed."""
+        self._wrote(verb, obj)
+        if obj is not current:
+            self.objects[obj["metadata"]["name"]] = obj
+            await self._record("MODIFIED", obj)
+
     async def replace(self, body: dict[str, Any], timeout: float | None = None) -> dict[str, Any]:
         await self._travel()
         self._check("update")
-        name = body["metadata"]["name"]
-        current = self.objects.get(name)
-        if current is None:
-            raise NotFound("update leases: HTTP 404", status=404, verb="update")
-        if body["metadata"].get("resourceVersion") != current["metadata"]["resourceVersion"]:
+        meta = body["metadata"]
+        current = self.objects.get(meta["name"])
+        if current is None and not meta.get("uid"):  # Leases allow a create by update
+            obj = self.objects[meta["name"]] = self._stamp(body)
+            self._wrote("update", obj)
+            await self._record("ADDED", obj)
+            await self._answer()
+            return copy.deepcopy(obj)
+        if current is not None and not meta.get("resourceVersion"):
+            raise self._unversioned("update")
+        if (
+            current is None
+            or meta["resourceVersion"] != current["metadata"]["resourceVersion"]
+            or meta.get("uid", current["metadata"]["uid"]) != current["metadata"]["uid"]
+        ):  # someone wrote since, or it is another Lease of the name: the uid read is gone
             self.conflicts += 1
             raise Conflict("update leases: HTTP 409", status=409, verb="update")
-        obj = self._stamp(body)
-        self.objects[name] = obj
-        self._wrote("update", obj)
-        await self._record("MODIFIED", obj)
+        obj = self._stamp(body, current)
+        await self._store("update", obj, current)
         await self._answer()
         return copy.deepcopy(obj)
 
@@ -149,26 +185,32 @@ class FakeLeases:
         current = self.objects.get(name)
         if current is None:
             raise NotFound("patch leases: HTTP 404", status=404, verb="patch")
-        wanted = body.get("metadata", {}).get("resourceVersion")
+        meta = body.get("metadata", {})
+        wanted = meta.get("resourceVersion")
+        if "resourceVersion" in meta and not wanted:  # the patch removes it: no version to go over
+            raise self._unversioned("patch")
         if wanted and wanted != current["metadata"]["resourceVersion"]:
             self.patch_conflicts += 1
             raise Conflict("patch leases: HTTP 409", status=409, verb="patch")
-        obj = self._stamp(merge_patch(current, body))
-        self.objects[name] = obj
-        self._wrote("patch", obj)
-        await self._record("MODIFIED", obj)
+        obj = self._stamp(merge_patch(current, body), current)
+        await self._store("patch", obj, current)
         return copy.deepcopy(obj)
 
-    async def delete(self, name: str, resource_version: str, timeout: float | None = None) -> None:
+    async def delete(
+        self, name: str, resource_version: str, *, namespace: str | None = None
+    ) -> None:
+        """The watches see the Lease's last state under the delete's own resourceVersion."""
         self._check("delete")
-        current = self.objects.get(name)
+        current = self.objects.get(name) if namespace in (None, self.namespace) else None
         if current is None:
             raise NotFound("delete leases: HTTP 404", status=404, verb="delete")
         if current["metadata"]["resourceVersion"] != resource_version:
             raise Conflict("delete leases: HTTP 409", status=409, verb="delete")
         del self.objects[name]
         self.rv += 1
-        await self._record("DELETED", current)
+        gone = copy.deepcopy(current)
+        gone["metadata"]["resourceVersion"] = str(self.rv)
+        await self._record("DELETED", gone)
 
     async def watch(
         self, name: str, resource_version: str, timeout_seconds: int
