@@ -63,17 +63,22 @@ class Sighting:
         store restored from a backup, bumped or not; a stale marker under
         another tool's claim) is waited out for a lease duration from when it
         was seen, as an absent Lease is: whoever led since may still be
-        publishing. Anything else naming a holder, us included when we did not
+        publishing; or for its own duration, when that is longer (the marker
+        under a client-go claim: that claim's holder may publish for as long as
+        it wrote). Anything else naming a holder, us included when we did not
         write it, is waited out for its own duration.
         """
-        record = self.record
-        if record is None or not _released(record):  # deleted: the last expiry still stands
-            free = self.expires_at
-        elif self._released_from_seen(record):
-            free = -math.inf if record.holder in (None, self.identity) else self.expires_at
-        else:
-            free = self.observed_at + self.lease_duration
+        record = self.record  # deleted: the last expiry still stands (``absent``)
+        free = self.expires_at if record is None else self._free_over(record)
         return max(free, self.quarantine_until)
+
+    def _free_over(self, record: LeaseRecord) -> float:
+        """When a claim over ``record`` may begin, a rollback's quarantine aside."""
+        if not _released(record):
+            return self.expires_at
+        if self._released_from_seen(record):
+            return -math.inf if record.holder in (None, self.identity) else self.expires_at
+        return max(self.expires_at, self.observed_at + self.lease_duration)
 
     def _released_from_seen(self, record: LeaseRecord) -> bool:
         seen = self.claim_seen

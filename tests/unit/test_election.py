@@ -736,6 +736,35 @@ def test_a_stale_hand_off_marker_on_another_tools_claim_never_names_us() -> None
     assert b.next_action(61) == Wait(76)
 
 
+def test_a_stale_marker_on_a_longer_claim_is_waited_out_for_that_claims_duration() -> None:
+    """Issue 38: client-go's update keeps the marker of an old hand-off under its own claim,
+    whose leaseDurationSeconds (60 here) is its holder's promise, not ours (15): a candidate
+    that saw the hand-off's claim live, and one that starts under the peer's claim, wait 60 s
+    from each write of it they see; ours is the floor, never the ceiling."""
+    store, a, b = Store(), make("a"), make("b")
+    step(a, store, 0), step(a, store, 0)
+    live = store.read() or {}
+    b.observe(live, 1)
+    peer = copy.deepcopy(release_of(live, "b"))  # a hands off to b, b never claims
+    peer["spec"].update(
+        holderIdentity="client-go-peer",
+        leaseTransitions=7,
+        acquireTime="2026-01-01T00:01:00.000000Z",
+        leaseDurationSeconds=60,
+    )
+    peer["metadata"]["resourceVersion"] = "500"
+    b.observe(peer, 60)  # the peer's claim, marker and all
+    assert b.next_action(60) == Wait(120)
+    renewed = copy.deepcopy(peer)
+    renewed["spec"]["renewTime"] = "2026-01-01T00:01:30.000000Z"
+    renewed["metadata"]["resourceVersion"] = "501"
+    b.observe(renewed, 90)
+    assert b.next_action(90) == Wait(150)
+    fresh = make("c")
+    fresh.observe(renewed, 91)  # started under the peer's claim
+    assert fresh.next_action(91) == Wait(151)
+
+
 def test_a_create_that_lands_after_another_term_began_and_was_deleted_waits_it_out() -> None:
     """Found by ``make test`` beside two chaos runs (test_lease_deleted_while_leading_no_double_
     leadership): b found a new election's Lease absent and sent its create; a's create won and
