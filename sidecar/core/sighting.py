@@ -133,18 +133,25 @@ class Sighting:
     def absent(self, now: float, last_known: bool = False, first_term: bool = False) -> None:
         """The Lease does not exist; who may still be publishing a claim decides the wait.
 
-        Free at once when its last state is known (the watch's DELETED event
-        carries it) and named no holder, or us; or when the election never had
-        a Lease (``first_term``: the roster holds no mark of one). Otherwise (a
-        read finds it gone; start-up, with nothing seen) anyone may have led
-        under a Lease we never saw: wait a lease duration from now. Reads that
-        find it still absent do not move that wait.
+        When its last state is known (the watch's DELETED event carries it),
+        the deletion is judged as that state was: a release or hand-off as
+        ``free_at`` judges one (free at once only when seen released from the
+        claim it releases, else waited out as if it were still there), a
+        claim of ours at once, anyone else's for its duration. Free at once,
+        too, when the election never had a Lease (``first_term``: the roster
+        holds no mark of one). Otherwise (a read finds it gone; start-up, with
+        nothing seen) anyone may have led under a Lease we never saw: wait a
+        lease duration from now. Reads that find it still absent do not move
+        that wait.
         """
         previous = self.record
-        if first_term or (
-            last_known and previous is not None and previous.holder in (None, self.identity)
-        ):
+        if first_term:
             self.expires_at = -math.inf
+        elif last_known and previous is not None:
+            if _released(previous):
+                self.expires_at = self._free_over(previous)
+            elif previous.holder == self.identity:
+                self.expires_at = -math.inf
         elif not last_known and (previous is not None or not self.known):
             self.observed_at = now
             self.expires_at = max(self.expires_at, now + self.lease_duration)

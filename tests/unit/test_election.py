@@ -765,6 +765,41 @@ def test_a_stale_marker_on_a_longer_claim_is_waited_out_for_that_claims_duration
     assert fresh.next_action(91) == Wait(151)
 
 
+def test_a_release_not_seen_from_its_live_claim_then_deleted_is_waited_out_all_the_same() -> None:
+    """Issue 38: a DELETED event carries the record it removes, and is judged as that record
+    was: a hand-off (or release) this candidate did not see released from its live claim is
+    waited out for a lease duration from when it was seen, not for the hand-off's 1 s (or
+    not at all). One seen released from the claim it saw live is free as before."""
+    store, a = Store(), make("a")
+    step(a, store, 0), step(a, store, 0)
+    live = store.read() or {}
+    for successor in ("c", "b", None):  # to another, to this candidate, to nobody
+        handed = release_of(live, successor)
+        b = make("b")
+        b.observe(handed, 4)  # at start-up, or after a gap: never saw a's claim
+        b.observe_deleted(handed, 4.5)
+        assert b.next_action(4.5) == Wait(19), successor
+        missed = make("b")  # saw a later claim by z; the watch missed what came after
+        later = copy.deepcopy(live)
+        later["spec"].update(holderIdentity="z", acquireTime="2026-01-01T00:00:02.000000Z")
+        later["spec"]["leaseTransitions"] = 1
+        later["metadata"]["resourceVersion"] = "150"
+        missed.observe(later, 2)
+        handed["metadata"]["resourceVersion"] = "160"
+        missed.observe_deleted(handed, 3)
+        assert missed.next_action(3) == Wait(18), successor
+    seen = make("c")  # saw a's claim live, then its hand-off to b, then the deletion
+    seen.observe(live, 1)
+    handed = release_of(live, "b")
+    seen.observe(handed, 2)
+    seen.observe_deleted(handed, 2.5)
+    assert seen.next_action(2.5) == Wait(3)  # the hand-off's one second, as before
+    emptied = release_of(live)
+    fresh = make("c")
+    fresh.observe(live, 1), fresh.observe(emptied, 2), fresh.observe_deleted(emptied, 2.5)
+    assert isinstance(fresh.next_action(2.5), Write)  # a release seen: at once, as before
+
+
 def test_a_create_that_lands_after_another_term_began_and_was_deleted_waits_it_out() -> None:
     """Found by ``make test`` beside two chaos runs (test_lease_deleted_while_leading_no_double_
     leadership): b found a new election's Lease absent and sent its create; a's create won and
