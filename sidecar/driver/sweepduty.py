@@ -8,7 +8,8 @@ sidecar per namespace holds the duty, in the namespace's coordination Lease
 needs) and at its exit, sweeps, and gives the duty back; the others make no
 sweep request. The duty is claimed optimistically for ``DUTY_SECONDS`` and
 never renewed: when a holder dies without giving it back, the first sidecar
-to start after it lapses takes it. Two sweepers for a while are harmless
+to start after it lapses takes it; a holder whose exit sweep fails gives it
+back all the same. Two sweepers for a while are harmless
 (every delete carries a ``resourceVersion`` precondition), and nothing here
 decides what is deleted: ``sweep``'s rules judge every Lease.
 """
@@ -90,19 +91,28 @@ class ExitSweep(Observer):
             self._start.cancel()
 
     async def after_release(self) -> None:
-        """The exit sweep, by the duty's holder only; then the duty is free for the next starter."""
+        """The exit sweep, by the duty's holder only; then the duty is free for the next starter,
+        whether the sweep went through or not: a failed one (its list refused) that kept the
+        duty would leave the namespace unswept until the claim lapses, an hour later."""
         if not self.held:
             self.log.info("sweep left to the sweep duty's holder", sweeper=self.holder or None)
             return
         if self.sighted:
-            on_delete, now = lambda *_: self.on_delete(), self.clock.wall
-            result = await sweep.sweep(
-                self.store, self.log, sightings=self.sightings, now=now, on_delete=on_delete
-            )
-            kept = {"kept_live": result.kept_live, "kept_unconfirmed": result.kept_unconfirmed}
-            self.log.info("sweep done", deleted=len(result.deleted), **kept)
+            try:
+                await self._sweep()
+            except ApiError as err:
+                msg = "exit sweep failed; giving the sweep duty back for the next sidecar to start"
+                self.log.warning(msg, error=str(err))
         await self.shared.swap(self._give_back)
         self.held = False
+
+    async def _sweep(self) -> None:
+        on_delete, now = lambda *_: self.on_delete(), self.clock.wall
+        result = await sweep.sweep(
+            self.store, self.log, sightings=self.sightings, now=now, on_delete=on_delete
+        )
+        kept = {"kept_live": result.kept_live, "kept_unconfirmed": result.kept_unconfirmed}
+        self.log.info("sweep done", deleted=len(result.deleted), **kept)
 
     def _give_back(self, notes: dict[str, str]) -> dict[str, str] | None:
         return roster.duty_value("", None) if roster.duty(notes)[0] == self.identity else None
