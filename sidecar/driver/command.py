@@ -11,7 +11,8 @@ re-parents here and is ended here. Guarantees (contract §7):
   it was started is killed with whatever it started (``not_started``: ``lock``
   exits 126, as for a command that could not be started);
 - ``ended`` returns only once nothing of the tree is left, or ``valid_until``
-  has passed (SIGKILL went out at ``valid_until - KILL_MARGIN``);
+  has passed (SIGKILL went out at ``valid_until - KILL_MARGIN``); then
+  ``outlived`` says whether something of it still runs (stuck in the kernel);
 - orphans that re-parent here (every orphan of the container when ``lock`` is
   its PID 1) are reaped, the guard's own status left to asyncio.
 """
@@ -47,6 +48,8 @@ class Command:
         self.ending: guard.Ending | None = None
         self.not_started, self.report_due, self._report_buf = False, math.inf, b""
         self.started = False  # the guard reported the command's start
+        #: What of the tree still ran when ``ended`` gave up on it at ``valid_until``.
+        self._left: list[int] = []
         self._control: asyncio.WriteTransport | None = None
         self._report_fd: int | None = None
         self._token: int | None = None
@@ -54,6 +57,11 @@ class Command:
     @property
     def running(self) -> bool:
         return self.guard is not None and self.guard.returncode is None
+
+    @property
+    def outlived(self) -> bool:
+        """Whether a process of the tree outlived its SIGKILLs past ``valid_until`` and still runs."""
+        return bool(self._left) and bool(guard.alive(os.getpid()))
 
     def adopt_orphans(self, loop: asyncio.AbstractEventLoop) -> None:
         """Be the subreaper of the guard's tree, and reap what re-parents here on SIGCHLD."""
@@ -190,6 +198,7 @@ class Command:
                 return
             if time.monotonic() >= valid_until:
                 self.log.warning("processes of the command still run at valid_until", pids=left)
+                self._left = left
                 return
             ending.kill()
             await asyncio.sleep(KILL_AGAIN)

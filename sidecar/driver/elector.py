@@ -234,7 +234,10 @@ class Elector:
         async def unwatch() -> None:  # the release followed the hand-off on it
             await aio.cancel([watch], TASK_STOP_SECONDS, self.log)
 
-        steps: list[Callable[[], Awaitable[None]]] = [released, unwatch]
+        keeping = [type(o).__name__ for o in self.observers if o.keeps_lease()]
+        if keeping:  # something of this leadership runs on: nobody in before its expiry
+            self.log.warning("lease left to expire, not released", kept_by=keeping)
+        steps: list[Callable[[], Awaitable[None]]] = [unwatch] if keeping else [released, unwatch]
         steps += [observer.after_release for observer in self.observers]
         await aio.bounded_steps(
             steps, SHUTDOWN_BUDGET, self.clock.monotonic, self.log, expected=(ApiError,)

@@ -12,7 +12,8 @@ Guarantees ("the tree": the command and every process it started):
   is seen lost) and SIGKILL at ``valid_until``; both the guard and this
   process enforce it, so freezing or killing either one does not extend it;
 - when the command exits, what it left is ended too, the elector stops, and
-  the Lease is released only once nothing of the tree is left; ``lock`` exits
+  the Lease is released only once nothing of the tree is left (what outlives
+  SIGKILL past ``valid_until`` leaves it to expire, unreleased); ``lock`` exits
   with the command's code (128 + n for a signal), 75 (EX_TEMPFAIL) when
   leadership was lost under it, 126 when the guard never reported its start;
 - SIGTERM, SIGINT, SIGHUP, SIGUSR1 and SIGUSR2 are forwarded to the command
@@ -81,6 +82,11 @@ class Lock(Observer):
         if command.guard is not None and self.code is None:
             self.code = await command.ended()
         asyncio.get_running_loop().remove_signal_handler(signal.SIGCHLD)
+
+    def keeps_lease(self) -> bool:
+        """A process of the tree outlived SIGKILL (stuck in the kernel): the Lease is left to
+        expire, so a successor leads no sooner than had this process been killed (contract §7)."""
+        return self.command.outlived
 
     def on_signal(self, sig: int) -> None:
         """SIGTERM and friends: to the command while it runs, else a stop."""

@@ -14,8 +14,9 @@ a new feature is one observer and one line of wiring. The elector guarantees:
   and the watch's first answer after a failure (the API works again);
 - at shutdown, after the forced "not leader": every ``before_release`` (in
   order; where an observer makes sure nobody acts on this leadership any more,
-  since the release lets a successor lead at once), then the release, then
-  every ``after_release`` (in order, within the shutdown budget).
+  since the release lets a successor lead at once), then the release (unless
+  an observer ``keeps_lease``: then the Lease is left to expire), then every
+  ``after_release`` (in order, within the shutdown budget).
 
 Callbacks are synchronous and must not block: anything slow runs in a task
 (``Control.spawn`` for one whose end would be a bug).
@@ -115,6 +116,12 @@ class Observer:
 
     async def before_release(self) -> None:
         """Shutdown, "not leader" published: make sure nobody acts on it any more."""
+
+    def keeps_lease(self) -> bool:
+        """Shutdown, after every ``before_release``: True leaves the Lease to expire, unreleased
+        (something that acted on this leadership still runs: a release would let a successor
+        lead beside it sooner than the Lease's expiry does)."""
+        return False
 
     async def after_release(self) -> None:
         """Shutdown, the Lease released (or left to expire): tidy up."""
