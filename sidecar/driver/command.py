@@ -61,7 +61,7 @@ class Command:
     @property
     def outlived(self) -> bool:
         """Whether a process of the tree outlived its SIGKILLs past ``valid_until`` and still runs."""
-        return bool(self._left) and bool(guard.alive(os.getpid()))
+        return bool(self._left) and bool(orphans.alive(os.getpid()))
 
     def adopt_orphans(self, loop: asyncio.AbstractEventLoop) -> None:
         """Be the subreaper of the guard's tree, and reap what re-parents here on SIGCHLD."""
