@@ -35,6 +35,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from . import backoff
 from .actions import Action, Read, Wait, Write
 from .lease import LeaseRecord, claim, version_number
 from .sighting import Event, Sighting
@@ -228,8 +229,8 @@ class Election:
         if self.leading:
             delay = self.timing.retry_period
         else:
-            base = self.timing.retry_period * min(2 ** (self.failures - 1), 4)
-            delay = base * self.rng.uniform(0.5, 1.0)
+            period = self.timing.retry_period
+            delay = backoff.delay(self.failures, period, 4 * period, rng=self.rng)
             self.seen.stale = True
         if retry_after is not None:
             delay = max(delay, min(retry_after, 4 * self.timing.retry_period))

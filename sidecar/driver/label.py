@@ -26,6 +26,7 @@ import asyncio
 import contextlib
 from collections.abc import Awaitable, Callable
 
+from ..core import backoff
 from ..kit import aio
 from ..kit.logs import Logger
 from ..kube.errors import ApiError, ApiUnavailable, Forbidden, NotFound
@@ -101,7 +102,7 @@ class LeaderLabel(Observer):
             self._news.set()
 
     async def run(self) -> None:
-        retry = RETRY_FIRST
+        failures = 0
         while True:
             await self._news.wait()
             self._news.clear()
@@ -110,6 +111,8 @@ class LeaderLabel(Observer):
                 try:
                     await self._put(want)
                 except ApiError as err:
+                    failures += 1
+                    retry = backoff.delay(failures, RETRY_FIRST, RETRY_MAX, jitter=(1, 1))
                     self._failed(err, retry)
                     if isinstance(err, ApiUnavailable):  # it may have been applied, unheard
                         self._may_be_on = self._may_be_on or want or self.have is True
@@ -120,9 +123,8 @@ class LeaderLabel(Observer):
                         async with asyncio.timeout(min(retry, RETRY_OFF) if stale else retry):
                             await self._news.wait()
                     self._news.clear()
-                    retry = min(retry * 2, RETRY_MAX)
                     continue
-                retry = RETRY_FIRST
+                failures = 0
                 self.log.forget_prefix("label:")
                 if want or self.have is not None or self._may_be_on:
                     self.log.info("leader label " + ("set" if want else "removed"), pod=self.pod)

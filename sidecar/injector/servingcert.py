@@ -27,6 +27,7 @@ from pathlib import Path
 from ssl import SSLContext
 from typing import Any, Protocol
 
+from ..core import backoff
 from ..kit.logs import Logger
 from ..kube.api import ADMISSION, CORE, KubeApi, path
 from ..kube.errors import ApiError, Conflict, Forbidden, NotFound
@@ -200,7 +201,7 @@ class Source(Protocol):
 async def keep(source: Source, log: Logger, loaded: asyncio.Event) -> None:
     """``source.once`` when it says, until cancelled; ``loaded`` is set after the first success.
     A failure is logged once (until a pass succeeds) and tried again within 1 to 10 s."""
-    backoff = 1.0
+    failures = 0
     while True:
         try:
             due = await source.once()
@@ -208,10 +209,10 @@ async def keep(source: Source, log: Logger, loaded: asyncio.Event) -> None:
             fix = {"fix": CERT_RBAC_FIX} if isinstance(err, Forbidden) else {}
             log.once("cert:error", "error", "cannot keep the serving certificate", error=str(err),
                      **fix)  # fmt: skip
-            await asyncio.sleep(backoff)
-            backoff = min(backoff * 2, 10.0)
+            failures += 1
+            await asyncio.sleep(backoff.delay(failures, 1.0, 10.0, jitter=(1, 1)))
             continue
         log.forget("cert:error")
         loaded.set()
-        backoff = 1.0
+        failures = 0
         await asyncio.sleep(max(0.05, (due - source.clock()).total_seconds()))

@@ -14,6 +14,7 @@ import random
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 
+from ..core import backoff
 from .errors import ApiError, Gone
 from .leases import LeaseStore, Obj
 
@@ -109,4 +110,4 @@ class LeaseLock:
 
 
 def _backoff(failures: int) -> float:
-    return float(min(10.0, 0.5 * 2 ** min(failures, 5)) * random.uniform(0.5, 1.0))
+    return backoff.delay(failures, 1.0, 10.0)
