@@ -64,8 +64,8 @@ def wire(
     clock = clock or Clock()
     identity, lease, timing = settings.identity, settings.lease, settings.timing
     metrics = Metrics(lease, offset=lambda: store.clock_offset, timing=timing)
-    shared = Coordination(store, namespace)
-    handover = Handover(shared, lease, identity, clock, log)
+    shared = Coordination(store, namespace, log, clock)
+    handover = Handover(shared, lease, identity, clock, log, timing.lease_duration)
     published = Published(settings.state_dir, settings.port, metrics.render, log)
     lock = None
     release = settings.release if settings.pod or settings.release != "auto" else "now"

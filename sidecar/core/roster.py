@@ -18,8 +18,16 @@ In its annotations:
   can still be vouched for, and its first leader need not wait (contract §2);
 - the sweep duty (``sweeper.…``): who sweeps at exit, until when.
 
+The API server caps an object's annotations at ``LIMIT`` in all, so marks
+are bounded (``tidied``): a mark whose Lease is absent is marked gone (still
+a mark), and taken out only once that Lease was seen absent for longer than
+its election's lease duration and ``GONE_MARGIN``, when no term of it can
+still be vouched for. A present Lease always keeps (or gets) a live mark.
+Nothing here makes a candidate lead sooner: any mark, live or gone, makes a
+candidate that finds its Lease absent wait.
+
 Pure: names, keys (CRC-32 of what they stand for; two sharing a key cost
-nothing unsafe), reading tolerantly, the picks.
+nothing unsafe), reading tolerantly, the picks, the tidying.
 """
 
 from __future__ import annotations
@@ -27,9 +35,12 @@ from __future__ import annotations
 import binascii
 import datetime as dt
 import json
+import math
+from collections.abc import Iterable, Mapping
 from typing import Any
 
-from .lease import format_microtime, lease_object, parse_time
+from .defaults import MAX_DURATION
+from .lease import LeaseRecord, format_microtime, lease_object, parse_time
 
 NAME = "grelmicro-sidecar"
 LABELS = {
@@ -41,13 +52,21 @@ MARK = "elections.leader-election.grelmicro.io/"
 DUTY = "sweeper.leader-election.grelmicro.io"
 #: Roster entries kept per election: a candidate that died without leaving is dropped in time.
 KEEP = 16
+#: The API server's cap on all of an object's annotations, keys and values together (bytes).
+LIMIT = 256 * 1024
+#: Above this size, the sidecar that claims the sweep duty tidies the marks first: a quarter
+#: of the cap, so the elections that start between two claims find room.
+TIDY_AT = 64 * 1024
+#: How long past its election's lease duration a gone mark stays (seconds): gone times are
+#: stamped and judged by different sidecars' clocks, which may disagree by up to this.
+GONE_MARGIN = 3600
 
 
 def _key(prefix: str, *parts: str) -> str:
     return f"{prefix}{binascii.crc32('/'.join(parts).encode()):08x}"
 
 
-def _value(**fields: str) -> str:
+def _value(**fields: str | int) -> str:
     return json.dumps(fields, separators=(",", ":"))
 
 
@@ -146,13 +165,86 @@ def stale(notes: dict[str, str], lease: str, identity: str) -> dict[str, str | N
     return dict.fromkeys(others[: max(0, len(others) - KEEP + 1)])
 
 
+def size(notes: dict[str, str]) -> int:
+    """Bytes the API server counts against ``LIMIT``."""
+    return sum(len(key.encode()) + len(value.encode()) for key, value in notes.items())
+
+
 def marked(notes: dict[str, str], lease: str) -> bool:
-    """Whether ``lease``'s election is recorded as having had a Lease."""
+    """Whether ``lease``'s election is recorded as having had a Lease (a live or gone mark)."""
     return _key(MARK, lease) in notes
 
 
-def mark(lease: str, now: dt.datetime) -> dict[str, str]:
-    return {_key(MARK, lease): _value(lease=lease, since=format_microtime(now))}
+def live(notes: dict[str, str], lease: str) -> bool:
+    """Whether ``lease``'s election has a mark that is not gone (a tidy leaves it be)."""
+    value = notes.get(_key(MARK, lease))
+    return value is not None and "gone" not in _read(value)
+
+
+def mark(lease: str, now: dt.datetime, duration: float | None = None) -> dict[str, str]:
+    """The live mark of ``lease``'s election; ``duration``: its candidates' lease duration,
+    which a gone mark outlives (unknown: ``MAX_DURATION``)."""
+    fields: dict[str, str | int] = {"lease": lease, "since": format_microtime(now)}
+    if duration:
+        fields["duration"] = min(math.ceil(duration), MAX_DURATION)
+    return {_key(MARK, lease): _value(**fields)}
+
+
+def _gone(lease: str, now: dt.datetime, duration: int | None) -> str:
+    """A gone mark: no larger than the live one it replaces, so a full object can be tidied."""
+    fields: dict[str, str | int] = {"lease": lease, "gone": format_microtime(now)}
+    if duration:
+        fields["duration"] = duration
+    return _value(**fields)
+
+
+def _mark_of(value: str) -> tuple[str, int | None, bool, dt.datetime | None] | None:
+    """(lease, duration, gone, when it was seen gone) of a mark; None when unreadable."""
+    item = _read(value)
+    lease, duration = item.get("lease"), item.get("duration")
+    if not isinstance(lease, str) or not lease:
+        return None
+    if not (type(duration) is int and 1 <= duration <= MAX_DURATION):
+        duration = None
+    return lease, duration, "gone" in item, parse_time(item.get("gone"))
+
+
+def present(objects: Iterable[dict[str, Any]]) -> dict[str, int | None]:
+    """Name -> lease duration (None when unusable) of each Lease of one complete list but
+    this object: every one of them may be an election's, led by a sidecar or a peer."""
+    found = {}
+    for record in map(LeaseRecord.from_object, objects):
+        if record.name and record.name != NAME:
+            found[record.name] = record.lease_duration
+    return found
+
+
+def tidied(
+    notes: dict[str, str], leases: Mapping[str, int | None], now: dt.datetime
+) -> dict[str, str | None]:
+    """The merge patch that bounds the marks, given the Leases present (``present``) in a
+    list made after ``notes`` were read, at ``now``: a present Lease gets a live mark (kept,
+    or written: a gone one comes back, a missing one is added); a live mark of an absent
+    Lease turns gone; a gone one is taken out once its Lease was seen absent for longer
+    than its lease duration and ``GONE_MARGIN``. Unreadable marks are left as they are."""
+    wanted = {_key(MARK, lease): (lease, duration) for lease, duration in leases.items()}
+    changes: dict[str, str | None] = {}
+    for key, value in notes.items():
+        read = _mark_of(value) if key.startswith(MARK) else None
+        if key in wanted:
+            if "gone" in _read(value):
+                changes.update(mark(wanted[key][0], now, wanted[key][1]))
+        elif read is not None:
+            lease, duration, gone, when = read
+            keep = dt.timedelta(seconds=(duration or MAX_DURATION) + GONE_MARGIN)
+            if not gone or when is None:  # live, or gone at a time nobody can read
+                changes[key] = _gone(lease, now, duration)
+            elif now - when > keep:
+                changes[key] = None
+    for key, (lease, duration) in wanted.items():
+        if key not in notes:
+            changes.update(mark(lease, now, duration))
+    return changes
 
 
 def duty(notes: dict[str, str]) -> tuple[str, dt.datetime | None]:

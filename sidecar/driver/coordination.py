@@ -11,19 +11,25 @@ conflict, which hundreds of writers of this one object turn into seconds of
 its CPU per patch); ``swap`` is optimistic (the whole object written against
 the resourceVersion it read, re-read and retried on a 409) for what must not
 be lost to a race, the sweep duty. Errors are the ``kube.errors`` classes;
-callers decide. ``store`` is the process's Lease store, for the election's own
-Lease.
+callers decide, but a write the API server refuses as invalid (422: the
+annotations past their cap) is also logged here as an error, since it stops
+marks and the sweep duty until the object has room. ``store`` is the
+process's Lease store, for the election's own Lease. ``tidy`` keeps the
+marks bounded (``roster.tidied``), over the version read.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Callable, Mapping
+import datetime as dt
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 from ..core import roster
-from ..kube.errors import Conflict, NotFound
+from ..kit.clock import Clock
+from ..kit.logs import Logger
+from ..kube.errors import ApiError, Conflict, NotFound
 from ..kube.leases import LeaseStore
 
 #: How long the reads of the background work wait for an answer (the first read, a join's
@@ -35,9 +41,41 @@ Change = Callable[[dict[str, str]], dict[str, str] | None]
 
 
 class Coordination:
-    def __init__(self, store: LeaseStore, namespace: str):
+    def __init__(
+        self,
+        store: LeaseStore,
+        namespace: str,
+        log: Logger | None = None,
+        clock: Clock | None = None,
+    ):
         self.store, self.namespace = store, namespace
+        self.log, self.clock = log or Logger("warning"), clock or Clock()
         self._first: asyncio.Future[dict[str, Any] | None] | None = None
+
+    def server_now(self) -> dt.datetime:
+        """The API server's clock now, at the earliest (this node's wall clock, corrected by
+        the offset the last answer's ``Date`` showed, when there was one)."""
+        offset = self.store.clock_offset
+        return self.clock.wall() - dt.timedelta(seconds=offset.high if offset else 0.0)
+
+    @contextlib.contextmanager
+    def _refusal_logged(self) -> Iterator[None]:
+        try:
+            yield
+        except ApiError as err:
+            if err.status == 422:
+                self.log.error(
+                    f"the API server refused a write of the coordination Lease {roster.NAME}; "
+                    "until it has room, elections are not marked (a candidate that finds its "
+                    "Lease absent waits a lease duration) and the sweep duty is not claimed",
+                    lease=roster.NAME,
+                    error=str(err),
+                )
+            raise
+
+    async def _create(self, notes: dict[str, str], timeout: float | None) -> None:
+        with self._refusal_logged():
+            await self.store.create(roster.new_object(self.namespace, notes), timeout)
 
     async def read(
         self, fresh: bool = False, timeout: float | None = None, cached: bool = False
@@ -64,12 +102,12 @@ class Coordination:
         if version:
             meta["resourceVersion"] = version
         for _ in range(3):
-            with contextlib.suppress(NotFound):
+            with contextlib.suppress(NotFound), self._refusal_logged():
                 await self.store.patch(roster.NAME, {"metadata": meta}, timeout=timeout)
                 return
             kept = {k: v for k, v in notes.items() if v is not None}
             with contextlib.suppress(Conflict):  # another process created it first: patch it
-                await self.store.create(roster.new_object(self.namespace, kept), timeout=timeout)
+                await self._create(kept, timeout)
                 return
 
     async def swap(self, change: Change, timeout: float | None = None) -> bool:
@@ -81,13 +119,41 @@ class Coordination:
                 return False
             try:
                 if obj is None:
-                    body = roster.new_object(self.namespace, notes)
-                    await self.store.create(body, timeout=timeout)
+                    await self._create(notes, timeout)
                 else:
                     meta = obj.setdefault("metadata", {})
                     meta["annotations"] = {**roster.notes_of(obj), **notes}
-                    await self.store.replace(obj, timeout=timeout)
+                    with self._refusal_logged():
+                        await self.store.replace(obj, timeout=timeout)
                 return True
             except Conflict:
                 continue  # someone wrote in between (a mark): judge again on what is there
+        return False
+
+    async def tidy(self, obj: dict[str, Any] | None, timeout: float | None = None) -> bool:
+        """Bound the marks of ``obj`` (the object as read) when it is past ``roster.TIDY_AT``:
+        list the namespace's Leases, then write ``roster.tidied`` over the version read, so
+        a mark written since (a Lease created since writes one: ``Handover``) is a 409
+        here, never overwritten; then read again and judge again (3 tries: a starting
+        sidecar writes its election's mark at the same time). False when nothing was done."""
+        for _ in range(3):
+            notes, version = roster.notes_of(obj), roster.version_of(obj)
+            if version is None or roster.size(notes) <= roster.TIDY_AT:
+                return False
+            items, _ = await self.store.list(timeout=timeout)
+            changes = roster.tidied(notes, roster.present(items), self.server_now())
+            if not changes:
+                return False
+            meta = {"annotations": changes, "resourceVersion": version}
+            try:
+                with self._refusal_logged():
+                    await self.store.patch(roster.NAME, {"metadata": meta}, timeout=timeout)
+            except Conflict:
+                obj = await self.store.get(roster.NAME, timeout=timeout)
+                continue
+            removed = sum(value is None for value in changes.values())
+            self.log.info(
+                "tidied the marks", lease=roster.NAME, changed=len(changes), removed=removed
+            )
+            return True
         return False

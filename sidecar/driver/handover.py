@@ -17,8 +17,9 @@ after it.
 
 It also keeps the mark that says this election has had a Lease (written once
 any Lease of it is seen, in the namespace's coordination Lease, which outlives
-the election's), and answers ``first_term``: whether an absent Lease was never
-created, so no term can still be vouched for.
+the election's; written again, live, over a gone one, and after each Lease
+this candidate creates: ``_remark``), and answers ``first_term``: whether an
+absent Lease was never created, so no term can still be vouched for.
 
 None of it decides who leads: a roster that cannot be read or written costs
 only speed (a release then names nobody, and a first leader waits a lease
@@ -35,6 +36,7 @@ from collections.abc import Awaitable, Callable, Coroutine
 from typing import Any
 
 from ..core import roster
+from ..core.defaults import LEASE_DURATION
 from ..core.election import Event
 from ..core.lease import LeaseRecord
 from ..kit.clock import Clock
@@ -60,7 +62,15 @@ FORGET_AFTER = (3.0, 20.0)
 
 
 class Handover(Observer):
-    def __init__(self, shared: Coordination, lease: str, identity: str, clock: Clock, log: Logger):
+    def __init__(
+        self,
+        shared: Coordination,
+        lease: str,
+        identity: str,
+        clock: Clock,
+        log: Logger,
+        duration: float = LEASE_DURATION,
+    ):
         self.shared, self.lease, self.identity, self.clock, self.log = (
             shared,
             lease,
@@ -68,6 +78,8 @@ class Handover(Observer):
             clock,
             log,
         )
+        #: Our lease duration: what a gone mark of this election must outlast.
+        self.duration = duration
         self.joined = False
         #: The uid of the Lease this candidate joined (or is joining): a Lease created again
         #: holds no entries, so it joins again; one that dropped our entry keeps it out.
@@ -75,6 +87,12 @@ class Handover(Observer):
         self._stopping = False
         #: Whether the election is known to be marked (None until the first read).
         self.marked: bool | None = None
+        #: Whether the mark read was live (None until the first read): a gone one is written
+        #: live again once a Lease of the election is seen.
+        self._live: bool | None = None
+        #: The uid of the last Lease of the election seen: one first seen held by us is one
+        #: we created, and we write its mark again (``_remark``).
+        self._seen_uid: str | None = None
         self.seen_lease = self.holding = False
         #: Our release handed off and the successor claimed: it takes our name out.
         self.handed_over = False
@@ -90,9 +108,13 @@ class Handover(Observer):
             return
         if not self.seen_lease:
             self.seen_lease = True
-            if self.marked is False:  # the first read is in: mark now, else it will
+            if self._live is False:  # the first read is in: mark now, else it will
                 self._background(self._mark())
         uid = str((record.raw.get("metadata") or {}).get("uid") or "")
+        if uid != self._seen_uid:
+            self._seen_uid = uid
+            if self.holding and not self._stopping:
+                self._background(self._remark())
         if not self.holding and not self._stopping and uid != self._joined_uid:
             self._joined_uid = uid
             self._background(self.join(record))
@@ -172,11 +194,36 @@ class Handover(Observer):
 
         async def once(retry: bool) -> None:
             obj = await self.shared.read(cached=retry, timeout=PATIENT_READ)
-            self.marked = self.marked or roster.marked(roster.notes_of(obj), self.lease)
-            if self.seen_lease and not self.marked:
-                mark = roster.mark(self.lease, self.clock.wall())
+            notes = roster.notes_of(obj)
+            self.marked = self.marked or roster.marked(notes, self.lease)
+            self._live = self._live or roster.live(notes, self.lease)
+            if self.seen_lease and not self._live:
+                mark = roster.mark(self.lease, self.clock.wall(), self.duration)
                 await self.shared.merge(mark, version=roster.version_of(obj))
-                self.marked = True
+                self.marked = self._live = True
+
+        await self._written("mark", once)
+
+    async def _remark(self) -> None:
+        """After this candidate created its election's Lease: make sure the mark is live.
+
+        A tidy (``Coordination.tidy``) that listed the namespace before the
+        create may be writing this mark gone, over a version it read before;
+        the object it read was past ``roster.TIDY_AT``. So when the object is
+        past it now, or the mark is not live, the mark is written (a quorum
+        read, then a write over its version): either the tidy's write gets a
+        409, or ours comes after it and is live. A smaller object means a write
+        since any such read, so that tidy gets a 409 anyway.
+        """
+
+        async def once(retry: bool) -> None:
+            obj = await self.shared.read(fresh=True, timeout=PATIENT_READ)
+            notes = roster.notes_of(obj)
+            if roster.live(notes, self.lease) and roster.size(notes) <= roster.TIDY_AT:
+                return
+            mark = roster.mark(self.lease, self.clock.wall(), self.duration)
+            await self.shared.merge(mark, version=roster.version_of(obj))
+            self.marked = self._live = True
 
         await self._written("mark", once)
 
@@ -210,6 +257,8 @@ class Handover(Observer):
         """One warning; retried (``ApiUnavailable``: 5xx, 429, no answer) or given up (a 403,
         a missing namespace: the elector reports those, and retrying would not help)."""
         where = self.lease if what == "join" else roster.NAME
+        if err.status == 422 and what == "mark":
+            return  # logged as an error where it was written (``Coordination``)
         if not isinstance(err, ApiUnavailable):
             consequence = (
                 "handovers will not name this pod (it still takes over as any follower does)"
@@ -272,10 +321,10 @@ class Handover(Observer):
                 obj = await self.shared.read(fresh=True, timeout=timeout)
                 if roster.marked(roster.notes_of(obj), self.lease):
                     return False
-                mark = roster.mark(self.lease, self.clock.wall())
+                mark = roster.mark(self.lease, self.clock.wall(), self.duration)
                 with contextlib.suppress(Conflict):
                     await self.shared.merge(mark, timeout, version=roster.version_of(obj))
-                    self.marked = True
+                    self.marked = self._live = True
                     return True
         except ApiError as err:
             self.log.debug("could not read or mark the election; waiting a lease", error=str(err))

@@ -6,12 +6,13 @@ cost 2·N lists of M objects, when the API server is busiest. Instead one
 sidecar per namespace holds the duty, in the namespace's coordination Lease
 (``core.roster``): it lists at start (the sighting the sweep's monotonic rule
 needs) and at its exit, sweeps, and gives the duty back; the others make no
-sweep request. The duty is claimed optimistically for ``DUTY_SECONDS`` and
-never renewed: when a holder dies without giving it back, the first sidecar
-to start after it lapses takes it; a holder whose exit sweep fails gives it
-back all the same. Two sweepers for a while are harmless
-(every delete carries a ``resourceVersion`` precondition), and nothing here
-decides what is deleted: ``sweep``'s rules judge every Lease.
+sweep request. Who finds the duty free bounds the marks in that object first
+(``Coordination.tidy``). The duty is claimed optimistically for
+``DUTY_SECONDS`` and never renewed: when a holder dies without giving it back,
+the first sidecar to start after it lapses takes it; a holder whose exit sweep
+fails gives it back all the same. Two sweepers for a while are harmless (every
+delete carries a ``resourceVersion`` precondition), and nothing here decides
+what is deleted: ``sweep``'s rules judge every Lease.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from __future__ import annotations
 import asyncio
 import datetime as dt
 from collections.abc import Callable
+from typing import Any
 
 from ..core import roster
 from ..kit.clock import Clock
@@ -73,7 +75,10 @@ class ExitSweep(Observer):
         """
         try:
             # The start-up read is shared: a duty held by someone else is not even tried.
-            free = self._take(roster.notes_of(await self.shared.read())) is not None
+            obj = await self.shared.read()
+            free = self._take(roster.notes_of(obj)) is not None
+            if free:
+                await self._tidy(obj)
             self.held = free and await self.shared.swap(self._take)
             if not self.held:
                 self.log.debug("another sidecar holds the sweep duty", sweeper=self.holder)
@@ -85,6 +90,14 @@ class ExitSweep(Observer):
                 "could not claim the sweep duty or list managed leases; the shutdown sweep will skip",
                 error=str(err),
             )
+
+    async def _tidy(self, obj: dict[str, Any] | None) -> None:
+        """Bound the marks before claiming (``Coordination.tidy``): who finds the duty free,
+        at most once per claim; a full object is tidied before the claim is written to it."""
+        try:
+            await self.shared.tidy(obj)
+        except ApiError as err:  # the claim goes on; the next claimer tidies
+            self.log.debug("did not tidy the coordination Lease's marks", error=str(err))
 
     async def before_release(self) -> None:
         if self._start is not None:

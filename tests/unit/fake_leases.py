@@ -9,7 +9,7 @@ a create of an existing Lease is a 409, a create gives a new uid, a replace
 naming another uid is a 409, of a missing Lease too (without a uid it creates
 it, as Leases allow), a watch replays what happened after the version it
 starts from (a delete under the delete's own version) and ends after its
-timeout, and a version older than the compaction point is 410.
+timeout, annotations past the API server's cap are a 422, and a version older than the compaction point is 410.
 ``down = True`` makes every call fail as an unreachable server would.
 """
 
@@ -22,6 +22,9 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 from sidecar.kube.errors import ApiError, ApiUnavailable, Conflict, Gone, NotFound
+
+#: The API server's cap on an object's annotations, keys and values together (bytes).
+ANNOTATIONS_LIMIT = 256 * 1024
 
 
 class FakeLeases:
@@ -81,9 +84,15 @@ class FakeLeases:
         async with self._changed:
             self._changed.notify_all()
 
-    def _stamp(self, body: dict[str, Any], current: dict[str, Any] | None = None) -> dict[str, Any]:
+    def _stamp(
+        self, body: dict[str, Any], current: dict[str, Any] | None = None, verb: str = "update"
+    ) -> dict[str, Any]:
         """``body`` as stored over ``current`` (None: created): the uid kept (a new one on a
         create), a new resourceVersion, unless nothing changed: then ``current`` itself."""
+        notes = body["metadata"].get("annotations") or {}
+        if sum(len(k.encode()) + len(v.encode()) for k, v in notes.items()) > ANNOTATIONS_LIMIT:
+            message = f"{verb} leases: HTTP 422: metadata.annotations: Too long"
+            raise ApiError(message, status=422, verb=verb)
         obj = copy.deepcopy(body)
         meta = obj["metadata"]
         meta.setdefault("namespace", self.namespace)
@@ -138,7 +147,7 @@ class FakeLeases:
         if name in self.objects:
             self.conflicts += 1
             raise Conflict("create leases: HTTP 409", status=409, verb="create")
-        obj = self._stamp(body)
+        obj = self._stamp(body, verb="create")
         self.objects[name] = obj
         self._wrote("create", obj)
         await self._record("ADDED", obj)
@@ -192,7 +201,7 @@ class FakeLeases:
         if wanted and wanted != current["metadata"]["resourceVersion"]:
             self.patch_conflicts += 1
             raise Conflict("patch leases: HTTP 409", status=409, verb="patch")
-        obj = self._stamp(merge_patch(current, body), current)
+        obj = self._stamp(merge_patch(current, body), current, verb="patch")
         await self._store("patch", obj, current)
         return copy.deepcopy(obj)
 

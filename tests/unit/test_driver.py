@@ -27,7 +27,7 @@ from sidecar.driver.coordination import Coordination
 from sidecar.driver.events import HOLD_SECONDS, EventRecorder
 from sidecar.driver.handover import FORGET_AFTER, Handover
 from sidecar.driver.label import RETRY_OFF
-from sidecar.driver.observer import Call, Observer
+from sidecar.driver.observer import Call, Observer, View
 from sidecar.driver.report import LogReport
 from sidecar.driver.sweepduty import DUTY_SECONDS
 from sidecar.kit.logs import Logger
@@ -118,12 +118,23 @@ class Candidate:
         return await self.task
 
 
-def run(test: Callable[[], Coroutine[Any, Any, T]]) -> T:
+def run(test: Callable[[], Coroutine[Any, Any, T]], within: float = 3600) -> T:
+    """``test`` on a virtual-time loop; it fails after ``within`` virtual seconds."""
     loop = looptime.new_event_loop()
     try:
-        return loop.run_until_complete(asyncio.wait_for(test(), 3600))
+        return loop.run_until_complete(asyncio.wait_for(test(), within))
     finally:
         loop.close()
+
+
+def had_sidecars(store: FakeLeases) -> FakeLeases:
+    """``store`` as a namespace where sidecars ran before: its coordination Lease exists,
+    created long ago."""
+    obj = roster.new_object("ns", {})
+    meta = {"namespace": "ns", "resourceVersion": str(store.rv)}
+    obj["metadata"].update(meta, creationTimestamp="2025-12-31T00:00:00Z")
+    store.objects[roster.NAME] = obj
+    return store
 
 
 async def until(check: Callable[[], bool], within: float, what: str) -> float:
@@ -390,6 +401,86 @@ class BusyRoster(FakeLeases):
         if body["metadata"]["name"] == roster.NAME:
             self._busy(roster.NAME)
         return await super().create(body, timeout)
+
+
+class ListHook(FakeLeases):
+    """Runs ``hook`` in the middle of the next list: between a tidy's list and its write."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.hook: Callable[[], Coroutine[Any, Any, None]] | None = None
+
+    async def list(
+        self, label_selector: str = "", field_selector: str = "", timeout: float | None = None
+    ) -> tuple[list[dict[str, Any]], str]:
+        found = await super().list(label_selector, field_selector, timeout)
+        hook, self.hook = self.hook, None
+        if hook is not None:
+            await hook()
+        return found
+
+
+def test_a_tidy_that_listed_before_a_create_does_not_leave_that_elections_mark_gone() -> None:
+    """The tidy sees the Lease absent, then the Lease is created and led, then the tidy
+    writes: the creator wrote its mark again after the create, so that write is a 409 (and
+    the tidy, judging again on a new read and list, leaves the mark live)."""
+
+    async def scenario() -> None:
+        store = had_sidecars(ListHook())
+        shared = Coordination(store, "ns")  # type: ignore[arg-type]
+        past = {k: v for i in range(800) for k, v in roster.mark(f"leader-{i}", EPOCH).items()}
+        await shared.merge(past)
+        a = Handover(shared, LEASE, "a", LoopClock(), Logger("error"), 15)  # type: ignore[arg-type]
+        assert await a.first_term()  # marked (live), and free to create the Lease
+        read = await shared.read(fresh=True)
+
+        async def create_and_lead() -> None:
+            body = claim(
+                None, name=LEASE, namespace="ns", identity="a", lease_duration=15, now=EPOCH
+            )
+            created = await store.create(body)
+            view = View(state=None, valid_until=None, record=LeaseRecord.from_object(created))  # type: ignore[arg-type]
+            a.on_state(view)
+            await asyncio.gather(*a._tasks)
+
+        store.hook = create_and_lead
+        conflicts = store.patch_conflicts
+        assert await shared.tidy(read)  # a 409, then read again, listed again, and tidied
+        notes = roster.notes_of(store.objects[roster.NAME])
+        assert roster.live(notes, LEASE) and not roster.live(notes, "leader-1"), notes
+        assert store.patch_conflicts == conflicts + 1
+
+    run(scenario)
+
+
+def test_the_sidecar_that_claims_the_sweep_duty_bounds_the_marks(tmp_path: Path) -> None:
+    """Past ``TIDY_AT``: at one start the marks of absent Leases turn gone; at a start an hour
+    and a lease later they are taken out. The election there keeps its mark all along."""
+
+    async def scenario() -> None:
+        store = had_sidecars(FakeLeases())
+        runs = {k: v for i in range(600) for k, v in roster.mark(f"leader-{i}", EPOCH, 15).items()}
+        await Coordination(store, "ns").merge(runs)  # type: ignore[arg-type]
+        a = await Candidate("a", store, tmp_path).start()
+        await until(a.leads, 1, "a leads at once: a first term")
+        await a.stop()
+        notes = roster.notes_of(store.objects[roster.NAME])
+        assert roster.marked(notes, "leader-7") and not roster.live(notes, "leader-7")
+        assert roster.live(notes, LEASE)
+        await asyncio.sleep(roster.GONE_MARGIN + 16)
+        b = await Candidate("b", store, tmp_path).start()
+        await until(b.leads, 20, "b leads")
+        await until(
+            lambda: roster.duty(roster.notes_of(store.objects[roster.NAME]))[0] == "b",
+            1,
+            "b holds the sweep duty",
+        )
+        notes = roster.notes_of(store.objects[roster.NAME])
+        assert not roster.marked(notes, "leader-7") and roster.live(notes, LEASE), notes
+        assert roster.size(notes) < 1024, notes
+        await b.stop()
+
+    run(scenario, within=2 * 3600)
 
 
 def test_a_join_and_a_mark_refused_at_start_are_retried_until_written(tmp_path: Path) -> None:
