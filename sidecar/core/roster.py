@@ -24,7 +24,9 @@ a mark), and taken out only once that Lease was seen absent for longer than
 its election's lease duration and ``GONE_MARGIN``, when no term of it can
 still be vouched for. A present Lease always keeps (or gets) a live mark.
 Nothing here makes a candidate lead sooner: any mark, live or gone, makes a
-candidate that finds its Lease absent wait.
+candidate that finds its Lease absent wait; and a coordination Lease younger
+than a lease duration (``settled``) is no proof that nobody led (it may have
+been deleted along with marks that mattered).
 
 Pure: names, keys (CRC-32 of what they stand for; two sharing a key cost
 nothing unsafe), reading tolerantly, the picks, the tidying.
@@ -245,6 +247,16 @@ def tidied(
         if key not in notes:
             changes.update(mark(lease, now, duration))
     return changes
+
+
+def settled(obj: dict[str, Any], now: dt.datetime, duration: float) -> bool:
+    """Whether the coordination Lease ``obj`` was created more than ``duration`` before
+    ``now`` (the API server's clock): only then does a missing mark prove that no Lease of
+    the election was deleted while its holder could still vouch for its term."""
+    meta = obj.get("metadata")
+    created = parse_time(meta.get("creationTimestamp")) if isinstance(meta, dict) else None
+    # creationTimestamp is truncated to the second: the creation may be a second later.
+    return created is not None and now - created > dt.timedelta(seconds=duration + 1)
 
 
 def duty(notes: dict[str, str]) -> tuple[str, dt.datetime | None]:

@@ -14,8 +14,12 @@ be lost to a race, the sweep duty. Errors are the ``kube.errors`` classes;
 callers decide, but a write the API server refuses as invalid (422: the
 annotations past their cap) is also logged here as an error, since it stops
 marks and the sweep duty until the object has room. ``store`` is the
-process's Lease store, for the election's own Lease. ``tidy`` keeps the
-marks bounded (``roster.tidied``), over the version read.
+process's Lease store, for the election's own Lease.
+
+Whoever creates the object (it was never there, or it was deleted) lists the
+namespace's Leases first and creates it with a mark for each: an election
+whose Lease outlived the object keeps its mark (contract §2). ``tidy`` keeps
+the marks bounded (``roster.tidied``), over the version read.
 """
 
 from __future__ import annotations
@@ -74,8 +78,12 @@ class Coordination:
             raise
 
     async def _create(self, notes: dict[str, str], timeout: float | None) -> None:
+        """Create the object with ``notes`` and a mark for every Lease there now."""
+        items, _ = await self.store.list(timeout=timeout)
+        marks = roster.tidied({}, roster.present(items), self.server_now())
+        kept = {k: v for k, v in marks.items() if v is not None}
         with self._refusal_logged():
-            await self.store.create(roster.new_object(self.namespace, notes), timeout)
+            await self.store.create(roster.new_object(self.namespace, {**kept, **notes}), timeout)
 
     async def read(
         self, fresh: bool = False, timeout: float | None = None, cached: bool = False

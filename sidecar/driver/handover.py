@@ -19,7 +19,10 @@ It also keeps the mark that says this election has had a Lease (written once
 any Lease of it is seen, in the namespace's coordination Lease, which outlives
 the election's; written again, live, over a gone one, and after each Lease
 this candidate creates: ``_remark``), and answers ``first_term``: whether an
-absent Lease was never created, so no term can still be vouched for.
+absent Lease was never created, so no term can still be vouched for. A
+coordination Lease that is absent, or younger than a lease duration, proves
+nothing of the kind (it may have been deleted with the marks): then the
+candidate waits, as for a mark.
 
 None of it decides who leads: a roster that cannot be read or written costs
 only speed (a release then names nobody, and a first leader waits a lease
@@ -78,7 +81,8 @@ class Handover(Observer):
             clock,
             log,
         )
-        #: Our lease duration: what a gone mark of this election must outlast.
+        #: Our lease duration: what a gone mark of this election must outlast, and how old
+        #: the coordination Lease must be before a missing mark proves a first term.
         self.duration = duration
         self.joined = False
         #: The uid of the Lease this candidate joined (or is joining): a Lease created again
@@ -315,17 +319,30 @@ class Handover(Observer):
 
         True only once the mark is written, so that the next candidate to find
         the Lease absent (deleted under a leader that may still vouch) waits.
+        False, after writing the mark all the same, when the coordination Lease
+        is absent or younger than our lease duration (``roster.settled``): it
+        may have been deleted with this election's mark, under a Lease deleted
+        with it whose holder still vouches (``kubectl delete leases --all``).
         """
         try:
             for _ in range(3):  # the mark goes over the version read; a 409: judge again
                 obj = await self.shared.read(fresh=True, timeout=timeout)
                 if roster.marked(roster.notes_of(obj), self.lease):
                     return False
+                settled = obj is not None and roster.settled(
+                    obj, self.shared.server_now(), self.duration
+                )
                 mark = roster.mark(self.lease, self.clock.wall(), self.duration)
                 with contextlib.suppress(Conflict):
                     await self.shared.merge(mark, timeout, version=roster.version_of(obj))
                     self.marked = self._live = True
-                    return True
+                    if not settled:
+                        self.log.info(
+                            f"no mark of the election, but the coordination Lease {roster.NAME} "
+                            "is new (or was deleted): waiting a lease duration",
+                            lease=self.lease,
+                        )
+                    return settled
         except ApiError as err:
             self.log.debug("could not read or mark the election; waiting a lease", error=str(err))
         return False

@@ -5,13 +5,16 @@ Lease's annotations, which the API server caps at 256 KiB in all. A CronJob
 that runs one election per Job filled it after a few thousand runs: from then
 on no new election was marked (so none led at once, as a brand-new election
 does) and the sweep duty could not be claimed (so nobody swept at exit), all
-of it silently.
+of it silently. And ``kubectl delete leases --all`` took the marks with it,
+which told every election "nobody led here": a new candidate led at once
+while a paused leader of the deleted Lease still vouched.
 """
 
 from __future__ import annotations
 
 import asyncio
 import datetime as dt
+import signal
 import time
 from collections.abc import Callable
 from typing import Any
@@ -166,3 +169,99 @@ def test_a_write_the_coordination_lease_refuses_for_its_size_is_logged_as_an_err
     found = wait_for(refused, 10, what="an error line for the refused write")
     assert all(roster.NAME in str(r) for r in found), found
     assert next(iter(roster.mark(LEASE, dt.datetime.now(dt.UTC)))) not in _notes(coord, namespace)
+
+
+def _leader(spawn: Spawn) -> SidecarProcess:
+    old = spawn("pod-old", extra=DEFAULT)
+    wait_for(old.leads, 30, what="pod-old to lead")
+    return old
+
+
+def _freeze(old: SidecarProcess) -> float:
+    """The leader paused (SIGSTOP) right after it renewed; the instant until which its file
+    still tells its app that it leads."""
+    before = (old.state() or {}).get("valid_until")
+    wait_for(lambda: (old.state() or {}).get("valid_until") != before, 15, what="a renewal")
+    old.signal(signal.SIGSTOP)
+    frozen = old.state()
+    assert frozen is not None and frozen["is_leader"] and frozen["valid_until"]
+    return _stamp(frozen["valid_until"])
+
+
+def _mark_another_election(cluster: ControlPlane, namespace: str) -> None:
+    """What a sidecar of another election writes first: its mark (creating the object)."""
+
+    async def go() -> None:
+        store = LeaseStore(from_kubeconfig(cluster.kubeconfig), namespace)
+        try:
+            await Coordination(store, namespace).merge(
+                roster.mark("leader-other", dt.datetime.now(dt.UTC))
+            )
+        finally:
+            store.close()
+
+    asyncio.run(go())
+
+
+def _acquired_after(new: SidecarProcess, vouched_until: float) -> None:
+    wait_for(new.leads, 40, what=f"{new.identity} to lead")
+    state = new.state()
+    assert state is not None
+    acquired = _stamp(state["acquired_at"])
+    assert acquired >= vouched_until, (
+        f"{new.identity} acquired {vouched_until - acquired:.2f}s before the paused "
+        "leader's claim ended"
+    )
+
+
+def test_leases_deleted_with_the_coordination_lease_are_no_licence_to_lead_at_once(
+    cluster: ControlPlane, spawn: Spawn, namespace: str, api: Any
+) -> None:
+    """``kubectl delete leases --all`` under a paused leader; the coordination Lease comes
+    back at once (another election's sidecar marks it): a new candidate still waits."""
+    coord = client.CoordinationV1Api(api)
+    old = _leader(spawn)
+    vouched_until = _freeze(old)
+    try:
+        for name in (LEASE, roster.NAME):
+            coord.delete_namespaced_lease(name, namespace)
+        _mark_another_election(cluster, namespace)
+        _acquired_after(spawn("pod-new", extra=DEFAULT), vouched_until)
+    finally:
+        old.signal(signal.SIGCONT)
+
+
+def test_a_deleted_coordination_lease_is_no_licence_to_lead_at_once(
+    spawn: Spawn, namespace: str, api: Any
+) -> None:
+    """Both deleted, and nothing wrote the coordination Lease since: a new candidate waits."""
+    coord = client.CoordinationV1Api(api)
+    old = _leader(spawn)
+    vouched_until = _freeze(old)
+    try:
+        for name in (LEASE, roster.NAME):
+            coord.delete_namespaced_lease(name, namespace)
+        _acquired_after(spawn("pod-new", extra=DEFAULT), vouched_until)
+    finally:
+        old.signal(signal.SIGCONT)
+
+
+def test_the_mark_of_a_live_election_survives_its_coordination_lease(
+    cluster: ControlPlane, spawn: Spawn, namespace: str, api: Any
+) -> None:
+    """The coordination Lease alone deleted, written again by another election's sidecar
+    long before; then the election's Lease is deleted under a paused leader: the election
+    had a Lease when its marks were lost, so a new candidate waits out that leader."""
+    coord = client.CoordinationV1Api(api)
+    old = _leader(spawn)
+    mark = next(iter(roster.mark(LEASE, dt.datetime.now(dt.UTC))))
+    wait_for(lambda: mark in _notes(coord, namespace), 10, what="the election marked")
+    coord.delete_namespaced_lease(roster.NAME, namespace)
+    _mark_another_election(cluster, namespace)
+    time.sleep(17)  # the object is older than any candidate's lease duration now
+    vouched_until = _freeze(old)
+    try:
+        coord.delete_namespaced_lease(LEASE, namespace)
+        _acquired_after(spawn("pod-new", extra=DEFAULT), vouched_until)
+    finally:
+        old.signal(signal.SIGCONT)

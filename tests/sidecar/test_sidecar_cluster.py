@@ -38,9 +38,22 @@ def _lease(api: Any, namespace: str, name: str = "leader-main") -> Any:
     return client.CoordinationV1Api(api).read_namespaced_lease(name, namespace)
 
 
+def _sidecars_ran_here_before(api: Any, namespace: str, lease_duration: float) -> None:
+    """The namespace's coordination Lease, there for longer than ``lease_duration``: only then
+    does a missing mark prove a brand-new election (contract §2; issue 38: one absent or
+    younger may have been deleted with the marks, and the first candidate waits a lease)."""
+    coord = client.CoordinationV1Api(api)
+    meta = client.V1ObjectMeta(name=roster.NAME, labels=roster.LABELS)
+    made = coord.create_namespaced_lease(namespace, client.V1Lease(metadata=meta))
+    time.sleep(
+        max(0.0, made.metadata.creation_timestamp.timestamp() + lease_duration + 2 - time.time())
+    )
+
+
 def test_a_new_elections_first_candidate_leads_at_once_and_all_views_agree(
     spawn: Spawn, cluster: ControlPlane, api: Any, namespace: str
 ) -> None:
+    _sidecars_ran_here_before(api, namespace, 15)
     a = spawn("pod-a", extra=())  # default timings 15s/10s/2s
     wait_for(a.leads, 30, what="pod-a to lead")
     # A brand-new election (no Lease ever, no mark of one): no term can still be vouched

@@ -9,7 +9,8 @@ a create of an existing Lease is a 409, a create gives a new uid, a replace
 naming another uid is a 409, of a missing Lease too (without a uid it creates
 it, as Leases allow), a watch replays what happened after the version it
 starts from (a delete under the delete's own version) and ends after its
-timeout, annotations past the API server's cap are a 422, and a version older than the compaction point is 410.
+timeout, a create stamps ``creationTimestamp`` (``EPOCH`` plus the loop's
+time, to the second, as the tests' wall clocks run), annotations past the API server's cap are a 422, and a version older than the compaction point is 410.
 ``down = True`` makes every call fail as an unreachable server would.
 """
 
@@ -17,12 +18,15 @@ from __future__ import annotations
 
 import asyncio
 import copy
+import datetime as dt
 import itertools
 from collections.abc import AsyncIterator
 from typing import Any
 
 from sidecar.kube.errors import ApiError, ApiUnavailable, Conflict, Gone, NotFound
 
+#: The wall time at the loop's time 0 (the tests' clocks: ``LoopClock``).
+EPOCH = dt.datetime(2026, 1, 1, tzinfo=dt.UTC)
 #: The API server's cap on an object's annotations, keys and values together (bytes).
 ANNOTATIONS_LIMIT = 256 * 1024
 
@@ -97,6 +101,9 @@ class FakeLeases:
         meta = obj["metadata"]
         meta.setdefault("namespace", self.namespace)
         meta["uid"] = current["metadata"]["uid"] if current else f"uid-{next(self._uids)}"
+        if current is None:
+            when = EPOCH + dt.timedelta(seconds=int(asyncio.get_running_loop().time()))
+            meta["creationTimestamp"] = when.strftime("%Y-%m-%dT%H:%M:%SZ")
         if current is not None:
             meta["resourceVersion"] = current["metadata"]["resourceVersion"]
             if obj == current:

@@ -128,8 +128,9 @@ def run(test: Callable[[], Coroutine[Any, Any, T]], within: float = 3600) -> T:
 
 
 def had_sidecars(store: FakeLeases) -> FakeLeases:
-    """``store`` as a namespace where sidecars ran before: its coordination Lease exists,
-    created long ago."""
+    """``store`` as a namespace where sidecars ran before: its coordination Lease exists and
+    is older than a lease duration, so a missing mark proves a brand-new election, whose
+    first candidate leads at once (contract §2). Without it, that candidate waits a lease."""
     obj = roster.new_object("ns", {})
     meta = {"namespace": "ns", "resourceVersion": str(store.rv)}
     obj["metadata"].update(meta, creationTimestamp="2025-12-31T00:00:00Z")
@@ -150,7 +151,7 @@ async def until(check: Callable[[], bool], within: float, what: str) -> float:
 
 def test_acquires_then_renews_every_half_renew_deadline(tmp_path: Path) -> None:
     async def scenario() -> None:
-        store = FakeLeases()
+        store = had_sidecars(FakeLeases())
         a = await Candidate("a", store, tmp_path).start()
         took = await until(a.leads, 16, "a leads an empty election")
         state = a.state()
@@ -318,7 +319,7 @@ def test_a_named_successor_that_is_gone_delays_the_handover_by_one_second(
     tmp_path: Path,
 ) -> None:
     async def scenario() -> None:
-        store = FakeLeases()
+        store = had_sidecars(FakeLeases())
         a = await Candidate("a", store, tmp_path).start()
         await until(a.leads, 16, "a leads")
         followers = [await Candidate(f"f{i}", store, tmp_path).start() for i in range(3)]
@@ -352,7 +353,7 @@ def test_candidates_join_the_roster_at_start_and_leave_it_on_a_graceful_exit(
     but the mark."""
 
     async def scenario() -> None:
-        store = FakeLeases()
+        store = had_sidecars(FakeLeases())
         a = await Candidate("a", store, tmp_path).start()
         b = await Candidate("b", store, tmp_path).start()
         c = await Candidate("c", store, tmp_path).start()
@@ -367,9 +368,9 @@ def test_candidates_join_the_roster_at_start_and_leave_it_on_a_graceful_exit(
         # Two joins at once: the second goes over the version it read, gets a 409, reads again.
         assert store.patch_conflicts <= 1
         entries = [n for n in roster.notes_of(store.objects[roster.NAME]) if roster.ENTRY in n]
-        # The mark (creating the object), the sweep duty taken and given back: nothing else.
+        # The mark, the sweep duty taken and given back: nothing else.
         assert entries == [] and [v for v, _ in store.roster_writes] == [
-            "create",
+            "patch",
             "update",
             "update",
         ]
@@ -401,6 +402,42 @@ class BusyRoster(FakeLeases):
         if body["metadata"]["name"] == roster.NAME:
             self._busy(roster.NAME)
         return await super().create(body, timeout)
+
+
+def test_a_new_election_where_no_coordination_lease_exists_waits_a_lease_and_marks_all(
+    tmp_path: Path,
+) -> None:
+    """Issue 38: no coordination Lease may mean one deleted with the marks that mattered
+    (``kubectl delete leases --all`` under a paused leader): not a first term. Whoever
+    creates it marks every Lease there, so an election that outlived it keeps its mark."""
+
+    async def scenario() -> None:
+        store = FakeLeases()
+        await store.create(
+            claim(
+                None,
+                name="leader-other",
+                namespace="ns",
+                identity="x",
+                lease_duration=15,
+                now=EPOCH,
+            )
+        )
+        a = await Candidate("a", store, tmp_path).start()
+        took = await until(a.leads, 20, "a leads")
+        assert 15.0 <= took < 16.0, took
+        notes = roster.notes_of(store.objects[roster.NAME])
+        assert roster.live(notes, LEASE) and roster.live(notes, "leader-other"), notes
+        await a.stop()
+        # Created again, by another election's mark: younger than a lease, it proves nothing.
+        del store.objects[LEASE], store.objects[roster.NAME]
+        await Coordination(store, "ns").merge(roster.mark("leader-third", EPOCH))  # type: ignore[arg-type]
+        b = await Candidate("b", store, tmp_path).start()
+        took = await until(b.leads, 20, "b leads")
+        assert 15.0 <= took < 16.0, took
+        await b.stop()
+
+    run(scenario)
 
 
 class ListHook(FakeLeases):
@@ -534,6 +571,8 @@ def test_a_join_applied_without_an_answer_is_not_written_again(tmp_path: Path) -
     async def scenario() -> None:
         store = UnansweredRoster(busy_until=60)
         a = await Candidate("a", store, tmp_path).start()
+        # A new namespace: a waits a lease duration (contract §2), then b and c join.
+        await until(a.leads, 20, "a leads")
         b = await Candidate("b", store, tmp_path).start()
         c = await Candidate("c", store, tmp_path).start()
         await until(lambda: listed(store) == ["b", "c"], 30, "both entries applied")

@@ -103,3 +103,11 @@ def test_the_marks_of_a_cronjob_with_one_election_per_run_stay_bounded_and_safe(
         for recent in names[max(0, run - 65) : run + 1]:
             assert roster.marked(notes, recent), (run, recent)
     assert biggest < roster.TIDY_AT + 16 * 1024 < roster.LIMIT, biggest
+
+
+def test_a_coordination_lease_proves_a_first_term_only_once_older_than_a_lease() -> None:
+    obj = roster.new_object("ns", {})
+    obj["metadata"]["creationTimestamp"] = "2026-11-27T10:00:00Z"
+    assert not roster.settled(obj, EPOCH + dt.timedelta(seconds=16), 15)  # maybe 10:00:00.9
+    assert roster.settled(obj, EPOCH + dt.timedelta(seconds=16.01), 15)
+    assert not roster.settled(roster.new_object("ns", {}), EPOCH + dt.timedelta(days=9), 15)
