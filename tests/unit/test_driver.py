@@ -132,7 +132,7 @@ def had_sidecars(store: FakeLeases) -> FakeLeases:
     is older than a lease duration, so a missing mark proves a brand-new election, whose
     first candidate leads at once (contract §2). Without it, that candidate waits a lease."""
     obj = roster.new_object("ns", {})
-    meta = {"namespace": "ns", "resourceVersion": str(store.rv)}
+    meta = {"namespace": "ns", "resourceVersion": str(store.rv), "uid": "uid-had-sidecars"}
     obj["metadata"].update(meta, creationTimestamp="2025-12-31T00:00:00Z")
     store.objects[roster.NAME] = obj
     return store
@@ -472,6 +472,9 @@ def test_a_tidy_that_listed_before_a_create_does_not_leave_that_elections_mark_g
         read = await shared.read(fresh=True)
 
         async def create_and_lead() -> None:
+            # Later than the mark above: a write that changes nothing keeps its version, as
+            # the API server's does (lease_conformance), and would be no 409 for the tidy.
+            await asyncio.sleep(1)
             body = claim(
                 None, name=LEASE, namespace="ns", identity="a", lease_duration=15, now=EPOCH
             )
