@@ -56,7 +56,7 @@ from sidecar.injector.webhookconfig import (
     ca_bundle_of,
     webhook_configuration,
 )
-from sidecar.kube.config import ApiConfig, from_kubeconfig
+from sidecar.kube.config import ApiConfig, load
 from tests.cluster import free_port
 from tests.cluster.pki import CertificateAuthority
 
@@ -204,7 +204,7 @@ def _histogram_summary(before: dict[str, float], after: dict[str, float]) -> dic
 async def _measure(
     kubeconfig: Path, concurrency: int, pods: int, reviews: int, workdir: Path
 ) -> dict[str, Any]:
-    config = from_kubeconfig(kubeconfig)
+    config = load(str(kubeconfig))
     ca = CertificateAuthority.create("grelmicro-bench-injector-ca")
     cert, key = ca.issue("injector", ips=("127.0.0.1",), server=True)
     (workdir / "tls.crt").write_bytes(cert)

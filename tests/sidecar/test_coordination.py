@@ -25,7 +25,7 @@ from sidecar.core import roster
 from sidecar.driver.coordination import Coordination
 from sidecar.driver.sweepduty import ExitSweep
 from sidecar.kit.logs import Logger
-from sidecar.kube.config import from_kubeconfig
+from sidecar.kube.config import load
 from sidecar.kube.leases import LeaseStore
 from tests.cluster import ControlPlane
 from tests.sidecar.proc import SidecarProcess, wait_for
@@ -112,7 +112,7 @@ def test_a_coordination_lease_filled_by_past_job_runs_still_marks_and_sweeps_for
     began = now - dt.timedelta(days=5)
 
     async def history() -> int:
-        store = LeaseStore(from_kubeconfig(cluster.kubeconfig), namespace)
+        store = LeaseStore(load(str(cluster.kubeconfig)), namespace)
         try:
             runs = await _fill_with_past_job_runs(store, namespace, began)
             # Two later runs, a day and more apart, started and stopped (their elections'
@@ -192,7 +192,7 @@ def _mark_another_election(cluster: ControlPlane, namespace: str) -> None:
     """What a sidecar of another election writes first: its mark (creating the object)."""
 
     async def go() -> None:
-        store = LeaseStore(from_kubeconfig(cluster.kubeconfig), namespace)
+        store = LeaseStore(load(str(cluster.kubeconfig)), namespace)
         try:
             await Coordination(store, namespace).merge(
                 roster.mark("leader-other", dt.datetime.now(dt.UTC))

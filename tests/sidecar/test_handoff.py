@@ -24,7 +24,7 @@ from sidecar.core.lease import MANAGED_BY_LABEL, MANAGED_BY_VALUE, LeaseRecord, 
 from sidecar.driver.coordination import Coordination
 from sidecar.driver.handover import Handover
 from sidecar.kit.logs import Logger
-from sidecar.kube.config import from_kubeconfig
+from sidecar.kube.config import load
 from sidecar.kube.errors import Conflict
 from sidecar.kube.leases import LeaseStore
 from tests import accounts
@@ -162,7 +162,7 @@ def test_candidates_joining_at_once_are_all_listed_without_a_conflict(
     epoch = dt.datetime(2026, 1, 1, tzinfo=dt.UTC)
 
     async def go() -> None:
-        stores = [LeaseStore(from_kubeconfig(cluster.kubeconfig), namespace) for _ in range(16)]
+        stores = [LeaseStore(load(str(cluster.kubeconfig)), namespace) for _ in range(16)]
         rosters = [
             Handover(
                 Coordination(store, namespace),
@@ -229,7 +229,7 @@ def test_the_last_holders_name_is_taken_out_only_while_its_entry_is_unchanged(
     epoch = dt.datetime(2026, 1, 1, tzinfo=dt.UTC)
 
     async def go() -> None:
-        store = LeaseStore(from_kubeconfig(cluster.kubeconfig), namespace)
+        store = LeaseStore(load(str(cluster.kubeconfig)), namespace)
         shared = Coordination(store, namespace)
         new = Handover(shared, ELECTION_LEASE, "new", WallAt(epoch), Logger("error"))  # type: ignore[arg-type]
         try:
@@ -266,7 +266,7 @@ def test_a_join_over_a_version_is_refused_once_another_wrote_first(
     epoch = dt.datetime(2026, 1, 1, tzinfo=dt.UTC)
 
     async def go() -> None:
-        store = LeaseStore(from_kubeconfig(cluster.kubeconfig), namespace)
+        store = LeaseStore(load(str(cluster.kubeconfig)), namespace)
         try:
             await store.create(_election(namespace, roster.entry(ELECTION_LEASE, "first", epoch)))
             read = roster.version_of(await store.get(ELECTION_LEASE, cached=True))

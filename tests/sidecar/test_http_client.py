@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from sidecar.kube.config import from_kubeconfig
+from sidecar.kube.config import load
 from sidecar.kube.errors import Conflict, NotFound
 from sidecar.kube.leases import LeaseStore
 from tests.cluster import ControlPlane
@@ -18,7 +18,7 @@ from tests.cluster import ControlPlane
 
 def test_requests_reuse_one_keep_alive_connection(cluster: ControlPlane, namespace: str) -> None:
     async def go() -> list[Any]:
-        store = LeaseStore(from_kubeconfig(cluster.kubeconfig), namespace)
+        store = LeaseStore(load(str(cluster.kubeconfig)), namespace)
         seen = []
         try:
             for _ in range(5):
@@ -35,7 +35,7 @@ def test_requests_reuse_one_keep_alive_connection(cluster: ControlPlane, namespa
 
 def test_statuses_map_to_the_store_exceptions(cluster: ControlPlane, namespace: str) -> None:
     async def go() -> None:
-        store = LeaseStore(from_kubeconfig(cluster.kubeconfig), namespace)
+        store = LeaseStore(load(str(cluster.kubeconfig)), namespace)
         try:
             assert await store.get("leader-none") is None
             with pytest.raises(NotFound):
@@ -75,7 +75,7 @@ print(json.dumps({**seen, "idna": "encodings.idna" in sys.modules}))
 
 
 def _request_in_a_fresh_interpreter(cluster: ControlPlane, host: str) -> dict[str, Any]:
-    port = from_kubeconfig(cluster.kubeconfig).port
+    port = load(str(cluster.kubeconfig)).port
     done = subprocess.run(
         [sys.executable, "-c", _REQUEST, host, str(port), str(cluster.ca_file)],
         capture_output=True,

@@ -12,7 +12,7 @@ import asyncio
 
 import pytest
 
-from sidecar.kube.config import from_kubeconfig
+from sidecar.kube.config import load
 from sidecar.kube.leases import LeaseStore
 from tests.cluster import ControlPlane
 from tests.unit.lease_conformance import *  # noqa: F403  (the cases)
@@ -22,7 +22,7 @@ from tests.unit.lease_conformance_sweep import *  # noqa: F403  (the cases)
 
 @pytest.fixture
 def backend(cluster: ControlPlane, namespace: str) -> Backend:
-    config = from_kubeconfig(cluster.kubeconfig)
+    config = load(str(cluster.kubeconfig))
 
     def run(case: Case) -> None:
         async def go() -> None:

@@ -334,7 +334,7 @@ def test_sweep_spares_a_lease_renewed_between_list_and_delete(
 
     from sidecar.driver.sweep import Sightings, sight, sweep
     from sidecar.kit.logs import Logger
-    from sidecar.kube.config import from_kubeconfig
+    from sidecar.kube.config import load
     from sidecar.kube.leases import LeaseStore
 
     coord = client.CoordinationV1Api(api)
@@ -362,12 +362,12 @@ def test_sweep_spares_a_lease_renewed_between_list_and_delete(
     # Seen unchanged long enough (a fake monotonic clock stands for the wait) ...
     clock = [0.0]
     sightings = Sightings(lambda: clock[0])
-    plain = LeaseStore(from_kubeconfig(cluster.kubeconfig), namespace)
+    plain = LeaseStore(load(str(cluster.kubeconfig)), namespace)
     asyncio.run(sight(plain, sightings))
     plain.close()
     clock[0] = 1000.0
     # ... and renewed between the list that judged it and the delete.
-    store = RenewAfterList(from_kubeconfig(cluster.kubeconfig), namespace)
+    store = RenewAfterList(load(str(cluster.kubeconfig)), namespace)
     result = asyncio.run(sweep(store, Logger("error"), sightings=sightings))
     store.close()
     assert result.deleted == [] and result.skipped_changed == 1
