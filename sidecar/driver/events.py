@@ -27,6 +27,7 @@ from typing import Any
 
 from ..core.election import Event
 from ..core.lease import format_microtime
+from ..kit import aio
 from ..kit.logs import Logger
 from ..kube.api import Post
 from ..kube.errors import ApiError, Forbidden
@@ -66,7 +67,7 @@ class EventRecorder(Observer):
         self._tokens = float(BURST)
         self._filled_at = monotonic()
         self._enabled = True
-        self._pending: set[asyncio.Task[None]] = set()
+        self._pending = aio.Background("event")
         self._flush = asyncio.Event()
         self.dropped = 0
 
@@ -91,9 +92,7 @@ class EventRecorder(Observer):
             self.dropped += 1  # over the rate limit
             return
         hold = random.uniform(*HOLD_SECONDS)
-        task = asyncio.create_task(self._send(self._body(lease, name, action, message), hold))
-        self._pending.add(task)
-        task.add_done_callback(self._pending.discard)
+        self._pending.spawn(self._send(self._body(lease, name, action, message), hold))
 
     def _take(self) -> bool:
         now = self._monotonic()
@@ -154,7 +153,6 @@ class EventRecorder(Observer):
     async def close(self, timeout: float = 1.0) -> None:
         """Send the held Events now, give them a moment to go out (shutdown), drop the rest."""
         self._flush.set()
-        if self._pending:
-            await asyncio.wait(set(self._pending), timeout=timeout)
-        for task in self._pending:
-            task.cancel()
+        if pending := set(self._pending):
+            await asyncio.wait(pending, timeout=timeout)
+        self._pending.cancel()

@@ -1,7 +1,9 @@
-"""asyncio idioms the layers share: cancelling tasks without waiting forever, and bounded steps.
+"""asyncio idioms the layers share: background tasks, cancelling them without waiting forever, bounded steps.
 
-Guarantees: ``cancel`` returns within its timeout whatever the tasks do (a task
-that ignores its cancellation is named in a warning, never waited for), and
+Guarantees: a ``Background`` task is referenced until it ends (asyncio keeps
+only weak references: an unreferenced task may be collected mid-flight);
+``cancel`` returns within its timeout whatever the tasks do (a task that
+ignores its cancellation is named in a warning, never waited for), and
 retrieves every exception so none is reported twice; ``bounded_steps`` runs
 each step within what is left of one budget, logging one that overruns or
 fails and going on with the next.
@@ -10,10 +12,35 @@ fails and going on with the next.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import Awaitable, Callable, Coroutine, Iterable, Iterator
 from typing import Any
 
 from .logs import Logger
+
+
+class Background:
+    """Tasks started and forgotten by their starter, each held until it ends."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self._tasks: set[asyncio.Task[None]] = set()
+
+    def spawn(self, work: Coroutine[Any, Any, None]) -> asyncio.Task[None]:
+        task = asyncio.create_task(work, name=self.name)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+        return task
+
+    def __iter__(self) -> Iterator[asyncio.Task[None]]:
+        return iter(list(self._tasks))
+
+    def __len__(self) -> int:
+        return len(self._tasks)
+
+    def cancel(self) -> None:
+        """Cancel every task still running (without waiting for them)."""
+        for task in self:
+            task.cancel()
 
 
 async def cancel(tasks: Iterable[asyncio.Task[Any]], timeout: float, log: Logger) -> None:
