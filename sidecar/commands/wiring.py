@@ -17,10 +17,11 @@ from pathlib import Path
 from ..driver.coordination import Coordination
 from ..driver.elector import Elector
 from ..driver.events import EventRecorder
+from ..driver.firstterm import FirstTermMark
 from ..driver.handofflock import HandoffLock
-from ..driver.handover import Handover
 from ..driver.label import LeaderLabel
 from ..driver.lock import Lock
+from ..driver.membership import Membership
 from ..driver.metrics import Metrics
 from ..driver.observer import Observer
 from ..driver.published import Published
@@ -65,7 +66,8 @@ def wire(
     identity, lease, timing = settings.identity, settings.lease, settings.timing
     metrics = Metrics(lease, offset=lambda: store.clock_offset, timing=timing)
     shared = Coordination(store, namespace, log, clock)
-    handover = Handover(shared, lease, identity, clock, log, timing.lease_duration)
+    mark = FirstTermMark(shared, lease, identity, clock, log, timing.lease_duration)
+    membership = Membership(shared, lease, identity, clock, log)
     published = Published(settings.state_dir, settings.port, metrics.render, log)
     lock = None
     release = settings.release if settings.pod or settings.release != "auto" else "now"
@@ -82,7 +84,8 @@ def wire(
         observers.append(lock)
     observers += [
         vouch,
-        handover,
+        mark,
+        membership,
         ExitSweep(store, shared, identity, clock, log, on_delete=metrics.count_swept),
     ]
     if post_event is not None:
@@ -92,7 +95,7 @@ def wire(
         observers.append(recorder)
     observers.append(published)
     elector = Elector(
-        HandoffLock(LeaseLock(store, lease), handover),
+        HandoffLock(LeaseLock(store, lease), membership, mark.first_term),
         identity=identity,
         election=settings.election,
         lease=lease,

@@ -1,7 +1,7 @@
 """Reads and writes of the namespace's coordination Lease (``core.roster``), shared by this process.
 
 It holds the elections' marks and the sweep duty (each election's roster is in
-its own Lease: ``driver.handover``). Guarantees: the first read is shared by
+its own Lease: ``driver.membership``). Guarantees: the first read is shared by
 the observers that need it at start (one GET per process, not one each, from
 the API server's watch cache: a mass start does not read the object from etcd
 once per pod); ``merge`` (a JSON merge patch) creates the object when it is
@@ -141,7 +141,7 @@ class Coordination:
     async def tidy(self, obj: dict[str, Any] | None, timeout: float | None = None) -> bool:
         """Bound the marks of ``obj`` (the object as read) when it is past ``roster.TIDY_AT``:
         list the namespace's Leases, then write ``roster.tidied`` over the version read, so
-        a mark written since (a Lease created since writes one: ``Handover``) is a 409
+        a mark written since (a Lease created since writes one: ``FirstTermMark``) is a 409
         here, never overwritten; then read again and judge again (3 tries: a starting
         sidecar writes its election's mark at the same time). False when nothing was done."""
         for _ in range(3):

@@ -4,9 +4,9 @@ It wraps the bare Lease (``kube.leaselock.LeaseLock``) the way client-go's
 ``MultiLock`` wraps two locks: the elector sees one lock
 (``electionlock.ElectionLock``) and never the roster. What it adds:
 
-- a read that finds no Lease asks the roster whether the election ever had
-  one, only when this lock has seen nothing of the Lease before (a read's
-  answer, or a watch event): the first term (contract §2);
+- a read that finds no Lease asks whether the election ever had one
+  (``firstterm``), only when this lock has seen nothing of the Lease before
+  (a read's answer, or a watch event): the first term (contract §2);
 - the release names a successor, follows its claim on the watch this lock
   relays (no request while it waits), and empties a hand-off nobody claimed
   (``release.release``).
@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 
 from ..core.election import Election
 from ..core.lease import LeaseRecord
@@ -35,11 +35,18 @@ from .release import Roster, release
 MIN_WAIT = 0.001
 
 
-class HandoffLock:
-    """``lease`` with the hand-off of ``roster`` (none: a release names nobody)."""
+#: ``first_term(timeout)``: whether the election never had a Lease (``firstterm``).
+FirstTerm = Callable[[float], Awaitable[bool]]
 
-    def __init__(self, lease: LeaseLock, roster: Roster | None) -> None:
-        self.lease, self.roster = lease, roster
+
+class HandoffLock:
+    """``lease`` with the hand-off of ``roster`` (none: a release names nobody), and the
+    first term that ``first_term`` tells (none: an absent Lease is always waited out)."""
+
+    def __init__(
+        self, lease: LeaseLock, roster: Roster | None, first_term: FirstTerm | None = None
+    ) -> None:
+        self.lease, self.roster, self.first_term = lease, roster, first_term
         self.name, self.request_timeout = lease.name, lease.request_timeout
         self._known = False  # a read has answered, or the watch told of the Lease
         self._relayed = asyncio.Event()  # set once the elector has taken an event in
@@ -49,7 +56,7 @@ class HandoffLock:
         known, self._known = self._known, True
         if obj is not None:
             return obj
-        first = not known and self.roster is not None and await self.roster.first_term(timeout)
+        first = not known and self.first_term is not None and await self.first_term(timeout)
         return Absent(first_term=first)
 
     async def create(self, body: Obj, timeout: float) -> Obj:

@@ -41,14 +41,10 @@ HANDOFF_GRACE = 2.0
 
 
 class Roster(Protocol):
-    """Who may be named, and whether an election is new (``handover.Handover``)."""
+    """Who may be named (``membership.Membership``)."""
 
     def successor(self, record: LeaseRecord) -> str | None:
         """Who a release written over ``record`` names; None for anyone."""
-        ...
-
-    async def first_term(self, timeout: float) -> bool:
-        """Whether an absent Lease was never created: no term of it can still be vouched for."""
         ...
 
     async def forget(self, identity: str, timeout: float) -> None:

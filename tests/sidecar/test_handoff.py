@@ -22,7 +22,7 @@ from kubernetes import client
 from sidecar.core import roster
 from sidecar.core.lease import MANAGED_BY_LABEL, MANAGED_BY_VALUE, LeaseRecord, lease_object
 from sidecar.driver.coordination import Coordination
-from sidecar.driver.handover import Handover
+from sidecar.driver.membership import Membership
 from sidecar.kit.logs import Logger
 from sidecar.kube.config import load
 from sidecar.kube.errors import Conflict
@@ -164,7 +164,7 @@ def test_candidates_joining_at_once_are_all_listed_without_a_conflict(
     async def go() -> None:
         stores = [LeaseStore(load(str(cluster.kubeconfig)), namespace) for _ in range(16)]
         rosters = [
-            Handover(
+            Membership(
                 Coordination(store, namespace),
                 ELECTION_LEASE,
                 f"pod-{i}",
@@ -198,7 +198,7 @@ def _election(namespace: str, notes: dict[str, str] | None = None) -> dict[str, 
     return lease_object(ELECTION_LEASE, namespace, labels, annotations=notes)
 
 
-async def named(candidate: Handover, expected: str, within: float = 5.0) -> bool:
+async def named(candidate: Membership, expected: str, within: float = 5.0) -> bool:
     """Whether a release over the Lease as read now would name ``expected``, within ``within``
     seconds (the read is the API server's cache: it may lag a write by milliseconds)."""
     deadline = time.monotonic() + within
@@ -231,7 +231,7 @@ def test_the_last_holders_name_is_taken_out_only_while_its_entry_is_unchanged(
     async def go() -> None:
         store = LeaseStore(load(str(cluster.kubeconfig)), namespace)
         shared = Coordination(store, namespace)
-        new = Handover(shared, ELECTION_LEASE, "new", WallAt(epoch), Logger("error"))  # type: ignore[arg-type]
+        new = Membership(shared, ELECTION_LEASE, "new", WallAt(epoch), Logger("error"))  # type: ignore[arg-type]
         try:
             await store.create(_election(namespace, roster.entry(ELECTION_LEASE, "old", epoch)))
             await _set(store, {**roster.entry(ELECTION_LEASE, "new", epoch)})

@@ -25,8 +25,9 @@ from sidecar.core.lease import LeaseRecord, claim
 from sidecar.core.timing import Timing
 from sidecar.driver.coordination import Coordination
 from sidecar.driver.events import HOLD_SECONDS, EventRecorder
-from sidecar.driver.handover import FORGET_AFTER, Handover
+from sidecar.driver.firstterm import FirstTermMark
 from sidecar.driver.label import RETRY_OFF
+from sidecar.driver.membership import FORGET_AFTER, Membership
 from sidecar.driver.observer import Call, Observer, View
 from sidecar.driver.report import LogReport
 from sidecar.driver.sweepduty import DUTY_SECONDS
@@ -326,7 +327,7 @@ def test_a_named_successor_that_is_gone_delays_the_handover_by_one_second(
         await asyncio.sleep(10)
         # A candidate that joined last and was then killed (no graceful exit, still listed).
         shared = Coordination(store, "ns")  # type: ignore[arg-type]
-        ghost = Handover(shared, LEASE, "killed-pod", LoopClock(), Logger("error"))  # type: ignore[arg-type]
+        ghost = Membership(shared, LEASE, "killed-pod", LoopClock(), Logger("error"))  # type: ignore[arg-type]
         await ghost.join(LeaseRecord.from_object(store.objects[LEASE]))
         loop = asyncio.get_running_loop()
         stopping, writes = loop.time(), len(store.writes)
@@ -467,7 +468,7 @@ def test_a_tidy_that_listed_before_a_create_does_not_leave_that_elections_mark_g
         shared = Coordination(store, "ns")  # type: ignore[arg-type]
         past = {k: v for i in range(800) for k, v in roster.mark(f"leader-{i}", EPOCH).items()}
         await shared.merge(past)
-        a = Handover(shared, LEASE, "a", LoopClock(), Logger("error"), 15)  # type: ignore[arg-type]
+        a = FirstTermMark(shared, LEASE, "a", LoopClock(), Logger("error"), 15)  # type: ignore[arg-type]
         assert await a.first_term()  # marked (live), and free to create the Lease
         read = await shared.read(fresh=True)
 

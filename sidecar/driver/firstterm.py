@@ -1,0 +1,149 @@
+"""Whether this election ever had a Lease: its mark in the namespace's coordination Lease.
+
+An observer (contract §2, "No Lease" and "the first term"). It keeps the mark
+that says this election has had a Lease: written once any Lease of it is
+seen, in the namespace's coordination Lease, which outlives the election's;
+written again, live, over a gone one, and after each Lease this candidate
+creates (``_remark``). It answers ``first_term``: whether an absent Lease was
+never created, so no term can still be vouched for and the first candidate
+may lead at once. A coordination Lease that is absent, or younger than a
+lease duration, proves nothing of the kind (it may have been deleted with
+the marks): then the candidate waits, as for a mark.
+
+None of it decides who leads by itself: a mark that cannot be read or
+written makes a first leader wait a lease duration, as for a deleted Lease.
+"""
+
+from __future__ import annotations
+
+import contextlib
+
+from ..core import roster
+from ..core.defaults import LEASE_DURATION
+from ..kit import aio
+from ..kit.clock import Clock
+from ..kit.logs import Logger
+from ..kube.errors import ApiError, Conflict
+from .coordination import PATIENT_READ, Coordination
+from .observer import Control, Observer, View
+from .rosterwrites import written
+
+
+class FirstTermMark(Observer):
+    def __init__(
+        self,
+        shared: Coordination,
+        lease: str,
+        identity: str,
+        clock: Clock,
+        log: Logger,
+        duration: float = LEASE_DURATION,
+    ):
+        self.shared, self.lease, self.identity = shared, lease, identity
+        self.clock, self.log = clock, log
+        #: Our lease duration: what a gone mark of this election must outlast, and how old
+        #: the coordination Lease must be before a missing mark proves a first term.
+        self.duration = duration
+        #: Whether the election is known to be marked (None until the first read).
+        self.marked: bool | None = None
+        #: Whether the mark read was live (None until the first read): a gone one is written
+        #: live again once a Lease of the election is seen.
+        self._live: bool | None = None
+        #: The uid of the last Lease of the election seen: one first seen held by us is one
+        #: we created, and we write its mark again (``_remark``).
+        self._seen_uid: str | None = None
+        self.seen_lease = self._stopping = False
+        self._tasks = aio.Background("mark")
+
+    async def start(self, control: Control) -> None:
+        self._tasks.spawn(self._mark())
+
+    def on_state(self, view: View) -> None:
+        record = view.record
+        if record is None:
+            return
+        if not self.seen_lease:
+            self.seen_lease = True
+            if self._live is False:  # the first read is in: mark now, else it will
+                self._tasks.spawn(self._mark())
+        uid = str((record.raw.get("metadata") or {}).get("uid") or "")
+        if uid != self._seen_uid:
+            self._seen_uid = uid
+            if record.holder == self.identity and not self._stopping:  # we created it
+                self._tasks.spawn(self._remark())
+
+    async def before_release(self) -> None:
+        self._stopping = True
+        self._tasks.cancel()
+
+    async def _mark(self) -> None:
+        """Learn whether this election is marked (the process's first read of the namespace's
+        coordination Lease); once a Lease of it was seen, record the mark if it is not; retrying."""
+
+        async def once(retry: bool) -> None:
+            obj = await self.shared.read(cached=retry, timeout=PATIENT_READ)
+            notes = roster.notes_of(obj)
+            self.marked = self.marked or roster.marked(notes, self.lease)
+            self._live = self._live or roster.live(notes, self.lease)
+            if self.seen_lease and not self._live:
+                mark = roster.mark(self.lease, self.clock.wall(), self.duration)
+                await self.shared.merge(mark, version=roster.version_of(obj))
+                self.marked = self._live = True
+
+        await written("mark", roster.NAME, once, self.log)
+
+    async def _remark(self) -> None:
+        """After this candidate created its election's Lease: make sure the mark is live.
+
+        A tidy (``Coordination.tidy``) that listed the namespace before the
+        create may be writing this mark gone, over a version it read before;
+        the object it read was past ``roster.TIDY_AT``. So when the object is
+        past it now, or the mark is not live, the mark is written (a quorum
+        read, then a write over its version): either the tidy's write gets a
+        409, or ours comes after it and is live. A smaller object means a write
+        since any such read, so that tidy gets a 409 anyway.
+        """
+
+        async def once(retry: bool) -> None:
+            obj = await self.shared.read(fresh=True, timeout=PATIENT_READ)
+            notes = roster.notes_of(obj)
+            if roster.live(notes, self.lease) and roster.size(notes) <= roster.TIDY_AT:
+                return
+            mark = roster.mark(self.lease, self.clock.wall(), self.duration)
+            await self.shared.merge(mark, version=roster.version_of(obj))
+            self.marked = self._live = True
+
+        await written("mark", roster.NAME, once, self.log)
+
+    async def first_term(self, timeout: float | None = None) -> bool:
+        """Whether this election never had a Lease: then no term of it can still be vouched for.
+
+        True only once the mark is written, so that the next candidate to find
+        the Lease absent (deleted under a leader that may still vouch) waits.
+        False, after writing the mark all the same, when the coordination Lease
+        is absent or younger than our lease duration (``roster.settled``): it
+        may have been deleted with this election's mark, under a Lease deleted
+        with it whose holder still vouches (``kubectl delete leases --all``).
+        """
+        try:
+            for _ in range(3):  # the mark goes over the version read; a 409: judge again
+                obj = await self.shared.read(fresh=True, timeout=timeout)
+                if roster.marked(roster.notes_of(obj), self.lease):
+                    return False
+                settled = obj is not None and roster.settled(
+                    obj, self.shared.server_now(), self.duration
+                )
+                mark = roster.mark(self.lease, self.clock.wall(), self.duration)
+                with contextlib.suppress(Conflict):
+                    await self.shared.merge(mark, timeout, version=roster.version_of(obj))
+                    self.marked = self._live = True
+                    if not settled:
+                        self.log.info(
+                            f"no mark of the election, but the coordination Lease {roster.NAME} "
+                            "is new (or was deleted): waiting a lease duration",
+                            lease=self.lease,
+                        )
+                    return settled
+        except ApiError as err:
+            self.log.debug("could not read or mark the election; waiting a lease", error=str(err))
+        return False

@@ -1,0 +1,186 @@
+"""This candidate's entry in its election's roster: joined, left, forgotten, named as successor.
+
+An observer (contract §2, "Hand-off" and "the roster"). Once it sees its
+election's Lease held by another (or by nobody), it joins the election's
+roster: an annotation of that Lease (``core.roster``), written by a merge
+patch over the version it saw, dropping the oldest entries beyond ``KEEP``;
+a releasing leader names the candidate that joined last straight from the
+Lease it writes over, with no request (``successor``). Only the candidates of
+one election write its Lease's roster, so a namespace of hundreds of
+elections starting at once does not have all its candidates take turns at
+one shared object. After taking over from a hand-off whose named successor
+never claimed, it takes that name out; a stopping follower leaves first,
+before any release, so it is not named. A stopping holder whose hand-off was
+claimed does not leave: its successor takes the name out, seconds later
+(``FORGET_AFTER``), and only if it was not written again since; a holder
+whose release named nobody leaves after it.
+
+None of it decides who leads: a roster that cannot be read or written costs
+only speed (a release then names nobody).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import datetime as dt
+import random
+from typing import Any
+
+from ..core import backoff, roster
+from ..core.election import Event
+from ..core.lease import LeaseRecord
+from ..kit import aio
+from ..kit.clock import Clock
+from ..kit.logs import Logger
+from ..kube.errors import ApiError, Conflict, NotFound
+from .coordination import PATIENT_READ, Coordination
+from .observer import Observer, View
+from .rosterwrites import written
+
+#: How long a stopping candidate waits to leave the roster before its release goes ahead.
+LEAVE_BUDGET = 1.0
+#: Tries of a leave or forget that meets other writes of the roster (409s).
+FORGET_TRIES = 10
+#: A new leader takes the name of the holder that handed off to it out of the roster after
+#: a delay drawn from this range (seconds): a mass rollout's leavers write the shared
+#: object spread over it, after the handovers, not all in the same moment.
+FORGET_AFTER = (3.0, 20.0)
+
+
+class Membership(Observer):
+    def __init__(self, shared: Coordination, lease: str, identity: str, clock: Clock, log: Logger):
+        self.shared, self.lease, self.identity = shared, lease, identity
+        self.clock, self.log = clock, log
+        self.joined = self.holding = self._stopping = False
+        #: The uid of the Lease this candidate joined (or is joining): a Lease created again
+        #: holds no entries, so it joins again; one that dropped our entry keeps it out.
+        self._joined_uid: str | None = None
+        #: Our release handed off and the successor claimed: it takes our name out.
+        self.handed_over = False
+        self._tasks = aio.Background("roster")
+
+    def on_state(self, view: View) -> None:
+        record = view.record
+        self.holding = record is not None and record.holder == self.identity
+        if record is None:
+            return
+        uid = str((record.raw.get("metadata") or {}).get("uid") or "")
+        if not self.holding and not self._stopping and uid != self._joined_uid:
+            self._joined_uid = uid
+            self._tasks.spawn(self.join(record))
+
+    def on_event(self, event: Event, view: View) -> None:
+        """Our acquisition replaced a hand-off: to someone who never claimed it (forget that
+        name now), or to us (forget the holder that handed off, later)."""
+        over = event.replaced
+        if event.kind != "leading" or over is None or over.handoff_from is None:
+            return
+        if over.holder not in (None, self.identity):
+            self._tasks.spawn(self._forgotten(over.holder))
+        elif over.holder == self.identity and over.handoff_from != self.identity:
+            self._tasks.spawn(self._forget_released(over.handoff_from, self.clock.wall()))
+
+    def handed_off(self, successor: str) -> None:
+        """Our release named ``successor`` and it claimed: leaving is its to do (``on_event``)."""
+        self.handed_over = True
+
+    async def before_release(self) -> None:
+        """A follower leaves the roster first, so no release names a candidate that is stopping."""
+        self._stopping = True
+        self._tasks.cancel()
+        if not self.holding:
+            await self.after_release()
+
+    async def after_release(self) -> None:
+        if self.joined and not self.handed_over:
+            with contextlib.suppress(ApiError, TimeoutError):
+                async with asyncio.timeout(LEAVE_BUDGET):
+                    await self.forget(self.identity)
+            self.joined = False
+
+    async def join(self, seen: LeaseRecord) -> None:
+        """List this candidate in the election's Lease, over the version ``seen``; retrying.
+
+        A retry reads afresh, from the API server's watch cache. The Lease gone
+        meanwhile ends it: a Lease created again is joined when it is seen.
+        """
+
+        sent: list[str] = []  # the entry of the last try
+
+        async def once(retry: bool) -> None:
+            obj = await self._election_lease() if retry else seen.raw
+            if obj is None:
+                return
+            notes = roster.notes_of(obj)
+            found = roster.entry_of(notes, self.lease, self.identity)
+            if found is not None and found[0] in sent:  # a try that got no answer was
+                self.joined = True  # applied after all: written again, it would add load
+                return
+            entry = roster.entry(self.lease, self.identity, self.clock.wall())
+            sent[:] = entry.values()
+            patch = {**roster.stale(notes, self.lease, self.identity), **entry}
+            with contextlib.suppress(NotFound):
+                await self._patch_lease(patch, roster.version_of(obj))
+                self.joined = True
+
+        await written("join", self.lease, once, self.log)
+
+    async def _election_lease(self, timeout: float | None = PATIENT_READ) -> dict[str, Any] | None:
+        """The election's Lease as the API server's watch cache has it (None when absent)."""
+        return await self.shared.store.get(self.lease, timeout=timeout, cached=True)
+
+    async def _patch_lease(
+        self, notes: dict[str, str | None], version: str | None, timeout: float | None = None
+    ) -> None:
+        """Set (None: remove) annotations of the election's Lease, only over ``version``."""
+        meta = {"annotations": notes, "resourceVersion": version}
+        await self.shared.store.patch(self.lease, {"metadata": meta}, timeout=timeout)
+
+    async def forget(
+        self, identity: str, timeout: float | None = None, before: dt.datetime | None = None
+    ) -> None:
+        """Take ``identity`` out of the election's Lease (it left, or was named and never
+        claimed; with ``before``, only an entry that joined before then: not a rejoin); raises
+        ``errors``. Over the version read (from the watch cache), so an entry written since
+        is judged again; read again after a short jittered wait on a 409 (a renewal, another
+        candidate joining or leaving), ``FORGET_TRIES`` times at most."""
+        key = roster.entry_key(self.lease, identity)
+        for attempt in range(1, FORGET_TRIES + 1):
+            obj = await self._election_lease(timeout)
+            found = roster.entry_of(roster.notes_of(obj), self.lease, identity)
+            if obj is None or found is None or (before is not None and found[1] >= before):
+                return
+            try:
+                await self._patch_lease({key: None}, roster.version_of(obj), timeout)
+                return
+            except NotFound:
+                return
+            except Conflict:
+                if attempt == FORGET_TRIES:
+                    raise
+                await asyncio.sleep(backoff.delay(attempt, 0.05, 0.8, jitter=(0.0, 1.0)))
+
+    def successor(self, record: LeaseRecord) -> str | None:
+        """Who a release written over ``record`` names (the release asks): the candidate
+        listed in it that joined last, other than this one; no request."""
+        return roster.successor(roster.notes_of(record.raw), self.lease, self.identity)
+
+    async def _forgotten(self, identity: str) -> None:
+        try:
+            await self.forget(identity)
+            self.log.info(
+                "named successor did not take the lease; removed it from the roster",
+                successor=identity,
+            )
+        except ApiError as err:
+            self.log.debug("could not update the roster", error=str(err))
+
+    async def _forget_released(self, identity: str, taken: dt.datetime) -> None:
+        """After a while, take out ``identity`` (it handed off to us and stopped), unless its
+        entry was written at or after ``taken`` (it rejoined: a restart under the same name)."""
+        await asyncio.sleep(random.uniform(*FORGET_AFTER))
+        try:
+            await self.forget(identity, before=taken)
+        except ApiError as err:
+            self.log.debug("did not take the last holder out of the roster", error=str(err))
