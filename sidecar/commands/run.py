@@ -27,7 +27,7 @@ def run(src: Source) -> int:
 
 
 def lock(src: Source) -> int:
-    """``lock``: ``run`` with a command that runs only while leading (``driver.lock``)."""
+    """``lock``: ``run`` with a command that runs only while leading (``driver.lockcommand``)."""
     settings = lock_settings(src)
     return _main(settings.run, settings)
 

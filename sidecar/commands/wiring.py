@@ -14,20 +14,20 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from ..driver.apppublisher import AppPublisher
 from ..driver.coordination import Coordination
 from ..driver.elector import Elector
 from ..driver.events import EventRecorder
 from ..driver.firstterm import FirstTermMark
 from ..driver.handofflock import HandoffLock
 from ..driver.label import LeaderLabel
-from ..driver.lock import Lock
+from ..driver.lockcommand import LockCommand
 from ..driver.membership import Membership
 from ..driver.metrics import Metrics
 from ..driver.observer import Observer
-from ..driver.published import Published
+from ..driver.releasetiming import ReleaseTiming
 from ..driver.report import LogReport
 from ..driver.sweepduty import ExitSweep
-from ..driver.vouch import Vouch
 from ..kit.clock import Clock
 from ..kit.logs import Logger
 from ..kube.api import Post
@@ -46,8 +46,8 @@ class Sidecar:
 
     elector: Elector
     metrics: Metrics
-    published: Published
-    lock: Lock | None = None
+    published: AppPublisher
+    lock: LockCommand | None = None
 
 
 def wire(
@@ -68,19 +68,21 @@ def wire(
     shared = Coordination(store, namespace, log, clock)
     mark = FirstTermMark(shared, lease, identity, clock, log, timing.lease_duration)
     membership = Membership(shared, lease, identity, clock, log)
-    published = Published(settings.state_dir, settings.port, metrics.render, log)
+    published = AppPublisher(settings.state_dir, settings.port, metrics.render, log)
     lock = None
     release = settings.release if settings.pod or settings.release != "auto" else "now"
-    vouch = Vouch(release, pod_deleting, clock, log)
+    vouch = ReleaseTiming(release, pod_deleting, clock, log)
     observers: list[Observer] = [
         LogReport(log, lease, namespace, timing, offset=lambda: store.clock_offset),
         metrics,
-        vouch.asking,  # first of the shutdown's steps (driver.vouch)
+        vouch.asking,  # first of the shutdown's steps (driver.releasetiming)
     ]
     if put_label is not None and settings.label_pod:
         observers.append(LeaderLabel(put_label, settings.label_pod, log))
     if command is not None:
-        lock = Lock(command.command, command.kill_grace, Path(settings.state_dir) / STATE_FILE, log)
+        lock = LockCommand(
+            command.command, command.kill_grace, Path(settings.state_dir) / STATE_FILE, log
+        )
         observers.append(lock)
     observers += [
         vouch,

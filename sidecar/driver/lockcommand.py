@@ -44,7 +44,7 @@ GUARD_STUCK = 1.0
 PASSED_ON = (signal.SIGHUP, signal.SIGUSR1, signal.SIGUSR2)
 
 
-class Lock(Observer):
+class LockCommand(Observer):
     def __init__(self, argv: list[str], grace: float, state_file: Path, log: Logger):
         self.command = Command(argv, grace, log)
         self.grace, self.state_file, self.log = grace, state_file, log

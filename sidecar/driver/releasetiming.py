@@ -44,7 +44,7 @@ UNKNOWN = (
 )
 
 
-class Vouch(Observer):
+class ReleaseTiming(Observer):
     def __init__(self, policy: str, deleting: Deleting | None, clock: Clock, log: Logger):
         self.policy, self.deleting, self.clock, self.log = policy, deleting, clock, log
         #: The last ``valid_until`` published, on the monotonic clock (-inf: none yet).
@@ -90,9 +90,9 @@ class Vouch(Observer):
 
 
 class _Ask(Observer):
-    """``Vouch``'s question, sent as the shutdown begins (before the label and the rest)."""
+    """``ReleaseTiming``'s question, sent as the shutdown begins (before the label and the rest)."""
 
-    def __init__(self, vouch: Vouch):
+    def __init__(self, vouch: ReleaseTiming):
         self.vouch = vouch
 
     async def before_release(self) -> None:

@@ -23,7 +23,7 @@ from ..publish.statefile import StateDirError, StateFile
 from .observer import Control, Observer, View
 
 
-class Published(Observer):
+class AppPublisher(Observer):
     def __init__(self, state_dir: Path, port: int, metrics: Callable[[], str], log: Logger):
         self.file, self.port, self.metrics, self.log = StateFile(state_dir), port, metrics, log
         self.changes: Changes | None = None
