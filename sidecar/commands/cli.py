@@ -18,13 +18,13 @@ from typing import Any
 from .. import __version__
 from ..core.defaults import PROG
 from ..core.lease import LeaseRecord, election_of
-from ..driver.sweep import SELECTOR, Sightings, sweep
 from ..kit import options
 from ..kit.logs import Logger
 from ..kit.options import SIDECAR_ENV, Parser, SettingsError, Source, add_settings, env_note
 from ..kube.config import ConfigError, load, resolve_namespace
 from ..kube.errors import RBAC_FIX, ApiError, Forbidden
 from ..kube.leases import LeaseStore
+from ..kube.sweep import SELECTOR, Sightings, sweep
 from . import fail
 from . import main as main  # the console script, also as ``python -m sidecar.commands.cli``
 from .settings import ALL_NAMESPACES, COMMANDS, OUTPUT, WATCH

@@ -25,9 +25,9 @@ from typing import Any
 from ..core import roster
 from ..kit.clock import Clock
 from ..kit.logs import Logger
+from ..kube import sweep
 from ..kube.errors import ApiError
 from ..kube.leases import LeaseStore
-from . import sweep
 from .coordination import Coordination
 from .observer import Control, Observer
 

@@ -1,6 +1,6 @@
 """The operator's periodic, cluster-wide sweep of abandoned Leases.
 
-``driver.sweep``'s rules (contract §5), plus one: a Lease whose holder pod
+``kube.sweep``'s rules (contract §5), plus one: a Lease whose holder pod
 still exists in its namespace is kept, and so is one whose pod cannot be
 checked. Every delete carries the judged ``resourceVersion``, so replicas
 sweeping at once are harmless (404/409). Calls go through the ``kube`` layer.
@@ -14,12 +14,12 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 from ..core.lease import LeaseRecord
-from ..driver.sweep import SELECTOR, Sightings, SweepResult, sweep_objects
 from ..kit.logs import Logger
 from ..kube.api import CORE, exists, path
 from ..kube.config import ApiConfig
 from ..kube.errors import ApiError, Forbidden
 from ..kube.leases import LeaseStore
+from ..kube.sweep import SELECTOR, Sightings, SweepResult, sweep_objects
 from .metrics import InjectorMetrics
 
 PodExists = Callable[[str, str], Awaitable[bool]]  # (namespace, name)

@@ -332,10 +332,10 @@ def test_sweep_spares_a_lease_renewed_between_list_and_delete(
 ) -> None:
     import asyncio
 
-    from sidecar.driver.sweep import Sightings, sight, sweep
     from sidecar.kit.logs import Logger
     from sidecar.kube.config import load
     from sidecar.kube.leases import LeaseStore
+    from sidecar.kube.sweep import Sightings, sight, sweep
 
     coord = client.CoordinationV1Api(api)
     old = dt.datetime.now(dt.UTC) - dt.timedelta(minutes=10)

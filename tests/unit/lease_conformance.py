@@ -10,7 +10,7 @@ The cases are the calls ``sidecar/`` makes. Here, the elector's through
 ``LeaseLock`` (get and list by name, create, replace, a watch resumed from the
 read) and the versions it fences with; in ``lease_conformance_sweep``, the
 hand-off and roster's (``driver.membership``, ``driver.firstterm``, ``driver.coordination``: cached
-get, merge patch over a version) and the sweeps' (``driver.sweep``,
+get, merge patch over a version) and the sweeps' (``kube.sweep``,
 ``injector.sweep``: list by label, delete over a version, in every namespace).
 A case one store cannot show is skipped there, saying why. ``case`` makes each
 a test of the ``backend`` fixture, which the two thin modules define.

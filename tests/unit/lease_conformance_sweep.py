@@ -2,7 +2,7 @@
 
 The hand-off and roster (``driver.membership``, ``driver.firstterm``, ``driver.coordination``) merge
 annotations over a version and read from the watch cache; the sweeps
-(``driver.sweep``, ``injector.sweep``) list by label and delete over the
+(``kube.sweep``, ``injector.sweep``) list by label and delete over the
 version they judged, the injector's in every namespace.
 """
 
@@ -14,8 +14,8 @@ import pytest
 
 from sidecar.core import roster
 from sidecar.core.lease import lease_object
-from sidecar.driver.sweep import SELECTOR
 from sidecar.kube.errors import ApiError, Conflict, NotFound
+from sidecar.kube.sweep import SELECTOR
 from tests.unit.lease_conformance import (
     NAME,
     OTHER,

@@ -11,7 +11,6 @@ from typing import Any
 
 import pytest
 
-from sidecar.driver.sweep import Sightings
 from sidecar.injector import rbac
 from sidecar.injector.annotations import INJECT
 from sidecar.injector.settings import SettingsError, build_parser, injector_settings
@@ -26,6 +25,7 @@ from sidecar.injector.webhookconfig import (
 )
 from sidecar.kit.logs import Logger
 from sidecar.kube.errors import ApiUnavailable, Conflict, NotFound
+from sidecar.kube.sweep import Sightings
 
 NOW = dt.datetime(2030, 1, 1, tzinfo=dt.UTC)
 

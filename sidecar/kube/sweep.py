@@ -23,7 +23,7 @@ from typing import Any, Protocol
 from ..core.defaults import SWEEP_MARGIN
 from ..core.lease import MANAGED_BY_LABEL, MANAGED_BY_VALUE, LeaseRecord
 from ..kit.logs import Logger
-from ..kube.errors import ApiError, Conflict, NotFound
+from .errors import ApiError, Conflict, NotFound
 
 SELECTOR = f"{MANAGED_BY_LABEL}={MANAGED_BY_VALUE}"
 
