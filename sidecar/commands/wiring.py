@@ -15,7 +15,6 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..driver.apppublisher import AppPublisher
-from ..driver.coordination import Coordination
 from ..driver.elector import Elector
 from ..driver.events import EventRecorder
 from ..driver.firstterm import FirstTermMark
@@ -31,6 +30,7 @@ from ..driver.sweepduty import ExitSweep
 from ..kit.clock import Clock
 from ..kit.logs import Logger
 from ..kube.api import Post
+from ..kube.coordination import Coordination
 from ..kube.leaselock import LeaseLock
 from ..kube.leases import LeaseStore
 from ..publish.statefile import STATE_FILE

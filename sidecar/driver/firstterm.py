@@ -23,8 +23,8 @@ from ..core.defaults import LEASE_DURATION
 from ..kit import aio
 from ..kit.clock import Clock
 from ..kit.logs import Logger
+from ..kube.coordination import PATIENT_READ, Coordination
 from ..kube.errors import ApiError, Conflict
-from .coordination import PATIENT_READ, Coordination
 from .observer import Control, Observer, View
 from .rosterwrites import written
 

@@ -33,8 +33,8 @@ from ..core.lease import LeaseRecord
 from ..kit import aio
 from ..kit.clock import Clock
 from ..kit.logs import Logger
+from ..kube.coordination import PATIENT_READ, Coordination
 from ..kube.errors import ApiError, Conflict, NotFound
-from .coordination import PATIENT_READ, Coordination
 from .observer import Observer, View
 from .rosterwrites import written
 

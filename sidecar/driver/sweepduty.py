@@ -26,9 +26,9 @@ from ..core import roster
 from ..kit.clock import Clock
 from ..kit.logs import Logger
 from ..kube import sweep
+from ..kube.coordination import Coordination
 from ..kube.errors import ApiError
 from ..kube.leases import LeaseStore
-from .coordination import Coordination
 from .observer import Control, Observer
 
 #: How long a claim lasts; a holder that lives longer shares the duty with the next starter.

@@ -22,10 +22,10 @@ from typing import Any
 from kubernetes import client
 
 from sidecar.core import roster
-from sidecar.driver.coordination import Coordination
 from sidecar.driver.sweepduty import ExitSweep
 from sidecar.kit.logs import Logger
 from sidecar.kube.config import load
+from sidecar.kube.coordination import Coordination
 from sidecar.kube.leases import LeaseStore
 from tests.cluster import ControlPlane
 from tests.sidecar.proc import SidecarProcess, wait_for

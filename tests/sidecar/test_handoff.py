@@ -21,10 +21,10 @@ from kubernetes import client
 
 from sidecar.core import roster
 from sidecar.core.lease import MANAGED_BY_LABEL, MANAGED_BY_VALUE, LeaseRecord, lease_object
-from sidecar.driver.coordination import Coordination
 from sidecar.driver.membership import Membership
 from sidecar.kit.logs import Logger
 from sidecar.kube.config import load
+from sidecar.kube.coordination import Coordination
 from sidecar.kube.errors import Conflict
 from sidecar.kube.leases import LeaseStore
 from tests import accounts

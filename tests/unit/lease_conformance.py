@@ -9,7 +9,7 @@ the server, a case fails on the fake, not a driver test that trusted it.
 The cases are the calls ``sidecar/`` makes. Here, the elector's through
 ``LeaseLock`` (get and list by name, create, replace, a watch resumed from the
 read) and the versions it fences with; in ``lease_conformance_sweep``, the
-hand-off and roster's (``driver.membership``, ``driver.firstterm``, ``driver.coordination``: cached
+hand-off and roster's (``driver.membership``, ``driver.firstterm``, ``kube.coordination``: cached
 get, merge patch over a version) and the sweeps' (``kube.sweep``,
 ``injector.sweep``: list by label, delete over a version, in every namespace).
 A case one store cannot show is skipped there, saying why. ``case`` makes each

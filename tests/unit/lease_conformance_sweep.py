@@ -1,6 +1,6 @@
 """The Lease store's conformance cases for the roster's and the sweeps' calls (see ``lease_conformance``).
 
-The hand-off and roster (``driver.membership``, ``driver.firstterm``, ``driver.coordination``) merge
+The hand-off and roster (``driver.membership``, ``driver.firstterm``, ``kube.coordination``) merge
 annotations over a version and read from the watch cache; the sweeps
 (``kube.sweep``, ``injector.sweep``) list by label and delete over the
 version they judged, the injector's in every namespace.

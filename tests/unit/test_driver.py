@@ -23,7 +23,6 @@ from sidecar.commands.wiring import PutLabel, wire
 from sidecar.core import roster
 from sidecar.core.lease import LeaseRecord, claim
 from sidecar.core.timing import Timing
-from sidecar.driver.coordination import Coordination
 from sidecar.driver.events import HOLD_SECONDS, EventRecorder
 from sidecar.driver.firstterm import FirstTermMark
 from sidecar.driver.label import RETRY_OFF
@@ -33,6 +32,7 @@ from sidecar.driver.report import LogReport
 from sidecar.driver.sweepduty import DUTY_SECONDS
 from sidecar.kit.logs import Logger
 from sidecar.kube.api import Post
+from sidecar.kube.coordination import Coordination
 from sidecar.kube.errors import ApiUnavailable, Forbidden
 from tests.unit.fake_leases import FakeLeases
 

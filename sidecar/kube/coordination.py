@@ -33,8 +33,8 @@ from typing import Any
 from ..core import roster
 from ..kit.clock import Clock
 from ..kit.logs import Logger
-from ..kube.errors import ApiError, Conflict, NotFound
-from ..kube.leases import LeaseStore
+from .errors import ApiError, Conflict, NotFound
+from .leases import LeaseStore
 
 #: How long the reads of the background work wait for an answer (the first read, a join's
 #: retry): in a mass start the API server answers them late, not never; a read given up
