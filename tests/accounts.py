@@ -104,30 +104,38 @@ def wait_until_allowed(
     in that moment is refused with a 403 it rightly reports as an error. A
     SubjectAccessReview asks that same authorizer.
     """
-    authz = client.AuthorizationV1Api(api)
     deadline = time.monotonic() + timeout
     pending = list(verbs)
     while pending:
-        review = authz.create_subject_access_review(
-            client.V1SubjectAccessReview(
-                spec=client.V1SubjectAccessReviewSpec(
-                    user=user,
-                    groups=["system:serviceaccounts", f"system:serviceaccounts:{namespace}"],
-                    resource_attributes=client.V1ResourceAttributes(
-                        namespace=namespace,
-                        group=group,
-                        resource=resource,
-                        verb=pending[0],
-                    ),
-                )
-            )
-        )
-        if review.status.allowed:
+        if may(api, namespace, user, pending[0], group, resource):
             pending.pop(0)
         elif time.monotonic() > deadline:
             raise TimeoutError(f"{user} still may not {pending[0]} {resource} in {namespace}")
         else:
             time.sleep(0.05)
+
+
+def may(
+    api: client.ApiClient,
+    namespace: str,
+    user: str,
+    verb: str,
+    group: str = "coordination.k8s.io",
+    resource: str = "leases",
+) -> bool:
+    """Whether the API server's authorizer lets ``user`` (a service account) ``verb`` now."""
+    review = client.AuthorizationV1Api(api).create_subject_access_review(
+        client.V1SubjectAccessReview(
+            spec=client.V1SubjectAccessReviewSpec(
+                user=user,
+                groups=["system:serviceaccounts", f"system:serviceaccounts:{namespace}"],
+                resource_attributes=client.V1ResourceAttributes(
+                    namespace=namespace, group=group, resource=resource, verb=verb
+                ),
+            )
+        )
+    )
+    return bool(review.status.allowed)
 
 
 def token_client(cluster: ControlPlane, bearer: str) -> client.ApiClient:

@@ -55,25 +55,8 @@ def _listed(cluster: ControlPlane, namespace: str, user: str) -> bool:
 
 def _until_denied(api: Any, namespace: str, user: str, verb: str, timeout: float = 30) -> None:
     """Until the API server's authorizer refuses ``verb`` on leases to ``user``."""
-    authz = client.AuthorizationV1Api(api)
     deadline = time.monotonic() + timeout
-    while True:
-        review = authz.create_subject_access_review(
-            client.V1SubjectAccessReview(
-                spec=client.V1SubjectAccessReviewSpec(
-                    user=user,
-                    groups=["system:serviceaccounts", f"system:serviceaccounts:{namespace}"],
-                    resource_attributes=client.V1ResourceAttributes(
-                        namespace=namespace,
-                        group="coordination.k8s.io",
-                        resource="leases",
-                        verb=verb,
-                    ),
-                )
-            )
-        )
-        if not review.status.allowed:
-            return
+    while accounts.may(api, namespace, user, verb):
         assert time.monotonic() < deadline, f"{user} may still {verb} leases"
         time.sleep(0.05)
 
