@@ -51,6 +51,7 @@ class Plan:
     pod_rounds: int = 0  # real pods (bench.pods): leader deletions and rollouts per way; 0 skips
     sweep_pods: int = 0  # bench.sweep: pods stopping at once among its LEASES; 0 skips
     first_runs: int = 3  # bench.first: fresh elections of FIRST_N candidates started at once
+    crowd_n: int = 0  # bench.crowd: candidates of one election (one-election-500); 0 skips
 
 
 #: Candidates started at once on a brand-new election (as the pods' 3 replicas).
@@ -58,7 +59,8 @@ FIRST_N = 3
 
 
 FULL = Plan(
-    "full", 2, 12, 10, 2.0, 6, 150, 20, 5, 50, 60, 10, 200, 60, ("sidecar", "clientgo"), 10, 50
+    "full", 2, 12, 10, 2.0, 6, 150, 20, 5, 50, 60, 10, 200, 60, ("sidecar", "clientgo"), 10, 50,
+    crowd_n=500,
 )  # fmt: skip
 QUICK = Plan("quick", 1, 5, 2, 1.5, 2, 30, 10, 2, 10, 15, 3, 20, 15, ("sidecar", "clientgo"))
 
@@ -180,6 +182,12 @@ def run(plan: Plan, only: set[str] | None) -> dict[str, Any]:
                         IMPLS[k], workdir, creds, audit,
                         elections=plan.many_elections, per_election=2, window=plan.many_window,
                     )  # fmt: skip
+            if (plan.crowd_n and wanted("one-election-500")) or "one-election-500" in (only or ()):
+                from . import crowd
+
+                res["crowd"] = crowd.measure(
+                    plane, workdir, creds, audit, n=plan.crowd_n or crowd.N
+                )
             if wanted("injector"):
                 res["injector"] = injector(plane.kubeconfig)
             if plan.sweep_pods and wanted("sweep"):
@@ -559,7 +567,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--only",
         help="comma-separated subset: handover, failover, steady, startup, first-leader, scale "
-        "(or one of its two: one-election, many-elections), injector, sweep, pods",
+        "(or one of its two: one-election, many-elections), one-election-500, injector, sweep, pods",
     )
     parser.add_argument(
         "--report-only", action="store_true", help="redraw from results/latest.json"

@@ -318,6 +318,7 @@ class AuditRequest:
     received: float
     completed: float | None
     code: int | None = None  # the HTTP status of the answer, once complete
+    name: str = ""  # the object's name (objectRef; a create's and a watch's too), "" if none
 
 
 class AuditLog:
@@ -358,6 +359,7 @@ class AuditLog:
                         uri=ev.get("requestURI", ""),
                         received=parse_time(ev["requestReceivedTimestamp"]),
                         completed=None,
+                        name=(ev.get("objectRef") or {}).get("name", ""),
                     )
                     by_id[aid] = req
                 if stage == "ResponseComplete" and ev.get("stageTimestamp"):

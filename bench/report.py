@@ -11,6 +11,8 @@ import statistics
 from pathlib import Path
 from typing import Any
 
+from .crowdstats import markdown as crowd_markdown
+
 ORDER = ["sidecar", "clientgo", "grelmicro", "official"]
 SHORT = {
     "sidecar": "sidecar",
@@ -306,7 +308,8 @@ def markdown(res: dict[str, Any]) -> str:
                 f"{many['renew_deadline_stepdowns']} time(s), counted from their logs: the safe "
                 "reaction to renews that did not complete in time under that load.\n"
             )
-
+    if res.get("crowd"):
+        add(crowd_markdown(res["crowd"], LABELS))
     inj = res.get("injector")
     add("## 6. Injector admission latency\n")
     if inj and not inj.get("gap"):

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from .crowdstats import targets as crowd_targets
 from .report import ms, summary
 
 Row = dict[str, Any]
@@ -46,6 +47,7 @@ def against_clientgo(res: dict[str, Any]) -> list[Row]:
                 f"; n = {a['n']}, {b['n']}",
             )
         )
+    out += crowd_targets(res)
     loads = (res.get("pods") or {}).get("workloads") or {}
     mine = (loads.get("sidecar") or {}).get("create_to_leader_s")
     theirs = (loads.get("clientgo") or {}).get("create_to_leader_s")
