@@ -108,13 +108,18 @@ def test_api_server_refuses_and_our_reader_tolerates(
 
     # And the election waits a full lease duration on its own clock before taking it:
     # a foreign holder's (an unusable duration: our own stands in), and, with no usable
-    # holder, as for any release this candidate did not see happen (contract §2).
+    # holder, as for any release this candidate did not see happen: ours, or the record's
+    # if longer (contract §2, "Which release is free at once", since 1b189d7).
     now = [100.0]
     election = Election(
         "me", "leader-main", "ns", Timing(3, 2, 0.5), wall=lambda: dt.datetime.now(dt.UTC)
     )
     election.on_read(obj, now[0])
-    wait = (record.lease_duration or 3.0) if record.holder is not None else 3.0
+    ours = 3.0
+    if record.holder is not None:
+        wait = record.lease_duration or ours
+    else:
+        wait = max(ours, record.lease_duration or 0)
     action = election.next_action(now[0])
     assert isinstance(action, Wait) and action.until == now[0] + wait, action
     assert isinstance(election.next_action(now[0] + wait - 0.001), Wait)
