@@ -16,6 +16,7 @@ import os
 import shutil
 import subprocess
 import tempfile
+import time
 from pathlib import Path
 from typing import Any
 
@@ -47,11 +48,25 @@ pytestmark = pytest.mark.timeout(300)
 FAKETIME_DIR = str(Path(LIBFAKETIME).parent)
 
 
-def _quiet(prom: Prometheus, name: str, labels: dict[str, str]) -> None:
-    active = [
-        a for a in prom.alerts(name) if all(a["labels"].get(k) == v for k, v in labels.items())
-    ]
-    assert not active, f"{name} is active before its condition was induced: {active}"
+def _quiet(prom: Prometheus, name: str, labels: dict[str, str], within: float = 60) -> None:
+    """``name`` is not active once the election runs, before its condition is induced.
+
+    Polled, not read once: a first election in a brand-new namespace is
+    leaderless for one lease duration by design (contract §2, the first term
+    is not proven), so GrelmicroElectionWithoutLeader may be pending from the
+    election's birth until the next rule evaluation after its first leader; it
+    must clear, and never fire (its ``for`` is far longer than that wait)."""
+    deadline = time.monotonic() + within
+    while True:
+        active = [
+            a for a in prom.alerts(name) if all(a["labels"].get(k) == v for k, v in labels.items())
+        ]
+        firing = [a for a in active if a.get("state") == "firing"]
+        assert not firing, f"{name} fired before its condition was induced: {firing}"
+        if not active:
+            return
+        assert time.monotonic() < deadline, f"{name} is active before its condition: {active}"
+        time.sleep(1)
 
 
 def manual_pod(
