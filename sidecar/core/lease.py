@@ -137,6 +137,11 @@ class LeaseRecord:
         )
 
     @property
+    def uid(self) -> str:
+        """The object's uid ("" when absent): a Lease deleted and created again is another."""
+        return str(_dict(self.raw.get("metadata")).get("uid") or "")
+
+    @property
     def managed(self) -> bool:
         return self.labels.get(MANAGED_BY_LABEL) == MANAGED_BY_VALUE
 

@@ -66,7 +66,7 @@ class FirstTermMark(Observer):
             self.seen_lease = True
             if self._live is False:  # the first read is in: mark now, else it will
                 self._tasks.spawn(self._mark())
-        uid = str((record.raw.get("metadata") or {}).get("uid") or "")
+        uid = record.uid
         if uid != self._seen_uid:
             self._seen_uid = uid
             if record.holder == self.identity and not self._stopping:  # we created it

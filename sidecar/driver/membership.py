@@ -65,7 +65,7 @@ class Membership(Observer):
         self.holding = record is not None and record.holder == self.identity
         if record is None:
             return
-        uid = str((record.raw.get("metadata") or {}).get("uid") or "")
+        uid = record.uid
         if not self.holding and not self._stopping and uid != self._joined_uid:
             self._joined_uid = uid
             self._tasks.spawn(self.join(record))
