@@ -152,10 +152,8 @@ class Coordination:
             changes = roster.tidied(notes, roster.present(items), self.server_now())
             if not changes:
                 return False
-            meta = {"annotations": changes, "resourceVersion": version}
             try:
-                with self._refusal_logged():
-                    await self.store.patch(roster.NAME, {"metadata": meta}, timeout=timeout)
+                await self.merge(changes, timeout, version=version)
             except Conflict:
                 obj = await self.store.get(roster.NAME, timeout=timeout)
                 continue
