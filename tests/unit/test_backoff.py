@@ -5,6 +5,8 @@ from __future__ import annotations
 import random
 
 from sidecar.core import backoff
+from sidecar.core.election import Election
+from sidecar.core.timing import Timing
 
 
 def test_doubles_from_the_first_up_to_the_cap_without_jitter() -> None:
@@ -23,9 +25,13 @@ def test_a_huge_attempt_count_is_the_cap_not_an_overflow() -> None:
     assert backoff.delay(10**9, 1.0, 120.0, jitter=(1, 1)) == 120.0
 
 
-def test_the_election_backs_off_as_it_did() -> None:
-    """Failed requests of a follower: retry_period x 1, 2, 4, 4... times 0.5-1.0."""
-    rng = random.Random(1)
-    for attempt, base in [(1, 2.0), (2, 4.0), (3, 8.0), (4, 8.0), (9, 8.0)]:
-        w = backoff.delay(attempt, 2.0, 8.0, rng=rng)
-        assert base * 0.5 <= w <= base
+def test_a_failing_follower_backs_off_one_two_four_retry_periods_with_jitter() -> None:
+    """Through the state machine: retry period x 1, 2, 4, 4... times 0.5-1.0 (issue 38 moved
+    the formula to core.backoff; the waits stayed)."""
+    election = Election("me", "leader-main", "ns", Timing(15, 10, 2), rng=random.Random(1))
+    now = 100.0
+    for base in (2.0, 4.0, 8.0, 8.0, 8.0):
+        election.on_error(now)
+        wait = election.not_before - now
+        assert base * 0.5 <= wait <= base, (base, wait)
+        now = election.not_before
