@@ -71,11 +71,11 @@ def wire(
     published = AppPublisher(settings.state_dir, settings.port, metrics.render, log)
     lock = None
     release = settings.release if settings.pod or settings.release != "auto" else "now"
-    vouch = ReleaseTiming(release, pod_deleting, clock, log)
+    release_timing = ReleaseTiming(release, pod_deleting, clock, log)
     observers: list[Observer] = [
         LogReport(log, lease, namespace, timing, offset=lambda: store.clock_offset),
         metrics,
-        vouch.asking,  # first of the shutdown's steps (driver.releasetiming)
+        release_timing.asking,  # first of the shutdown's steps (driver.releasetiming)
     ]
     if put_label is not None and settings.label_pod:
         observers.append(LeaderLabel(put_label, settings.label_pod, log))
@@ -85,7 +85,7 @@ def wire(
         )
         observers.append(lock)
     observers += [
-        vouch,
+        release_timing,
         mark,
         membership,
         ExitSweep(store, shared, identity, clock, log, on_delete=metrics.count_swept),

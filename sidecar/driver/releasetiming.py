@@ -85,15 +85,15 @@ class ReleaseTiming(Observer):
         try:
             return await self.deleting(ASK_BUDGET)
         except ApiError as err:
-            self.log.once("vouch", "warning", UNKNOWN, error=str(err))
+            self.log.once("release-timing", "warning", UNKNOWN, error=str(err))
             return False
 
 
 class _Ask(Observer):
     """``ReleaseTiming``'s question, sent as the shutdown begins (before the label and the rest)."""
 
-    def __init__(self, vouch: ReleaseTiming):
-        self.vouch = vouch
+    def __init__(self, timing: ReleaseTiming):
+        self.timing = timing
 
     async def before_release(self) -> None:
-        self.vouch.ask()
+        self.timing.ask()
