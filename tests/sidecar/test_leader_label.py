@@ -174,11 +174,13 @@ def pod_sidecar(
     pod: str,
     account: str = SA,
     extra: tuple[str, ...] = ("--label-leader",),
+    server: str | None = None,
 ) -> SidecarProcess:
-    """A started sidecar of ``pod``, with a token of ``account`` bound to that pod."""
+    """A started sidecar of ``pod``, with a token of ``account`` bound to that pod; its
+    requests go to ``server`` (a proxy in front of the API server), else straight there."""
     kubeconfig = accounts.kubeconfig(
         tmp_path / f"{pod}.kubeconfig",
-        cluster.server,
+        server or cluster.server,
         cluster.ca_file,
         {"token": accounts.token(api, namespace, account, bound_to_pod=pod)},
         namespace,

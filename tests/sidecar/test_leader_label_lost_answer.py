@@ -15,34 +15,17 @@ import pytest
 from tests import accounts
 from tests.cluster import ControlPlane
 from tests.sidecar.apiproxy import ApiProxy, label_patch, lease_write
-from tests.sidecar.proc import SidecarProcess, wait_for
+from tests.sidecar.proc import wait_for
 from tests.sidecar.test_leader_label import (
-    FAST,
     SA,
     label_grant,  # noqa: F401 (the fixture)
     labelled,
     make_pod,
+    pod_sidecar,
     wait_for_policy,
 )
 
 pytestmark = pytest.mark.usefixtures("label_grant")
-
-
-def proxied_sidecar(
-    cluster: ControlPlane, api: Any, namespace: str, tmp_path: Path, pod: str, proxy: ApiProxy
-) -> SidecarProcess:
-    """A sidecar of ``pod`` with ``--label-leader`` whose every request goes through ``proxy``."""
-    kubeconfig = accounts.kubeconfig(
-        tmp_path / f"{pod}.kubeconfig",
-        proxy.url,
-        cluster.ca_file,
-        {"token": accounts.token(api, namespace, SA, bound_to_pod=pod)},
-        namespace,
-    )
-    extra = (*FAST, "--label-leader")
-    return SidecarProcess(
-        tmp_path, kubeconfig, namespace, identity=pod, extra=extra, env={"POD_NAME": pod}
-    ).start()
 
 
 def test_a_label_put_applied_but_unanswered_comes_off_after_a_step_down(
@@ -56,7 +39,7 @@ def test_a_label_put_applied_but_unanswered_comes_off_after_a_step_down(
     wait_for_policy(cluster, accounts.token(api, namespace, SA, bound_to_pod="a"), namespace)
     proxy = ApiProxy(cluster.server, str(cluster.ca_file)).start()
     proxy.rules.append((label_patch("a", "true"), "lose"))
-    a = proxied_sidecar(cluster, api, namespace, tmp_path, "a", proxy)
+    a = pod_sidecar(cluster, api, namespace, tmp_path, "a", server=proxy.url)
     try:
         wait_for(a.leads, 30, what="a to lead")
         wait_for(lambda: proxy.requests("lose"), 10, what="a label put whose answer is lost")
