@@ -49,6 +49,7 @@ kubectl create rolebinding grelmicro-sidecar --namespace my-app \\
 kubectl patch deployment my-app --namespace my-app --patch \\
   '{"spec":{"template":{"metadata":{"annotations":{"leader-election.grelmicro.io/inject":"true"}}}}}'
 kubectl rollout status deployment/my-app --namespace my-app
+kubectl wait lease/leader-my-app --namespace my-app --for=create --timeout=1m
 kubectl get leases --namespace my-app
 """
 
