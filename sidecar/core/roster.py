@@ -2,9 +2,10 @@
 
 The roster of an election lives in annotations of its own Lease (contract §2,
 "the roster"): an entry per candidate (``candidates.…/<key>``: election,
-identity, when it joined), written by a merge patch over the version read; at
-most ``KEEP`` (a joiner drops the oldest). A release names from the object it
-writes over, so the name costs no request.
+identity, when it joined), written by a merge patch over the version read,
+by a follower only while fewer than ``SEATS`` recent entries of others are
+listed (``room``); at most ``KEEP`` (a joiner drops the oldest). A release
+names from the object it writes over, so the name costs no request.
 
 One object per namespace, ``grelmicro-sidecar`` (contract §2, "the
 coordination Lease"), holds what outlives an election's Lease or concerns the
@@ -54,6 +55,13 @@ MARK = "elections.leader-election.grelmicro.io/"
 DUTY = "sweeper.leader-election.grelmicro.io"
 #: Roster entries kept per election: a candidate that died without leaving is dropped in time.
 KEEP = 16
+#: Candidates that may be listed at once besides the holder: a follower joins only while
+#: fewer recent entries are listed, so in an election of hundreds of candidates a few
+#: write the Lease, not all of them, each write a watch event to every candidate.
+SEATS = 3
+#: An entry older than this (seconds) no longer takes a seat: a candidate killed without
+#: leaving stops keeping the live ones out, and a newer one is named before it.
+SEAT_TTL = 600
 #: The API server's cap on all of an object's annotations, keys and values together (bytes).
 LIMIT = 256 * 1024
 #: Above this size, the sidecar that claims the sweep duty tidies the marks first: a quarter
@@ -159,6 +167,16 @@ def successor(notes: dict[str, str], lease: str, identity: str) -> str | None:
     """The candidate of ``lease`` that joined last, other than ``identity``; None if none."""
     others = [who for _, who, _ in entries(notes, lease) if who != identity]
     return others[-1] if others else None
+
+
+def room(
+    notes: dict[str, str], lease: str, holder: str | None, identity: str, now: dt.datetime
+) -> bool:
+    """Whether ``identity`` may join: fewer than ``SEATS`` others than it and ``holder``
+    joined within ``SEAT_TTL`` of ``now`` (a clock ahead of a joiner's only ages sooner)."""
+    since = now - dt.timedelta(seconds=SEAT_TTL)
+    seated = [who for when, who, _ in entries(notes, lease) if when > since]
+    return sum(who not in (holder, identity) for who in seated) < SEATS
 
 
 def stale(notes: dict[str, str], lease: str, identity: str) -> dict[str, str | None]:

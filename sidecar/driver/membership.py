@@ -3,7 +3,9 @@
 An observer (contract §2, "Hand-off" and "the roster"). Once it sees its
 election's Lease held by another (or by nobody), it joins the election's
 roster: an annotation of that Lease (``core.roster``), written by a merge
-patch over the version it saw, dropping the oldest entries beyond ``KEEP``;
+patch over the version it saw, dropping the oldest entries beyond ``KEEP``,
+if a seat is free (``roster.room``: a few write, not every candidate of a
+crowd) at a random moment soon after it saw one;
 a releasing leader names the candidate that joined last straight from the
 Lease it writes over, with no request (``successor``). Only the candidates of
 one election write its Lease's roster, so a namespace of hundreds of
@@ -46,6 +48,8 @@ FORGET_TRIES = 10
 #: a delay drawn from this range (seconds): a mass rollout's leavers write the shared
 #: object spread over it, after the handovers, not all in the same moment.
 FORGET_AFTER = (3.0, 20.0)
+#: A follower that sees a free seat joins after a random wait of up to this (seconds).
+JOIN_SPREAD = 1.0
 
 
 class Membership(Observer):
@@ -53,9 +57,12 @@ class Membership(Observer):
         self.shared, self.lease, self.identity = shared, lease, identity
         self.clock, self.log = clock, log
         self.joined = self.holding = self._stopping = False
-        #: The uid of the Lease this candidate joined (or is joining): a Lease created again
-        #: holds no entries, so it joins again; one that dropped our entry keeps it out.
+        #: The uid of the Lease this candidate joined: a Lease created again holds no
+        #: entries, so it joins again; one that dropped our entry keeps it out.
         self._joined_uid: str | None = None
+        #: The Lease as last seen, which a join waiting for its moment judges room by.
+        self._seen: LeaseRecord | None = None
+        self._joining = False
         #: Our release handed off and the successor claimed: it takes our name out.
         self.handed_over = False
         self._tasks = aio.Background("roster")
@@ -63,12 +70,12 @@ class Membership(Observer):
     def on_state(self, view: View) -> None:
         record = view.record
         self.holding = record is not None and record.holder == self.identity
-        if record is None:
+        self._seen = record
+        if record is None or self.holding or self._stopping or self._joining:
             return
-        uid = record.uid
-        if not self.holding and not self._stopping and uid != self._joined_uid:
-            self._joined_uid = uid
-            self._tasks.spawn(self.join(record))
+        if record.uid != self._joined_uid and self._room(record.raw):
+            self._joining = True
+            self._tasks.spawn(self._join_soon())
 
     def on_event(self, event: Event, view: View) -> None:
         """Our acquisition replaced a hand-off: to someone who never claimed it (forget that
@@ -99,11 +106,31 @@ class Membership(Observer):
                     await self.forget(self.identity)
             self.joined = False
 
-    async def join(self, seen: LeaseRecord) -> None:
-        """List this candidate in the election's Lease, over the version ``seen``; retrying.
+    def _room(self, obj: dict[str, Any]) -> bool:
+        """Whether Lease object ``obj`` has a seat for this candidate (``roster.room``)."""
+        holder = LeaseRecord.from_object(obj).holder
+        notes = roster.notes_of(obj)
+        return roster.room(notes, self.lease, holder, self.identity, self.clock.wall())
 
-        A retry reads afresh, from the API server's watch cache. The Lease gone
-        meanwhile ends it: a Lease created again is joined when it is seen.
+    async def _join_soon(self) -> None:
+        """Join after a random wait of up to ``JOIN_SPREAD``, over the Lease as seen by
+        then, if it still has a seat: the candidates that saw the same seat free mostly see
+        it taken by then, and write nothing."""
+        try:
+            await asyncio.sleep(random.uniform(0.0, JOIN_SPREAD))
+            seen = self._seen
+            if seen is not None and not (self.holding or self._stopping):
+                await self.join(seen)
+        finally:
+            self._joining = False
+
+    async def join(self, seen: LeaseRecord) -> None:
+        """List this candidate in the election's Lease, over the version ``seen``, while it
+        has a seat (``roster.room``); retrying.
+
+        A retry reads afresh, from the API server's watch cache: a seat taken
+        meanwhile ends it, and so does the Lease gone (a Lease created again is
+        joined when it is seen).
         """
 
         sent: list[str] = []  # the entry of the last try
@@ -116,6 +143,9 @@ class Membership(Observer):
             found = roster.entry_of(notes, self.lease, self.identity)
             if found is not None and found[0] in sent:  # a try that got no answer was
                 self.joined = True  # applied after all: written again, it would add load
+                self._joined_uid = LeaseRecord.from_object(obj).uid
+                return
+            if not self._room(obj):
                 return
             entry = roster.entry(self.lease, self.identity, self.clock.wall())
             sent[:] = entry.values()
@@ -123,6 +153,7 @@ class Membership(Observer):
             with contextlib.suppress(NotFound):
                 await self._patch_lease(patch, roster.version_of(obj))
                 self.joined = True
+                self._joined_uid = LeaseRecord.from_object(obj).uid
 
         await written("join", self.lease, once, self.log)
 

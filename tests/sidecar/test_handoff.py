@@ -38,7 +38,8 @@ def _candidates(
     spawn: Any, cluster: ControlPlane, api: Any, namespace: str, tmp_path: Path, count: int
 ) -> list[SidecarProcess]:
     """``count`` sidecars started in order, each with its own ServiceAccount: the first leads
-    (it created the Lease, so it never joined), the others are listed in start order."""
+    (it created the Lease, so it never joined), the next ``roster.SEATS`` are listed in start
+    order, and the others wait for a seat."""
     procs = []
     for i in range(count):
         sa = f"pod-{i}"
@@ -62,7 +63,8 @@ def _candidates(
         if i == 0:
             wait_for(lambda: leaders(procs), 30, what="the first leads")
         else:
-            wait_for(lambda n=i: _listed(api, namespace) == n, 20, what=f"{sa} in the roster")
+            seated = min(i, roster.SEATS)
+            wait_for(lambda n=seated: _listed(api, namespace) == n, 20, what=f"{sa} listed")
         time.sleep(0.05)  # distinct join times, in start order
     return procs
 
@@ -109,8 +111,10 @@ def test_a_handover_among_eight_costs_two_lease_writes_and_goes_to_the_last_to_j
 ) -> None:
     procs = _candidates(spawn, cluster, api, namespace, tmp_path, 8)
     (old,) = [p for p in procs if p.leads()]
-    newest = procs[-1] if procs[-1] is not old else procs[-2]
-    time.sleep(2)  # every follower is watching
+    time.sleep(2)  # every follower is watching, and had any of the waiting joined, it has
+    seated = _names(api, namespace)
+    assert seated == [p.identity for p in procs[1 : roster.SEATS + 1]]
+    newest = procs[roster.SEATS]
     since = time.time()
     old.signal(signal.SIGTERM)
     wait_for(lambda: leaders(procs), 10, what="a successor")
@@ -119,10 +123,15 @@ def test_a_handover_among_eight_costs_two_lease_writes_and_goes_to_the_last_to_j
     writes = _writes(cluster, namespace, since)
     print(f"\nwrites to the election's Lease after the SIGTERM: {writes}")
     assert leaders(procs) == [newest.identity], writes
-    assert [w for w in writes if w[0] != newest.identity] == [(old.identity, "update", 200)]
-    assert all(code == 200 for _, _, code in writes), writes  # no 409: nobody else tried
-    # The stopped leader wrote only its hand-off (it created the Lease: never listed).
-    assert _names(api, namespace) == [p.identity for p in procs if p is not old]
+    claims = [w for w in writes if w[1] != "patch"]
+    assert [w for w in claims if w[0] != newest.identity] == [(old.identity, "update", 200)]
+    assert all(code == 200 for _, _, code in claims), writes  # no 409: nobody else claimed
+    # The stopped leader wrote only its hand-off (it created the Lease: never listed); the
+    # seat its successor left is taken by one of the candidates that waited for one.
+    waiting = {p.identity for p in procs[roster.SEATS + 1 :]}
+    joins = [w for w in writes if w[1] == "patch" and w[2] == 200]
+    assert len(joins) == 1 and joins[0][0] in waiting, writes
+    assert _names(api, namespace) == [*seated, joins[0][0]]
 
 
 def test_a_named_successor_that_is_frozen_costs_about_a_second_and_nobody_leads_twice(
@@ -155,10 +164,11 @@ def test_a_named_successor_that_is_frozen_costs_about_a_second_and_nobody_leads_
     wait_for(lambda: _listed(api, namespace) == 2, 5, what="the frozen name out")
 
 
-def test_candidates_joining_at_once_are_all_listed_without_a_conflict(
+def test_candidates_joining_at_once_take_the_seats_and_no_more(
     cluster: ControlPlane, namespace: str
 ) -> None:
-    """One merge patch per entry over the version read: joins that race all land."""
+    """One merge patch per entry over the version read: of 16 joins that race, exactly
+    ``roster.SEATS`` land; the others, reading again after their 409, find no seat."""
     epoch = dt.datetime(2026, 1, 1, tzinfo=dt.UTC)
 
     async def go() -> None:
@@ -178,13 +188,16 @@ def test_candidates_joining_at_once_are_all_listed_without_a_conflict(
             await asyncio.gather(*(r.join(seen) for r in rosters))
             obj = await stores[0].get(ELECTION_LEASE)
             listed = [who for _, who, _ in roster.entries(roster.notes_of(obj), ELECTION_LEASE)]
-            assert listed == [f"pod-{i}" for i in range(16)]
-            assert await named(rosters[0], "pod-15")  # joined last
-            assert await named(rosters[15], "pod-14")  # never itself
-            await asyncio.gather(*(r.before_release() for r in rosters[8:]))  # they stop
-            assert await named(rosters[0], "pod-7")
-            await rosters[0].forget("pod-7")  # a named successor that never claimed
-            assert await named(rosters[0], "pod-6")
+            assert len(listed) == roster.SEATS, listed
+            assert sorted(r.identity for r in rosters if r.joined) == sorted(listed)
+            members = [r for r in rosters if r.joined]
+            outside = next(r for r in rosters if not r.joined)
+            assert await named(outside, listed[-1])  # joined last
+            assert await named(members[-1], listed[-2])  # never itself
+            await members[-1].before_release()  # it stops
+            assert await named(outside, listed[-2])
+            await outside.forget(listed[-2])  # a named successor that never claimed
+            assert await named(outside, listed[-3])
         finally:
             for store in stores:
                 store.close()
@@ -288,25 +301,42 @@ def test_a_join_over_a_version_is_refused_once_another_wrote_first(
     asyncio.run(go())
 
 
-def test_candidates_killed_without_leaving_keep_the_roster_bounded(
+def test_candidates_killed_without_leaving_hold_seats_only_until_they_age(
     spawn: Any, api: Any, namespace: str
 ) -> None:
-    """Issue 27 item 6: each join drops its election's oldest entries beyond 16."""
+    """Issue 27 item 6, issue 38: the entries of candidates killed without leaving take
+    the roster's seats for ``roster.SEAT_TTL`` at most. A candidate started meanwhile
+    waits, joins once they aged, and its join drops the oldest entries beyond 16."""
     leader = spawn("leader")
     wait_for(lambda: leaders([leader]), 30, what="the leader")
-    for i in range(roster.KEEP + 8):
+    for i in range(roster.SEATS):
         proc = spawn(f"killed-{i}")
         wait_for(lambda i=i: f"killed-{i}" in _names(api, namespace), 20, what="joined")
         proc.signal(signal.SIGKILL)
         proc.wait(10)
-    last = spawn("survivor")
-    wait_for(lambda: "survivor" in _names(api, namespace), 20, what="the survivor joined")
-    names = _names(api, namespace)
-    assert len(names) <= roster.KEEP, names
-    # The survivor and the 15 newest: the oldest went first.
-    assert names[-1] == "survivor" and names[0] == f"killed-{8 + 1}", names
-    last.signal(signal.SIGTERM)
-    assert last.wait(20) == 0
+    late = spawn("late")
+    wait_for(lambda: (late.state() or {}).get("holder") == "leader", 20, what="late follows")
+    time.sleep(3)  # long enough for a join, had it a seat
+    assert "late" not in _names(api, namespace)
+    # Time passes: the dead entries age, and older ones of candidates that died before
+    # them fill the roster to its bound.
+    aged = dt.datetime.now(dt.UTC) - dt.timedelta(seconds=roster.SEAT_TTL + 60)
+    notes: dict[str, str] = {}
+    for i in range(roster.SEATS):
+        notes.update(roster.entry(ELECTION_LEASE, f"killed-{i}", aged))
+    for j in range(roster.KEEP):
+        before = aged - dt.timedelta(seconds=j + 1)
+        notes.update(roster.entry(ELECTION_LEASE, f"dead-{j}", before))
+    body = {"metadata": {"annotations": notes}}
+    client.CoordinationV1Api(api).patch_namespaced_lease(ELECTION_LEASE, namespace, body)
+    wait_for(lambda: "late" in _names(api, namespace), 30, what="late joins")
+    # The late one and the newest aged entries: the oldest went first.
+    kept = roster.KEEP - roster.SEATS - 1  # of the older dead, beside the killed and late
+    dead = [f"dead-{j}" for j in reversed(range(kept))]
+    killed = [f"killed-{i}" for i in range(roster.SEATS)]
+    assert _names(api, namespace) == [*dead, *killed, "late"]
+    late.signal(signal.SIGTERM)
+    assert late.wait(20) == 0
     leader.signal(signal.SIGTERM)
     assert leader.wait(20) == 0
 

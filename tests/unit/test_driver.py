@@ -26,7 +26,7 @@ from sidecar.core.timing import Timing
 from sidecar.driver.events import HOLD_SECONDS, EventRecorder
 from sidecar.driver.firstterm import FirstTermMark
 from sidecar.driver.label import RETRY_OFF
-from sidecar.driver.membership import FORGET_AFTER, Membership
+from sidecar.driver.membership import FORGET_AFTER, JOIN_SPREAD, Membership
 from sidecar.driver.observer import Call, Observer, View
 from sidecar.driver.report import LogReport
 from sidecar.driver.sweepduty import DUTY_SECONDS
@@ -285,7 +285,9 @@ def test_a_follower_publishes_nothing_new_for_the_leaders_renewals(tmp_path: Pat
 def test_a_handover_among_many_costs_two_lease_writes_and_goes_to_the_last_to_join(
     tmp_path: Path,
 ) -> None:
-    """Issue 15: a release wakes every follower; only the one it names may claim at once."""
+    """Issue 15: a release wakes every follower; only the one it names may claim at once.
+    Issue 38: of ten followers, only ``roster.SEATS`` join (the name goes to the last of
+    them), and the seat the successor leaves is taken by one of the others, one join."""
 
     async def scenario() -> None:
         store = FakeLeases()
@@ -295,25 +297,38 @@ def test_a_handover_among_many_costs_two_lease_writes_and_goes_to_the_last_to_jo
         followers = []
         for i in range(10):
             followers.append(await Candidate(f"f{i}", store, tmp_path).start())
-            await asyncio.sleep(1)  # f9 joins last
+            await asyncio.sleep(1)  # each joins, if it may, before the next starts
         await asyncio.sleep(10)
+        seated = [f"f{i}" for i in range(roster.SEATS)]
+        assert _listed(store) == seated
+        assert store.writes.count(("patch", "a")) == roster.SEATS, store.writes
         writes, conflicts = len(store.writes), store.conflicts
         assert await a.stop() == 0
         took = await until(lambda: any(f.leads() for f in followers), 15, "a follower takes over")
         await asyncio.sleep(5)  # room for a burst of claims, had there been one
-        assert [f.identity for f in followers if f.leads()] == ["f9"]
+        successor = seated[-1]
+        assert [f.identity for f in followers if f.leads()] == [successor]
         after = store.writes[writes:]
         while after and after[0] == ("update", "a"):
             after.pop(0)  # a renew of a's that was due as it was stopped
-        # The release (naming f9), f9's claim and f9's renews; nobody else tried.
-        assert after[:2] == [("update", "f9"), ("update", "f9")], store.writes
-        assert set(after[2:]) <= {("update", "f9")}, store.writes
+        # The release (naming the successor), its claim and renews, and one join.
+        assert after[:2] == [("update", successor), ("update", successor)], store.writes
+        assert sorted(set(after[2:])) == [("patch", successor), ("update", successor)]
+        assert after.count(("patch", successor)) == 1, after
         assert store.conflicts == conflicts, store.conflicts - conflicts
         assert took < 1.0, took
+        listed = _listed(store)
+        assert listed[:-1] == seated and listed[-1] not in seated, listed
         for f in followers:
             await f.stop()
 
     run(scenario)
+
+
+def _listed(store: FakeLeases) -> list[str]:
+    """The candidates the election's Lease lists, oldest first."""
+    notes = roster.notes_of(store.objects[LEASE])
+    return [who for _, who, _ in roster.entries(notes, LEASE)]
 
 
 def test_a_named_successor_that_is_gone_delays_the_handover_by_one_second(
@@ -323,9 +338,10 @@ def test_a_named_successor_that_is_gone_delays_the_handover_by_one_second(
         store = had_sidecars(FakeLeases())
         a = await Candidate("a", store, tmp_path).start()
         await until(a.leads, 16, "a leads")
-        followers = [await Candidate(f"f{i}", store, tmp_path).start() for i in range(3)]
+        followers = [await Candidate(f"f{i}", store, tmp_path).start() for i in range(2)]
         await asyncio.sleep(10)
         # A candidate that joined last and was then killed (no graceful exit, still listed).
+        assert len(followers) < roster.SEATS  # it finds a seat
         shared = Coordination(store, "ns")  # type: ignore[arg-type]
         ghost = Membership(shared, LEASE, "killed-pod", LoopClock(), Logger("error"))  # type: ignore[arg-type]
         await ghost.join(LeaseRecord.from_object(store.objects[LEASE]))
@@ -358,7 +374,7 @@ def test_candidates_join_the_roster_at_start_and_leave_it_on_a_graceful_exit(
         a = await Candidate("a", store, tmp_path).start()
         b = await Candidate("b", store, tmp_path).start()
         c = await Candidate("c", store, tmp_path).start()
-        await asyncio.sleep(1)
+        await asyncio.sleep(1 + JOIN_SPREAD)
         assert listed(store) == ["b", "c"]
         await b.stop()
         assert listed(store) == ["c"]

@@ -37,6 +37,23 @@ def test_an_entry_written_with_other_spacing_or_garbage_beside_it_is_read() -> N
     assert [who for _, who, _ in roster.entries(notes, "leader-x1")] == ["a"]
 
 
+def test_a_seat_is_free_while_fewer_than_seats_recent_others_are_listed() -> None:
+    """Issue 38: the holder's entry, the joiner's own and entries older than ``SEAT_TTL``
+    take no seat; ``SEATS`` others that joined since do."""
+    lease = "leader-x"
+    now = EPOCH + dt.timedelta(seconds=roster.SEAT_TTL + 100)
+    recent = [(lease, f"p{i}", roster.SEAT_TTL + i) for i in range(roster.SEATS)]
+    full = _notes(*recent)
+    assert not roster.room(full, lease, "holder", "me", now)
+    assert roster.room(full, lease, "p0", "me", now)  # the holder is never named
+    assert roster.room(full, lease, "holder", "p0", now)  # its own entry is no seat
+    aged = _notes(*recent[1:], (lease, "old", 50))
+    assert roster.room(aged, lease, "holder", "me", now)
+    assert not roster.room(_notes(*recent[1:], (lease, "new", 150)), lease, None, "me", now)
+    other = _notes(*recent[1:], ("leader-y", "elsewhere", roster.SEAT_TTL + 50))
+    assert roster.room(other, lease, None, "me", now)
+
+
 # ---- marks: bounded by tidying, never taken out while they may matter (issue 38) ----
 
 
