@@ -8,8 +8,9 @@ about 13 GB of RSS), everything stopped in between:
 
 1. mass start: all ``n`` started back to back on an election that has no
    Lease; it ends once a leader leads, every candidate wrote its state and,
-   for the sidecar, every follower's roster join landed (or no join landed
-   for ``JOIN_SILENCE`` seconds); then a steady window;
+   for the sidecar, the roster's seats are taken and no join landed for
+   ``JOIN_QUIET`` seconds (only ``roster.SEATS`` followers join); then a
+   steady window;
 2. ``HANDOVERS`` graceful handovers: SIGTERM to the leader, a fresh
    candidate started in its place;
 3. ``WAVES`` rollout waves: a ``WAVE`` share of the candidates alive before
@@ -40,6 +41,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from sidecar.core import roster
+
 from . import crowdstats as stats
 from .harness import (
     IMPLS,
@@ -61,9 +64,8 @@ HANDOVERS = 5
 WAVES = 4
 WAVE = 0.25
 STEADY = 60.0
-#: No roster join landed for this long: the joins are over (longer than the join's
-#: largest backoff, ``sidecar.driver.handover.RETRY_MAX``).
-JOIN_SILENCE = 130.0
+#: No roster join landed for this long, with the seats taken: the joins are over.
+JOIN_QUIET = 10.0
 MASS_START_CAP = 900.0
 WAVE_CAP = 300.0
 #: Below this much available memory the scenario stops starting candidates.
@@ -300,8 +302,8 @@ class Run:
         self.phases.append((stats.Phase(name, begin["wall"], end["wall"]), delta(begin, end)))
 
     def _settle(self, new: list[Candidate], tail: AuditTail | None, cap: float) -> int:
-        """Wait until the new candidates wrote their state and (sidecar) joined; the number
-        still not joined when the joins went quiet or ``cap`` passed."""
+        """Wait until the new candidates wrote their state and (sidecar) the roster's seats
+        are taken and joins went quiet; the seats still free when ``cap`` passed."""
         deadline = time.monotonic() + cap
         if tail is not None:
             tail.last = time.time()  # the silence is counted from this wave's start
@@ -312,20 +314,26 @@ class Run:
         if tail is None:
             time.sleep(5)  # every client-go candidate polls within 2 s × 1.2
             return 0
+        free = roster.SEATS
         while time.monotonic() < deadline:
             tail.poll()
-            leaders = {c.identity for c in self.monitor.leaders()}
-            missing = [
-                c
-                for c in new
-                if c.alive and c.identity not in leaders and c.user not in tail.joined
-            ]
-            if not missing:
+            free = roster.SEATS - self._seated()
+            if free <= 0 and time.time() - tail.last > JOIN_QUIET:
                 return 0
-            if time.time() - tail.last > JOIN_SILENCE:
-                return len(missing)
             time.sleep(2)
-        return len(missing)
+        return free
+
+    def _seated(self) -> int:
+        """Entries of the election's roster other than its holder's, as the API server has them."""
+        got = self.plane.kubectl(
+            "get", "lease", self.lease, "-n", self.impl.namespace, "-o", "json", check=False
+        )
+        if got.returncode != 0:
+            return 0
+        obj = json.loads(got.stdout)
+        holder = (obj.get("spec") or {}).get("holderIdentity")
+        listed = roster.entries(roster.notes_of(obj), self.lease)
+        return sum(who != holder for _, who, _ in listed)
 
     def handover(self, leader: Candidate, sent: float, timeout: float = 60) -> None:
         try:
@@ -356,7 +364,7 @@ class Run:
         settled = time.time() - t0
         self._phase("mass start", begin)
         rss = sum(r for c in new if (r := rss_mb(c.pid)) is not None)
-        _log(f"  {self.impl.key}: settled in {settled:.0f}s ({unsettled} not joined); steady ...")
+        _log(f"  {self.impl.key}: settled in {settled:.0f}s ({unsettled} seats free); steady ...")
         begin = self.snap()
         time.sleep(STEADY)
         self._phase("steady", begin)
@@ -406,7 +414,7 @@ class Run:
                 c.kill()
             left = self._settle(new, tail, WAVE_CAP)
             if left:
-                self.notes.append(f"wave {w + 1}: {left} new candidates had not joined")
+                self.notes.append(f"wave {w + 1}: {left} roster seats still free")
             self._phase(f"wave {w + 1}", begin)
 
     def result(self, mass: dict[str, Any], load: list[float]) -> dict[str, Any]:

@@ -308,7 +308,7 @@ def _settled(m: dict[str, Any]) -> str:
     from .report import ms
 
     out = ms(m.get("settled"))
-    return out if not m.get("unsettled") else f"{out} ({m['unsettled']} not joined)"
+    return out if not m.get("unsettled") else f"{out} ({m['unsettled']} roster seats free)"
 
 
 def _secs(x: float | None) -> str:
