@@ -15,6 +15,7 @@ import os
 import re
 import shutil
 import signal
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -447,6 +448,16 @@ def targets(res: dict[str, Any]) -> list[dict[str, Any]]:
                 "≤ client-go's",
                 f"{ms(mine)} vs {ms(theirs)}",
                 mine <= theirs,
+            )
+        mine_cpu, theirs_cpu = (b.get("handover_followers_cpu_seconds") for b in (big, peer))
+        if mine_cpu and theirs_cpu:
+            m, t = statistics.median(mine_cpu), statistics.median(theirs_cpu)
+            add(
+                "38",
+                f"followers' CPU per handover, {big['n']} candidates",
+                "≤ 2× client-go's",
+                f"{m:.3f} s vs {t:.3f} s p50 ({m / t:.1f}×)" if t else f"{m:.3f} s vs 0 s",
+                bool(t) and m <= 2 * t,
             )
     fp = (res.get("footprint") or {}).get("sidecar")
     if fp:

@@ -282,19 +282,22 @@ def markdown(res: dict[str, Any]) -> str:
                 "claim; the successor's renews left out), and how many were refused with 409; "
                 "apart, the roster's merge patches in the same windows (a candidate started "
                 "after the previous handover joining the sidecar's roster, annotations of "
-                "that Lease; never a claim):\n"
+                "that Lease; never a claim); and the CPU seconds all the other candidates "
+                "used in that window (utime + stime from /proc):\n"
             )
             add(
                 "| implementation | handovers | writes p50 | writes max | 409s in all | 409s max "
-                "| roster patches in all |"
+                "| roster patches in all | CPU s of the others p50 |"
             )
-            add("|---|---|---|---|---|---|---|")
+            add("|---|---|---|---|---|---|---|---|")
             for key, b in big.items():
                 w, c = sorted(b["handover_lease_writes"]), b["handover_conflicts"]
                 patches = sum(b.get("handover_roster_patches") or [0])
+                cpu = sorted(b.get("handover_followers_cpu_seconds") or [])
+                others = f"{cpu[len(cpu) // 2]:.3f}" if cpu else "-"
                 add(
                     f"| {LABELS[key]} | {len(w)} | {w[len(w) // 2]} | {w[-1]} | {sum(c)} | "
-                    f"{max(c)} | {patches} |"
+                    f"{max(c)} | {patches} | {others} |"
                 )
             add("")
         from .burst import markdown as burst_markdown

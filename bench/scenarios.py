@@ -358,6 +358,8 @@ def one_big_election(
     latencies: list[float] = []
     # Per handover: [SIGTERM, successor leads + 0.5 s) and the successor's user name.
     windows: list[tuple[float, float, str]] = []
+    # Per handover: CPU seconds of every candidate but the stopping leader over that window.
+    followers_cpu: list[float] = []
     try:
         for _ in range(n):
             pool.spawn()
@@ -370,6 +372,7 @@ def one_big_election(
         for i in range(count):
             leader = _one_leader(pool, 60)
             others = [c for c in pool.live() if c is not leader]
+            cpu_before = _cpu(others)
             sent = leader.signal(signal.SIGTERM)
 
             def successor(others: list[Candidate] = others, sent: float = sent) -> float | None:
@@ -385,6 +388,8 @@ def one_big_election(
                 _log(f"  {impl.key} scale-{n} #{i}: no successor within 60s")
                 continue
             latencies.append(t - sent)
+            time.sleep(max(0.0, t + 0.5 - time.time()))
+            followers_cpu.append(round(_cpu(others) - cpu_before, 4))
             led = next((c.user for c in others if c.leading_since() == t), "")
             windows.append((sent, t + 0.5, led))
             _log(f"  {impl.key} {n} candidates, handover #{i}: {(t - sent) * 1000:.0f} ms")
@@ -431,10 +436,18 @@ def one_big_election(
         # led (the release and every claim; the successor's renews left out), and 409s.
         "handover_lease_writes": [len(w) for w in per_handover],
         "handover_conflicts": [sum(r.code == 409 for r in w) for w in per_handover],
+        # CPU seconds of all the other candidates, from the SIGTERM until 0.5 s after the
+        # successor led (``harness.cpu_seconds``: utime + stime of each process).
+        "handover_followers_cpu_seconds": followers_cpu,
         "handover_roster_patches": [
             sum(begin <= r.received < finish for r in patches) for begin, finish, _ in windows
         ],
     }
+
+
+def _cpu(cands: list[Candidate]) -> float:
+    """CPU seconds used so far by ``cands`` together (a process gone counts nothing)."""
+    return sum(c.cpu_seconds() or 0.0 for c in cands)
 
 
 def many_elections(
