@@ -125,6 +125,16 @@ def run(test: Callable[[], Coroutine[Any, Any, T]], within: float = 3600) -> T:
     try:
         return loop.run_until_complete(asyncio.wait_for(test(), within))
     finally:
+        # Tasks a scenario left (a watch waiting on the fake store) end on this loop: left
+        # to the garbage collector, they would be closed under another test's loop.
+        left = asyncio.all_tasks(loop)
+        for task in left:
+            task.cancel()
+
+        async def ended() -> None:
+            await asyncio.gather(*left, return_exceptions=True)
+
+        loop.run_until_complete(ended())
         loop.close()
 
 
