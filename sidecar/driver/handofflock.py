@@ -9,7 +9,9 @@ It wraps the bare Lease (``kube.leaselock.LeaseLock``) the way client-go's
   (a read's answer, or a watch event): the first term (contract §2);
 - the release names a successor, follows its claim on the watch this lock
   relays (no request while it waits), and empties a hand-off nobody claimed
-  (``release.release``).
+  (``release.release``);
+- the roster sees every Lease the watch shows, as a seat frees without any
+  change the elector tells (a candidate leaving, an entry aging).
 
 Guarantees: every request and event passes through unchanged; what it adds
 can only make an absent Lease free sooner when the roster says no Lease was
@@ -69,6 +71,8 @@ class HandoffLock:
         async for event in self.lease.events():
             if isinstance(event, Changed | Deleted):
                 self._known = True
+            if isinstance(event, Changed) and self.roster is not None:
+                self.roster.seen(event.obj)
             yield event
             # The elector asks for the next event once it has taken this one in.
             self._relayed.set()

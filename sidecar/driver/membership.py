@@ -68,7 +68,15 @@ class Membership(Observer):
         self._tasks = aio.Background("roster")
 
     def on_state(self, view: View) -> None:
-        record = view.record
+        self._consider(view.record)
+
+    def seen(self, obj: dict[str, Any]) -> None:
+        """Every Lease the watch shows (``handofflock``): a seat frees when a candidate
+        leaves or an entry ages, which changes no state the elector tells."""
+        self._consider(LeaseRecord.from_object(obj))
+
+    def _consider(self, record: LeaseRecord | None) -> None:
+        """Join soon if ``record``, the Lease as seen last, has a seat for this candidate."""
         self.holding = record is not None and record.holder == self.identity
         self._seen = record
         if record is None or self.holding or self._stopping or self._joining:

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Awaitable, Callable
-from typing import Protocol
+from typing import Any, Protocol
 
 from ..core.election import Election
 from ..core.lease import LeaseRecord, vacate
@@ -53,6 +53,10 @@ class Roster(Protocol):
 
     def handed_off(self, successor: str) -> None:
         """The named ``successor`` claimed: it takes this candidate out of the roster."""
+        ...
+
+    def seen(self, obj: dict[str, Any]) -> None:
+        """The Lease as the watch shows it: a seat may free with no change of state."""
         ...
 
 

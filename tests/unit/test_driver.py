@@ -335,6 +335,31 @@ def test_a_handover_among_many_costs_two_lease_writes_and_goes_to_the_last_to_jo
     run(scenario)
 
 
+def test_a_seat_freed_by_a_follower_leaving_is_taken_by_one_that_waited(
+    tmp_path: Path,
+) -> None:
+    """Issue 38: a seat frees without any change of state the elector tells (a follower
+    leaves the roster); a follower that waited for one sees it on the watch and joins."""
+
+    async def scenario() -> None:
+        store = FakeLeases()
+        a = await Candidate("a", store, tmp_path).start()
+        await until(a.leads, 16, "a leads")
+        followers = []
+        for i in range(roster.SEATS + 1):
+            followers.append(await Candidate(f"f{i}", store, tmp_path).start())
+            await asyncio.sleep(1 + JOIN_SPREAD)
+        waiting = followers[-1].identity
+        assert waiting not in _listed(store)
+        await followers[0].stop()  # it leaves first thing
+        await until(lambda: waiting in _listed(store), 5, "the waiting follower joins")
+        assert len(_listed(store)) == roster.SEATS
+        for f in [a, *followers[1:]]:
+            await f.stop()
+
+    run(scenario)
+
+
 def _listed(store: FakeLeases) -> list[str]:
     """The candidates the election's Lease lists, oldest first."""
     notes = roster.notes_of(store.objects[LEASE])
