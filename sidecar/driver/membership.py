@@ -50,6 +50,10 @@ FORGET_TRIES = 10
 FORGET_AFTER = (3.0, 20.0)
 #: A follower that sees a free seat joins after a random wait of up to this (seconds).
 JOIN_SPREAD = 1.0
+#: A follower that saw every seat taken joins a freed one after a random wait in this
+#: range (seconds): after the hand-off that freed it has settled, and hundreds of waiting
+#: candidates spread out instead of racing (a 409 costs each a request, and CPU).
+REFILL_AFTER = (2.0, 12.0)
 
 
 class Membership(Observer):
@@ -63,6 +67,11 @@ class Membership(Observer):
         #: The Lease as last seen, which a join waiting for its moment judges room by.
         self._seen: LeaseRecord | None = None
         self._joining = False
+        #: The version a join of ours went over and met a 409: the next one is awaited.
+        self._refused: str | None = None
+        #: This candidate saw every seat taken: others wait too, and a freed seat is
+        #: joined later and over a wider spread (``REFILL_AFTER``).
+        self._waited = False
         #: Our release handed off and the successor claimed: it takes our name out.
         self.handed_over = False
         self._tasks = aio.Background("roster")
@@ -81,9 +90,13 @@ class Membership(Observer):
         self._seen = record
         if record is None or self.holding or self._stopping or self._joining:
             return
-        if record.uid != self._joined_uid and self._room(record.raw):
-            self._joining = True
-            self._tasks.spawn(self._join_soon())
+        if record.uid == self._joined_uid or record.resource_version == self._refused:
+            return
+        if not self._room(record.raw):
+            self._waited = True
+            return
+        self._joining = True
+        self._tasks.spawn(self._join_soon())
 
     def on_event(self, event: Event, view: View) -> None:
         """Our acquisition replaced a hand-off: to someone who never claimed it (forget that
@@ -121,29 +134,35 @@ class Membership(Observer):
         return roster.room(notes, self.lease, holder, self.identity, self.clock.wall())
 
     async def _join_soon(self) -> None:
-        """Join after a random wait of up to ``JOIN_SPREAD``, over the Lease as seen by
-        then, if it still has a seat: the candidates that saw the same seat free mostly see
-        it taken by then, and write nothing."""
+        """Join after a random wait (up to ``JOIN_SPREAD``; ``REFILL_AFTER`` once every
+        seat was seen taken), over the Lease as seen by then, if it still has a seat: the
+        candidates that saw the same seat free mostly see it taken by then, and write
+        nothing. A 409 waits for the watch's next version, then judges again."""
         try:
-            await asyncio.sleep(random.uniform(0.0, JOIN_SPREAD))
+            wait = REFILL_AFTER if self._waited else (0.0, JOIN_SPREAD)
+            await asyncio.sleep(random.uniform(*wait))
             seen = self._seen
             if seen is not None and not (self.holding or self._stopping):
                 await self.join(seen)
         finally:
             self._joining = False
+        self._consider(self._seen)
 
     async def join(self, seen: LeaseRecord) -> None:
         """List this candidate in the election's Lease, over the version ``seen``, while it
-        has a seat (``roster.room``); retrying.
+        has a seat (``roster.room``).
 
-        A retry reads afresh, from the API server's watch cache: a seat taken
-        meanwhile ends it, and so does the Lease gone (a Lease created again is
-        joined when it is seen).
+        A 409 ends it: another write went first, whose event the watch brings
+        (``seen``), and the candidates that raced for one seat do not all read
+        again. A try the API server did not answer is retried, reading afresh
+        from its watch cache: a seat taken meanwhile ends it, and so does the
+        Lease gone (a Lease created again is joined when it is seen).
         """
 
         sent: list[str] = []  # the entry of the last try
+        ended = False  # a try ended it (joined, no seat, gone, a 409): not given up
 
-        async def once(retry: bool) -> None:
+        async def attempt(retry: bool) -> None:
             obj = await self._election_lease() if retry else seen.raw
             if obj is None:
                 return
@@ -158,12 +177,25 @@ class Membership(Observer):
             entry = roster.entry(self.lease, self.identity, self.clock.wall())
             sent[:] = entry.values()
             patch = {**roster.stale(notes, self.lease, self.identity), **entry}
-            with contextlib.suppress(NotFound):
-                await self._patch_lease(patch, roster.version_of(obj))
-                self.joined = True
-                self._joined_uid = LeaseRecord.from_object(obj).uid
+            version = roster.version_of(obj)
+            try:
+                await self._patch_lease(patch, version)
+            except NotFound:
+                return
+            except Conflict:
+                self._refused = version
+                return
+            self.joined = True
+            self._joined_uid = LeaseRecord.from_object(obj).uid
+
+        async def once(retry: bool) -> None:
+            nonlocal ended
+            await attempt(retry)
+            ended = True
 
         await written("join", self.lease, once, self.log)
+        if not ended:  # refused for good (no patch on leases): not tried again on this Lease
+            self._joined_uid = seen.uid
 
     async def _election_lease(self, timeout: float | None = PATIENT_READ) -> dict[str, Any] | None:
         """The election's Lease as the API server's watch cache has it (None when absent)."""

@@ -26,7 +26,7 @@ from sidecar.core.timing import Timing
 from sidecar.driver.events import HOLD_SECONDS, EventRecorder
 from sidecar.driver.firstterm import FirstTermMark
 from sidecar.driver.label import RETRY_OFF
-from sidecar.driver.membership import FORGET_AFTER, JOIN_SPREAD, Membership
+from sidecar.driver.membership import FORGET_AFTER, JOIN_SPREAD, REFILL_AFTER, Membership
 from sidecar.driver.observer import Call, Observer, View
 from sidecar.driver.report import LogReport
 from sidecar.driver.sweepduty import DUTY_SECONDS
@@ -315,7 +315,7 @@ def test_a_handover_among_many_costs_two_lease_writes_and_goes_to_the_last_to_jo
         writes, conflicts = len(store.writes), store.conflicts
         assert await a.stop() == 0
         took = await until(lambda: any(f.leads() for f in followers), 15, "a follower takes over")
-        await asyncio.sleep(5)  # room for a burst of claims, had there been one
+        await asyncio.sleep(REFILL_AFTER[1] + 1)  # a burst of claims, had there been one; a join
         successor = seated[-1]
         assert [f.identity for f in followers if f.leads()] == [successor]
         after = store.writes[writes:]
@@ -352,7 +352,8 @@ def test_a_seat_freed_by_a_follower_leaving_is_taken_by_one_that_waited(
         waiting = followers[-1].identity
         assert waiting not in _listed(store)
         await followers[0].stop()  # it leaves first thing
-        await until(lambda: waiting in _listed(store), 5, "the waiting follower joins")
+        within = REFILL_AFTER[1] + 1
+        await until(lambda: waiting in _listed(store), within, "the waiting follower joins")
         assert len(_listed(store)) == roster.SEATS
         for f in [a, *followers[1:]]:
             await f.stop()
