@@ -16,6 +16,11 @@ the control-plane faults (restarts, restores) hit the lock processes too.
 (the first release of the election) beside today's: the mixed-version run.
 ``--skip KIND...``: kinds never drawn (the mixed run skips the restores, which
 the first release does not survive; contract §2).
+``--candidates N`` (``--sidecars``): N candidates in the election, up to 32;
+``--weight KIND=N`` draws a kind N times as often (``churn=3 sigterm=2``
+moves leadership more often); ``--churn-seconds`` and ``--churn-leader`` shape
+the ``churn`` fault (pods joining and leaving the roster; issue 38, item 5:
+``--candidates 20 --cheap --weight churn=3 --acquisitions 1000``).
 ``--lazy-apps``: today's sidecars release only after their last
 ``valid_until`` and their apps are judged as re-reading the file now and then
 (sidecar-only restarts, issue 27 item 2).
@@ -40,7 +45,15 @@ from .lock_run import LockReport
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m tests.chaos")
     parser.add_argument("--minutes", type=float, default=30.0)
-    parser.add_argument("--sidecars", type=int, default=5, choices=range(2, 10))
+    parser.add_argument(
+        "--sidecars",
+        "--candidates",
+        type=int,
+        default=5,
+        choices=range(2, 33),
+        metavar="N",
+        help="candidates in the election, 2-32 (default 5); the churn keeps about N",
+    )
     parser.add_argument("--seed", type=int, default=None)
     parser.add_argument("--lease", type=float, default=3.0, help="lease duration, seconds (whole)")
     parser.add_argument("--renew", type=float, default=2.0, help="renew deadline, seconds")
@@ -104,6 +117,28 @@ def main(argv: list[str] | None = None) -> int:
         "(control-plane restarts and restores)",
     )
     parser.add_argument(
+        "--weight",
+        action="append",
+        default=[],
+        metavar="KIND=N",
+        help="draw KIND N times as often as a kind of weight 1 (after --cheap-weight), e.g. "
+        "churn=3 sigterm=2: more acquisitions per hour",
+    )
+    parser.add_argument(
+        "--churn-seconds",
+        type=float,
+        nargs=2,
+        default=(6.0, 12.0),
+        metavar=("MIN", "MAX"),
+        help="how long one churn fault lasts, drawn uniformly (default 6 12)",
+    )
+    parser.add_argument(
+        "--churn-leader",
+        type=float,
+        default=0.25,
+        help="how often a churn departure is the leader's (default 0.25)",
+    )
+    parser.add_argument(
         "--skip",
         nargs="+",
         default=(),
@@ -143,6 +178,8 @@ def main(argv: list[str] | None = None) -> int:
         old=args.old,
         old_command=old_command,
         lazy_apps=args.lazy_apps,
+        churn_seconds=(args.churn_seconds[0], args.churn_seconds[1]),
+        churn_leader=args.churn_leader,
     )
     print(
         f"seed {run.seed}; {args.sidecars} sidecars; lease {args.lease:g}s / renew {args.renew:g}s / "
@@ -161,7 +198,10 @@ def main(argv: list[str] | None = None) -> int:
             for kind in LONG_KINDS
             for _ in range(1 if kind in SLOW_KINDS else args.cheap_weight)
         )
-    menu = tuple(kind for kind in menu if kind not in args.skip)
+    weights = _weights(args.weight, parser)
+    menu = tuple(
+        kind for kind in menu if kind not in args.skip for _ in range(weights.get(kind, 1))
+    )
     kinds = tuple(kind for kind in LONG_KINDS if kind not in args.skip)
     if args.skip:
         print(f"never drawn: {' '.join(args.skip)}", flush=True)
@@ -213,6 +253,18 @@ def main(argv: list[str] | None = None) -> int:
     if not args.keep and args.report is not None:
         shutil.rmtree(workdir, ignore_errors=True)
     return 1 if failed else 0
+
+
+def _weights(given: list[str], parser: argparse.ArgumentParser) -> dict[str, int]:
+    out: dict[str, int] = {}
+    for item in given:
+        kind, _, n = item.partition("=")
+        if kind not in LONG_KINDS or not n.isdigit():
+            parser.error(
+                f"--weight {item}: expected KIND=N with KIND one of {' '.join(LONG_KINDS)}"
+            )
+        out[kind] = int(n)
+    return out
 
 
 class LockBeside:

@@ -20,6 +20,9 @@ one fault at a time, with a quiet spell after each, from this menu:
 ``skew``            restart a sidecar with its wall clock 30 s-10 min ahead or behind
                     (libfaketime) for a few leases, then restart it with the host's
 ``flood``           500 idle half-sent requests on a sidecar's status port for seconds
+``churn``           roster churn: for several seconds candidates under new names start
+                    and others stop for good (SIGTERM, or SIGKILL), every 0.5-2 s, the
+                    leader among them now and then; the population stays about N
 ``restore``         (long run only) back up etcd's data, let the election move on,
                     restore it: resourceVersions go back (no ``--bump-revision``)
 ``restore-bump``    (long run only) the same restore with the revision bumped past the
@@ -84,6 +87,7 @@ KINDS = (
     "deleted-paused",
     "flood",
     "skew",
+    "churn",
 )
 #: Restoring the shared CI cluster would take other tests' objects back in time.
 LONG_KINDS = (*KINDS, "restore", "restore-bump", "lease-rollback")
@@ -139,6 +143,15 @@ class Outcome:
             + "".join(
                 f"\n  {c.who} pid {c.pid} rc={c.returncode}: {c.detail}" for c in self.crashes
             ),
+            *(
+                [
+                    f"churn: {self.extra['joined']} candidates joined, {self.extra['retired']} "
+                    f"left for good; {self.extra['early_terms']} SIGTERMs came before the "
+                    "process caught SIGTERM (its default ended it: not judged)"
+                ]
+                if self.extra.get("joined")
+                else []
+            ),
             f"log problems: {len(self.log_problems)}"
             + "".join(f"\n  {p}" for p in self.log_problems[:20]),
             "graceful shutdown took: "
@@ -163,13 +176,17 @@ class ChaosRun:
         old: int = 0,
         old_command: list[str] | None = None,
         lazy_apps: bool = False,
+        churn_seconds: tuple[float, float] = (6.0, 12.0),
+        churn_leader: float = 0.25,
     ):
         """``leader_bias``: how often a process or network fault picks the current
         leader (default: 0.6 for process faults, 0.5 for network ones); a higher
         one means more handovers per hour. ``gap``: seconds between faults.
         ``old``: how many candidates run ``old_command`` (an older sidecar's
         argv prefix, ``versions.old_command()``) instead of today's; the witness
-        never does. ``lazy_apps``: see the module docstring."""
+        never does. ``lazy_apps``: see the module docstring. ``churn_seconds``:
+        how long a ``churn`` fault lasts; ``churn_leader``: how often one of its
+        departures is the leader's (a rolling update reaches the leader's pod too)."""
         self.cluster = cluster
         self.leader_bias = leader_bias
         self.gap = gap
@@ -180,48 +197,63 @@ class ChaosRun:
         self.rng = random.Random(self.seed)
         self.say = log
         self.loop = proxy_loop()
-        upstream_port = int(cluster.server.rsplit(":", 1)[1])
         self.proxies: dict[str, FaultProxy] = {}
         self.procs: dict[str, SidecarProcess] = {}
         self.faults: list[Fault] = []
         self.crashes: list[Crash] = []
         self.expected_exit: set[int] = set()  # pids we killed on purpose
         self.shutdown_seconds: dict[str, float] = {}
-        admin = json.loads(Path(cluster.kubeconfig).read_text())
+        self.admin = json.loads(Path(cluster.kubeconfig).read_text())
+        self.upstream_port = int(cluster.server.rsplit(":", 1)[1])
         assert old < sidecars and (old == 0 or old_command), "old sidecars need a command"
         self.old: set[str] = set()
         self.lazy: set[str] = set()
+        self.lazy_apps = lazy_apps
+        self.population = sidecars
+        self.old_count, self.old_command = old, old_command
+        self.churn_seconds = churn_seconds
+        self.churn_leader = churn_leader
+        self.joined = 0  # candidates the churn started under new names
+        self.early_terms = 0  # churn SIGTERMs that came before the process caught SIGTERM
+        #: candidates stopped for good (by the churn): their logs are judged too
+        self.retired: dict[str, SidecarProcess] = {}
         for i in range(sidecars):
             is_old = i >= sidecars - old
-            who = f"old-{i}" if is_old else f"pod-{i}"
-            proxy = FaultProxy(self.loop, "127.0.0.1", upstream_port, seed=self.seed + i).start()
-            kubeconfig = workdir / f"{who}.kubeconfig"
-            doc = json.loads(json.dumps(admin))
-            doc["clusters"][0]["cluster"]["server"] = f"https://127.0.0.1:{proxy.port}"
-            kubeconfig.write_text(json.dumps(doc))
-            self.proxies[who] = proxy
-            extra = self.timings.flags
-            if lazy_apps and not is_old:
-                extra = (*extra, "--release=after-valid-until")
-                self.lazy.add(who)
-            proc = SidecarProcess(workdir, kubeconfig, namespace, who, extra=extra)
-            if is_old:
-                assert old_command is not None
-                proc.args[:1] = old_command
-                self.old.add(who)
-            self.procs[who] = proc
+            self._candidate(f"old-{i}" if is_old else f"pod-{i}", old_command if is_old else None)
         self.witness = "pod-0"
-        self.recorder = Recorder(
-            [
-                Target(who, p.state_dir / "state.json", p.port, self._pid_of(who))
-                for who, p in self.procs.items()
-            ]
-        )
+        self.recorder = Recorder([self._target(who) for who in self.procs])
         self.start_time = 0.0
+
+    def _candidate(self, who: str, old_command: list[str] | None = None) -> SidecarProcess:
+        """A candidate with its own proxy and kubeconfig, not started (``old_command``: an
+        older sidecar's argv prefix)."""
+        proxy = FaultProxy(
+            self.loop, "127.0.0.1", self.upstream_port, seed=self.seed + len(self.proxies)
+        ).start()
+        kubeconfig = self.workdir / f"{who}.kubeconfig"
+        doc = json.loads(json.dumps(self.admin))
+        doc["clusters"][0]["cluster"]["server"] = f"https://127.0.0.1:{proxy.port}"
+        kubeconfig.write_text(json.dumps(doc))
+        self.proxies[who] = proxy
+        extra = self.timings.flags
+        if self.lazy_apps and old_command is None:
+            extra = (*extra, "--release=after-valid-until")
+            self.lazy.add(who)
+        proc = SidecarProcess(self.workdir, kubeconfig, self.namespace, who, extra=extra)
+        if old_command is not None:
+            proc.args[:1] = old_command
+            self.old.add(who)
+        self.procs[who] = proc
+        return proc
+
+    def _target(self, who: str) -> Target:
+        proc = self.procs[who]
+        return Target(who, proc.state_dir / "state.json", proc.port, self._pid_of(who))
 
     def _pid_of(self, who: str) -> Callable[[], int | None]:
         def pid() -> int | None:
-            proc = self.procs[who].proc
+            found = self.procs.get(who) or self.retired.get(who)
+            proc = found.proc if found is not None else None
             return proc.pid if proc is not None and proc.poll() is None else None
 
         return pid
@@ -347,12 +379,18 @@ class ChaosRun:
             end=end,
             recorder_lag=self.recorder.max_file_lag,
             file_versions=len(self.recorder.versions),
-            extra={"seed": self.seed, "leader_after_healing": healed_leader},
+            extra={
+                "seed": self.seed,
+                "leader_after_healing": healed_leader,
+                "joined": self.joined,
+                "retired": len(self.retired),
+                "early_terms": self.early_terms,
+            },
         )
 
     def abort(self) -> None:
         """Best-effort cleanup when something raised: no process or proxy left behind."""
-        for proc in self.procs.values():
+        for proc in [*self.procs.values(), *self.retired.values()]:
             proc.stop()
         self.recorder.stop()
         for proxy in self.proxies.values():
@@ -380,6 +418,8 @@ class ChaosRun:
             target = leader if leader in others else rng.choice(others)
         elif kind in ("apiserver", "etcd", "restore", "restore-bump", "lease-rollback"):
             target = "cluster"
+        elif kind == "churn":
+            target = "roster"
         else:
             bias = 0.5 if self.leader_bias is None else self.leader_bias
             target = leader if leader and rng.random() < bias else rng.choice(list(self.procs))
@@ -498,6 +538,8 @@ class ChaosRun:
             self._restart(target, skew)
             time.sleep(hold)
             self._restart(target, 0.0)
+        elif kind == "churn":
+            detail = self._churn(rng.uniform(*self.churn_seconds))
         elif kind == "reset":
             self.proxies[target].set("reset")
             time.sleep(rng.uniform(0.2, 1.0))
@@ -510,6 +552,102 @@ class ChaosRun:
         self.faults.append(fault)
         self.say(f"fault {kind:9} on {target:7} {fault.end - fault.start:5.1f}s {fault.detail}")
         return fault
+
+    def _churn(self, hold: float) -> str:
+        """Pods come and go for ``hold`` seconds: the roster's joins and leaves meet the handovers.
+
+        Every 0.5-2 s a candidate under a new name starts, or one stops for good,
+        or both (always both at first; the population wanders within one of its
+        size, never below two). A leaver is the leader ``churn_leader`` of the
+        time (its release names the last joiner, which may be starting, or
+        stopping itself), else a follower other than the witness, often the
+        newest (whom a release would name). It gets SIGTERM (must exit 0: a
+        follower leaves the roster first) or, one time in four, SIGKILL (it stays
+        on the roster until pushed out). Leavers are waited for in the
+        background; their last file goes on claiming in the checker.
+        """
+        rng = self.rng
+        end = time.monotonic() + hold
+        stopping: list[tuple[str, signal.Signals, float, bool]] = []
+        joins = graceful = killed = leaders = ticks = 0
+        early = self.early_terms
+        while ticks == 0 or time.monotonic() < end:
+            if ticks:
+                time.sleep(rng.uniform(0.5, 2.0))
+            ticks += 1
+            self._reap(stopping, wait=False)
+            size = len(self.procs)
+            low, high = max(2, self.population - 1), self.population + 1
+            step = "both" if ticks == 1 else rng.choice(("join", "leave", "both", "both"))
+            joiner = ""
+            if step in ("join", "both") and size < high:
+                # A mixed run stays mixed: a joiner is old while fewer than ``old`` are.
+                is_old = len(self.old & set(self.procs)) < self.old_count
+                joiner = f"{'old-' if is_old else ''}churn-{self.joined}"
+                self.joined += 1
+                self._candidate(joiner, self.old_command if is_old else None).start()
+                self.recorder.add(self._target(joiner))
+                joins += 1
+            if step not in ("leave", "both") or size <= low:
+                continue
+            leader = self.recorder.leader_now()
+            # Not the one started this instant: it has not even read the Lease yet.
+            others = [w for w in self.procs if w not in (self.witness, leader, joiner)]
+            if leader in self.procs and leader != self.witness and rng.random() < self.churn_leader:
+                leaver = leader
+                leaders += 1
+            elif others:
+                # The newest is whom a release would name: leaving it races the hand-off.
+                leaver = others[-1] if rng.random() < 0.3 else rng.choice(others)
+            else:
+                continue
+            sig = signal.SIGKILL if rng.random() < 0.25 else signal.SIGTERM
+            proc = self.procs.pop(leaver)
+            self.retired[leaver] = proc
+            assert proc.proc is not None
+            self.expected_exit.add(proc.proc.pid)
+            holds = _catches(proc.proc.pid, signal.SIGTERM)
+            proc.signal(sig)
+            stopping.append((leaver, sig, time.monotonic(), holds))
+            graceful += sig == signal.SIGTERM
+            killed += sig == signal.SIGKILL
+        self._reap(stopping, wait=True)
+        early = self.early_terms - early
+        return (
+            f"{joins} joined, {graceful} SIGTERM + {killed} SIGKILL left "
+            f"({leaders} leaders{f', {early} SIGTERM before a handler' if early else ''}), "
+            f"{len(self.procs)} candidates"
+        )
+
+    def _reap(self, stopping: list[tuple[str, signal.Signals, float, bool]], wait: bool) -> None:
+        """Candidates the churn stopped that have exited (all of them, with ``wait``):
+        a SIGTERM must have exited 0 within the budget, unless it came before the
+        process caught SIGTERM at all (a pod deleted as it starts: the interpreter
+        had not run the line that holds it, contract §5, and the default ends it);
+        then they leave the recorder."""
+        for item in list(stopping):
+            who, sig, t0, holds = item
+            proc = self.retired[who]
+            assert proc.proc is not None
+            rc = proc.proc.poll()
+            if rc is None and not wait:
+                continue
+            if rc is None:
+                try:
+                    rc = proc.wait(max(0.1, t0 + 20 - time.monotonic()))
+                except Exception:
+                    proc.stop()
+                    rc = None
+            stopping.remove(item)
+            if sig == signal.SIGTERM and rc == -signal.SIGTERM and not holds:
+                self.early_terms += 1
+            elif sig == signal.SIGTERM and rc != 0:
+                took = time.monotonic() - t0
+                self.crashes.append(
+                    Crash(who, proc.proc.pid, rc, f"churn SIGTERM: exit {rc} after {took:.2f}s")
+                )
+            self.recorder.retire(who)
+            self.proxies.pop(who).close()
 
     def _lease_rollback(self, after: float) -> str:
         """Read the Lease, wait ``after`` seconds, write that old object back (a new resourceVersion)."""
@@ -575,7 +713,7 @@ class ChaosRun:
     def _logs(self) -> tuple[list[tuple[float, str, str]], list[str]]:
         events: list[tuple[float, str, str]] = []
         problems: list[str] = []
-        for who, proc in self.procs.items():
+        for who, proc in [*self.procs.items(), *self.retired.items()]:
             for line in proc.raw_log().splitlines():
                 try:
                     rec = json.loads(line)
@@ -604,6 +742,18 @@ class ChaosRun:
                         (ts, who, f"{rec.get('level')}: {msg} {rec.get('error', '')}"[:160])
                     )
         return events, problems
+
+
+def _catches(pid: int, sig: int) -> bool:
+    """Whether process ``pid`` has a handler for ``sig`` yet (``SigCgt`` of /proc/<pid>/status)."""
+    try:
+        status = Path(f"/proc/{pid}/status").read_text()
+    except OSError:
+        return False
+    for line in status.splitlines():
+        if line.startswith("SigCgt:"):
+            return bool(int(line.split()[1], 16) >> (sig - 1) & 1)
+    return False
 
 
 def _flood(port: int, connections: int, hold: float) -> int:

@@ -8,6 +8,10 @@ Three daemon threads:
   timeout, keeping status and the body's ``updated_at``/``valid_until``;
 - resources: open fds and RSS of every live sidecar process once a second.
 
+Targets come and go while it runs (the ``churn`` fault starts candidates
+under new names and stops others for good): ``add`` one, ``retire`` one whose
+process has exited, read once more after the request, then no longer sampled.
+
 It only observes; the checker (``checker.py``) judges. Test support only.
 """
 
@@ -75,6 +79,7 @@ class Recorder:
         self.file_reads = 0
         self.max_file_lag = 0.0  # the longest pause between two passes over the files
         self._last: dict[str, bytes] = {}
+        self._retiring: set[str] = set()
         self._stop = threading.Event()
         self._lock = threading.Lock()
         self._threads = [
@@ -92,6 +97,22 @@ class Recorder:
         self._stop.set()
         for t in self._threads:
             t.join(5)
+
+    def add(self, target: Target) -> None:
+        """Sample one more sidecar from now on (a candidate that joins mid-run)."""
+        with self._lock:
+            self.targets = [*self.targets, target]
+
+    def retire(self, who: str) -> None:
+        """Stop sampling ``who``, whose process has exited for good: its file is read
+        once more (a pass that begins after this call), so its last version is kept,
+        and that version goes on claiming in the checker until its ``valid_until``."""
+        with self._lock:
+            self._retiring.add(who)
+
+    def _live(self) -> list[Target]:
+        with self._lock:
+            return self.targets
 
     # ---- live view for the chaos driver ---------------------------------------
     def snapshot(self) -> list[FileVersion]:
@@ -117,8 +138,13 @@ class Recorder:
     def _files(self) -> None:
         previous = time.monotonic()
         while not self._stop.is_set():
-            for target in self.targets:
+            with self._lock:
+                leaving, self._retiring = self._retiring, set()
+            for target in self._live():
                 self._read(target)
+            if leaving:
+                with self._lock:
+                    self.targets = [t for t in self.targets if t.who not in leaving]
             now = time.monotonic()
             self.max_file_lag = max(self.max_file_lag, now - previous)
             previous = now
@@ -146,7 +172,7 @@ class Recorder:
 
     def _probes(self) -> None:
         while not self._stop.is_set():
-            for target in self.targets:
+            for target in self._live():
                 self._probe(target)
             time.sleep(self.probe_interval)
 
@@ -171,7 +197,7 @@ class Recorder:
 
     def _resources(self) -> None:
         while not self._stop.is_set():
-            for target in self.targets:
+            for target in self._live():
                 pid = target.pid()
                 if pid is None:
                     continue

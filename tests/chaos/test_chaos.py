@@ -19,7 +19,15 @@ SEED = int(os.environ["GRELMICRO_CHAOS_SEED"]) if os.environ.get("GRELMICRO_CHAO
 
 def test_short_chaos_run(cluster: ControlPlane, namespace: str, tmp_path: Path) -> None:
     timings = Timings(lease=3.0, renew=2.0, retry=0.5)
-    run = ChaosRun(cluster, namespace, tmp_path, sidecars=4, timings=timings, seed=SEED)
+    run = ChaosRun(
+        cluster,
+        namespace,
+        tmp_path,
+        sidecars=4,
+        timings=timings,
+        seed=SEED,
+        churn_seconds=(4.0, 6.0),
+    )
     try:
         run.start()
         run.run(SECONDS, every_kind_first=True, menu=CHEAP_KINDS, handovers=5)
@@ -52,4 +60,5 @@ def test_short_chaos_run(cluster: ControlPlane, namespace: str, tmp_path: Path) 
         assert trend.rss_growth_kb <= 4 * 1024, text
     # The run exercised what it claims to.
     assert set(report.faults) == set(KINDS), text
+    assert run.joined >= 1 and run.retired, f"the churn started or stopped nobody\n{text}"
     assert report.acquisitions >= 6 and report.handovers >= 4, text
