@@ -16,11 +16,14 @@ the control-plane faults (restarts, restores) hit the lock processes too.
 (the first release of the election) beside today's: the mixed-version run.
 ``--skip KIND...``: kinds never drawn (the mixed run skips the restores, which
 the first release does not survive; contract §2).
-``--candidates N`` (``--sidecars``): N candidates in the election, up to 32;
-``--weight KIND=N`` draws a kind N times as often (``churn=3 sigterm=2``
-moves leadership more often); ``--churn-seconds`` and ``--churn-leader`` shape
-the ``churn`` fault (pods joining and leaving the roster; issue 38, item 5:
-``--candidates 20 --cheap --weight churn=3 --acquisitions 1000``).
+``--candidates N`` (``--sidecars``): N candidates in the election, up to 32.
+``--weight KIND=N`` draws a kind N times as often (``churn=10 sigterm=3``
+moves leadership more often). ``--churn-seconds``, ``--churn-every`` and
+``--churn-leader`` shape the ``churn`` fault (pods joining and leaving the
+roster). Issue 38, item 5 (20 candidates, churn, 1,000 acquisitions):
+``--candidates 20 --cheap --weight churn=10 --weight sigterm=3 --weight
+sigkill=2 --leader-bias 0.9 --churn-leader 0.5 --churn-every 0.3 1.2 --gap 0.3 1
+--minutes 45 --acquisitions 1000``.
 ``--lazy-apps``: today's sidecars release only after their last
 ``valid_until`` and their apps are judged as re-reading the file now and then
 (sidecar-only restarts, issue 27 item 2).
@@ -133,6 +136,14 @@ def main(argv: list[str] | None = None) -> int:
         help="how long one churn fault lasts, drawn uniformly (default 6 12)",
     )
     parser.add_argument(
+        "--churn-every",
+        type=float,
+        nargs=2,
+        default=(0.5, 2.0),
+        metavar=("MIN", "MAX"),
+        help="seconds between two steps (a join, a leave, or both) of a churn (default 0.5 2)",
+    )
+    parser.add_argument(
         "--churn-leader",
         type=float,
         default=0.25,
@@ -180,6 +191,7 @@ def main(argv: list[str] | None = None) -> int:
         lazy_apps=args.lazy_apps,
         churn_seconds=(args.churn_seconds[0], args.churn_seconds[1]),
         churn_leader=args.churn_leader,
+        churn_every=(args.churn_every[0], args.churn_every[1]),
     )
     print(
         f"seed {run.seed}; {args.sidecars} sidecars; lease {args.lease:g}s / renew {args.renew:g}s / "
@@ -187,7 +199,10 @@ def main(argv: list[str] | None = None) -> int:
         f"{f' or {args.acquisitions} acquisitions' if args.acquisitions else ''}"
         f"{'; cheap kinds' if args.cheap else ''}; "
         f"leader bias {args.leader_bias if args.leader_bias is not None else 'default'}; "
-        f"gap {args.gap[0]:g}-{args.gap[1]:g}s",
+        f"gap {args.gap[0]:g}-{args.gap[1]:g}s; churn {args.churn_seconds[0]:g}-"
+        f"{args.churn_seconds[1]:g}s, a step every {args.churn_every[0]:g}-"
+        f"{args.churn_every[1]:g}s, leader {args.churn_leader:g}"
+        f"{'; weights ' + ' '.join(args.weight) if args.weight else ''}",
         flush=True,
     )
     if args.cheap:

@@ -178,6 +178,7 @@ class ChaosRun:
         lazy_apps: bool = False,
         churn_seconds: tuple[float, float] = (6.0, 12.0),
         churn_leader: float = 0.25,
+        churn_every: tuple[float, float] = (0.5, 2.0),
     ):
         """``leader_bias``: how often a process or network fault picks the current
         leader (default: 0.6 for process faults, 0.5 for network ones); a higher
@@ -186,7 +187,8 @@ class ChaosRun:
         argv prefix, ``versions.old_command()``) instead of today's; the witness
         never does. ``lazy_apps``: see the module docstring. ``churn_seconds``:
         how long a ``churn`` fault lasts; ``churn_leader``: how often one of its
-        departures is the leader's (a rolling update reaches the leader's pod too)."""
+        departures is the leader's (a rolling update reaches the leader's pod too);
+        ``churn_every``: seconds between its steps."""
         self.cluster = cluster
         self.leader_bias = leader_bias
         self.gap = gap
@@ -213,6 +215,7 @@ class ChaosRun:
         self.old_count, self.old_command = old, old_command
         self.churn_seconds = churn_seconds
         self.churn_leader = churn_leader
+        self.churn_every = churn_every
         self.joined = 0  # candidates the churn started under new names
         self.early_terms = 0  # churn SIGTERMs that came before the process caught SIGTERM
         #: candidates stopped for good (by the churn): their logs are judged too
@@ -556,7 +559,7 @@ class ChaosRun:
     def _churn(self, hold: float) -> str:
         """Pods come and go for ``hold`` seconds: the roster's joins and leaves meet the handovers.
 
-        Every 0.5-2 s a candidate under a new name starts, or one stops for good,
+        Every 0.5-2 s (``churn_every``) a candidate under a new name starts, or one stops for good,
         or both (always both at first; the population wanders within one of its
         size, never below two). A leaver is the leader ``churn_leader`` of the
         time (its release names the last joiner, which may be starting, or
@@ -573,7 +576,7 @@ class ChaosRun:
         early = self.early_terms
         while ticks == 0 or time.monotonic() < end:
             if ticks:
-                time.sleep(rng.uniform(0.5, 2.0))
+                time.sleep(rng.uniform(*self.churn_every))
             ticks += 1
             self._reap(stopping, wait=False)
             size = len(self.procs)
