@@ -335,9 +335,9 @@ class ChaosRun:
             proxy.set("pass")
         self._check_alive()
         deadline = time.monotonic() + 4 * self.timings.lease + 10
-        while self.recorder.leader_now() is None and time.monotonic() < deadline:
+        while self._leader() is None and time.monotonic() < deadline:
             time.sleep(0.05)
-        healed_leader = self.recorder.leader_now()
+        healed_leader = self._leader()
         shutdown_started = time.time()
         for who, proc in self.procs.items():
             assert proc.proc is not None
@@ -404,7 +404,7 @@ class ChaosRun:
     def inject(self, kind: str) -> Fault:
         t = self.timings
         rng = self.rng
-        leader = self.recorder.leader_now()
+        leader = self._leader()
         start = time.time()
         detail = ""
         if kind in PROCESS_KINDS:
@@ -559,9 +559,9 @@ class ChaosRun:
     def _churn(self, hold: float) -> str:
         """Pods come and go for ``hold`` seconds: the roster's joins and leaves meet the handovers.
 
-        Every 0.5-2 s (``churn_every``) a candidate under a new name starts, or one stops for good,
-        or both (always both at first; the population wanders within one of its
-        size, never below two). A leaver is the leader ``churn_leader`` of the
+        Every 0.5-2 s (``churn_every``) a candidate under a new name starts, or one
+        stops for good, or both (always both at first; the population wanders
+        within one of its size, never below two). A leaver is the leader ``churn_leader`` of the
         time (its release names the last joiner, which may be starting, or
         stopping itself), else a follower other than the witness, often the
         newest (whom a release would name). It gets SIGTERM (must exit 0: a
@@ -593,7 +593,7 @@ class ChaosRun:
                 joins += 1
             if step not in ("leave", "both") or size <= low:
                 continue
-            leader = self.recorder.leader_now()
+            leader = self._leader()
             # Not the one started this instant: it has not even read the Lease yet.
             others = [w for w in self.procs if w not in (self.witness, leader, joiner)]
             if leader in self.procs and leader != self.witness and rng.random() < self.churn_leader:
@@ -691,10 +691,16 @@ class ChaosRun:
         next(t for t in self.recorder.targets if t.who == who).skew = round(skew)
         proc.start()
 
+    def _leader(self) -> str | None:
+        """The candidate that claims now, if it is still one (a candidate the churn stopped
+        for good goes on claiming until its last ``valid_until``: no fault can reach it)."""
+        leader = self.recorder.leader_now()
+        return leader if leader in self.procs else None
+
     def _wait_leader(self, timeout: float = 5.0) -> str | None:
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
-            leader = self.recorder.leader_now()
+            leader = self._leader()
             if leader:
                 return leader
             time.sleep(0.05)
