@@ -303,7 +303,8 @@ class ChaosRun:
         leadership has moved that often, so that a seed whose faults happened
         to miss the leader still exercises what its test claims to.
         ``enough``: stop before ``seconds`` once the claims show that many
-        acquisitions (the long run's target; every kind still played first).
+        acquisitions (the long run's target; every kind still played first), and
+        say how many there are every 20 faults.
         """
         start = time.monotonic()
         deadline = start + seconds
@@ -315,8 +316,13 @@ class ChaosRun:
             or time.monotonic() < deadline
             or (time.monotonic() < overrun and self._handovers() < handovers)
         ):
-            if not plan and enough and self._acquisitions() >= enough:
-                break
+            progress = bool(enough and self.faults) and len(self.faults) % 20 == 0
+            if progress or (enough and not plan):
+                got = self._acquisitions()
+                if progress:
+                    self.say(f"{got} acquisitions after {len(self.faults)} faults")
+                if not plan and got >= enough:
+                    break
             kind = plan.pop(0) if plan else self.rng.choice(menu)
             self._check_alive()
             self.inject(kind)
