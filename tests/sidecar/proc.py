@@ -21,6 +21,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import sidecar
 from tests.cluster import free_port
 
 
@@ -36,6 +37,9 @@ def _console_script() -> Path:
 
 
 BIN = _console_script()
+#: The checkout whose ``sidecar`` the tests import (a git worktree, say): first on the sidecars'
+#: path, so they run the code under test, not the one the console script was installed from.
+SOURCE = Path(sidecar.__file__).resolve().parents[1]
 FAST = ("--lease-duration=3s", "--renew-deadline=2s", "--retry-period=500ms")
 
 
@@ -70,6 +74,8 @@ class SidecarProcess:
             *(["--", *command] if command else []),
         ]
         self.env = {**os.environ, **(env or {})}
+        path = self.env.get("PYTHONPATH")
+        self.env["PYTHONPATH"] = os.pathsep.join(p for p in (str(SOURCE), path) if p)
         self.proc: subprocess.Popen[bytes] | None = None
         self.started_at = 0.0
 
