@@ -55,6 +55,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
 import random
 import shutil
 import signal
@@ -641,10 +642,12 @@ class ChaosRun:
             rc = proc.proc.poll()
             if rc is None and not wait:
                 continue
+            stuck = ""
             if rc is None:
                 try:
                     rc = proc.wait(max(0.1, t0 + 20 - time.monotonic()))
                 except Exception:
+                    stuck = f" ({_where(proc.proc.pid)})"
                     proc.stop()
                     rc = None
             stopping.remove(item)
@@ -653,7 +656,13 @@ class ChaosRun:
             elif sig == signal.SIGTERM and rc != 0:
                 took = time.monotonic() - t0
                 self.crashes.append(
-                    Crash(who, proc.proc.pid, rc, f"churn SIGTERM: exit {rc} after {took:.2f}s")
+                    Crash(
+                        who,
+                        proc.proc.pid,
+                        rc,
+                        f"churn SIGTERM: exit {rc} after {took:.2f}s{stuck}, log: "
+                        + (proc.raw_log()[-1500:] or "empty"),
+                    )
                 )
             self.recorder.retire(who)
             self.proxies.pop(who).close()
@@ -769,6 +778,18 @@ def _catches(pid: int, sig: int) -> bool:
         if line.startswith("SigCgt:"):
             return bool(int(line.split()[1], 16) >> (sig - 1) & 1)
     return False
+
+
+def _where(pid: int) -> str:
+    """Where a process that would not exit is: its state, CPU time and kernel wait, for the report."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        wchan = Path(f"/proc/{pid}/wchan").read_text()
+    except OSError as err:
+        return f"no /proc entry: {err}"
+    ticks = os.sysconf("SC_CLK_TCK")
+    cpu = (int(stat[11]) + int(stat[12])) / ticks
+    return f"state {stat[0]}, {cpu:.2f} s of CPU, waiting in {wchan or '-'}"
 
 
 def _flood(port: int, connections: int, hold: float) -> int:
