@@ -566,25 +566,30 @@ class ChaosRun:
     def _churn(self, hold: float) -> str:
         """Pods come and go for ``hold`` seconds: the roster's joins and leaves meet the handovers.
 
-        Every 0.5-2 s (``churn_every``) a candidate under a new name starts, or one
-        stops for good, or both (always both at first; the population wanders
-        within one of its size, never below two). A leaver is the leader ``churn_leader`` of the
-        time (its release names the last joiner, which may be starting, or
-        stopping itself), else a follower other than the witness, often the
-        newest (whom a release would name). It gets SIGTERM (must exit 0: a
-        follower leaves the roster first) or, one time in four, SIGKILL (it stays
-        on the roster until pushed out). Leavers are waited for in the
+        Every 0.5-2 s (``churn_every``) a candidate under a new name starts, or
+        one stops for good, or both (always both at first; the population
+        wanders within one of its size, never below two). A leaver is the leader
+        ``churn_leader`` of the time (its release names the last joiner, which
+        may be starting, or stopping itself; a leading witness is cut off the
+        network for a lease instead), else a follower other than the witness,
+        often the newest (whom a release would name). It gets SIGTERM (must exit
+        0: a follower leaves the roster first) or, one time in four, SIGKILL (it
+        stays on the roster until pushed out). Leavers are waited for in the
         background; their last file goes on claiming in the checker.
         """
         rng = self.rng
         end = time.monotonic() + hold
         stopping: list[tuple[str, signal.Signals, float, bool]] = []
-        joins = graceful = killed = leaders = ticks = 0
+        joins = graceful = killed = leaders = ticks = cuts = 0
+        cut_until = 0.0
         early = self.early_terms
         while ticks == 0 or time.monotonic() < end:
             if ticks:
                 time.sleep(rng.uniform(*self.churn_every))
             ticks += 1
+            if cut_until and time.monotonic() >= cut_until:
+                self.proxies[self.witness].set("pass")
+                cut_until = 0.0
             self._reap(stopping, wait=False)
             size = len(self.procs)
             low, high = max(2, self.population - 1), self.population + 1
@@ -603,7 +608,16 @@ class ChaosRun:
             leader = self._leader()
             # Not the one started this instant: it has not even read the Lease yet.
             others = [w for w in self.procs if w not in (self.witness, leader, joiner)]
-            if leader in self.procs and leader != self.witness and rng.random() < self.churn_leader:
+            to_leader = leader is not None and rng.random() < self.churn_leader
+            if to_leader and leader == self.witness and not cut_until:
+                # The witness never stops: its link is cut for a lease instead (its node
+                # leaves the network), or an election it won would hold still for good.
+                self.proxies[self.witness].set("blackhole")
+                cut_until = time.monotonic() + self.timings.lease + 1.0
+                cuts += 1
+                continue
+            if to_leader and leader != self.witness:
+                assert leader is not None
                 leaver = leader
                 leaders += 1
             elif others:
@@ -621,11 +635,15 @@ class ChaosRun:
             stopping.append((leaver, sig, time.monotonic(), holds))
             graceful += sig == signal.SIGTERM
             killed += sig == signal.SIGKILL
+        if cut_until:
+            time.sleep(max(0.0, cut_until - time.monotonic()))
+            self.proxies[self.witness].set("pass")
         self._reap(stopping, wait=True)
         early = self.early_terms - early
         return (
             f"{joins} joined, {graceful} SIGTERM + {killed} SIGKILL left "
             f"({leaders} leaders{f', {early} SIGTERM before a handler' if early else ''}), "
+            f"{f'witness cut off {cuts}x, ' if cuts else ''}"
             f"{len(self.procs)} candidates"
         )
 
