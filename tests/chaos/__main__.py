@@ -17,13 +17,13 @@ the control-plane faults (restarts, restores) hit the lock processes too.
 ``--skip KIND...``: kinds never drawn (the mixed run skips the restores, which
 the first release does not survive; contract §2).
 ``--candidates N`` (``--sidecars``): N candidates in the election, up to 32.
-``--weight KIND=N`` draws a kind N times as often (``churn=10 sigterm=3``
+``--weight KIND=N`` draws a kind N times as often (``churn=16 sigterm=4``
 moves leadership more often). ``--churn-seconds``, ``--churn-every`` and
 ``--churn-leader`` shape the ``churn`` fault (pods joining and leaving the
 roster). Issue 38, item 5 (20 candidates, churn, 1,000 acquisitions):
-``--candidates 20 --cheap --weight churn=10 --weight sigterm=3 --weight
-sigkill=2 --leader-bias 0.9 --churn-leader 0.5 --churn-every 0.3 1.2 --gap 0.3 1
---minutes 45 --acquisitions 1000``.
+``--candidates 20 --cheap --weight churn=16 --weight sigterm=4 --weight
+sigkill=2 --weight partition=2 --leader-bias 0.9 --churn-leader 0.8
+--churn-every 0.3 1 --gap 0.2 0.8 --minutes 45 --acquisitions 1000``.
 ``--lazy-apps``: today's sidecars release only after their last
 ``valid_until`` and their apps are judged as re-reading the file now and then
 (sidecar-only restarts, issue 27 item 2).
