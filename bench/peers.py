@@ -2,7 +2,7 @@
 
 - client-go: ``bench/peers/clientgo`` (a Go module pinning ``k8s.io/client-go``)
   is built from the Go module proxy once per client-go version and cached in
-  ``~/.cache/grelmicro-sidecar/bin/bench-clientgo-<version>/``, like the
+  ``~/.cache/grelmicro-sidecar/bin/bench-clientgo-<version>-<hash>/``, like the
   control-plane binaries (``tests/cluster/binaries.py``).
 - grelmicro and the official ``kubernetes`` client: one virtualenv keyed by the
   pinned versions, ``~/.cache/grelmicro-sidecar/bench-venv-<versions>/``, that
@@ -46,9 +46,12 @@ def clientgo_version() -> str:
 
 
 def ensure_clientgo() -> Path:
-    """The client-go peer binary, built first if not cached (keyed by version and source hash)."""
-    target = cache_root() / f"bench-clientgo-{clientgo_version()}"
-    digest = hashlib.sha256((CLIENTGO_DIR / "main.go").read_bytes()).hexdigest()
+    """The client-go peer binary, built first if not cached, keyed by version and by the
+    hash of its sources (every .go file, go.mod, go.sum): two checkouts with different
+    peers each keep their own, and never rebuild one the other is running."""
+    sources = [*sorted(CLIENTGO_DIR.glob("*.go")), CLIENTGO_DIR / "go.mod", CLIENTGO_DIR / "go.sum"]
+    digest = hashlib.sha256(b"".join(p.read_bytes() for p in sources)).hexdigest()
+    target = cache_root() / f"bench-clientgo-{clientgo_version()}-{digest[:12]}"
 
     def ready(t: Path) -> bool:
         stamp = t / "main.go.sha"

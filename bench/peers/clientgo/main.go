@@ -88,7 +88,13 @@ func main() {
 	renewDeadline := flag.Duration("renew-deadline", 10*time.Second, "renew deadline")
 	retryPeriod := flag.Duration("retry-period", 2*time.Second, "retry period")
 	userAgent := flag.String("user-agent", "bench-clientgo", "HTTP user agent")
+	candidates := flag.String("candidates", "", "many candidates in this process (many.go)")
+	stagger := flag.Duration("stagger", 20*time.Millisecond, "with --candidates: between starts")
 	flag.Parse()
+	times := timing{*leaseDuration, *renewDeadline, *retryPeriod}
+	if *candidates != "" {
+		os.Exit(runMany(*candidates, *stagger, *userAgent, times))
+	}
 
 	if err := os.MkdirAll(*stateDir, 0o755); err != nil {
 		fmt.Fprintln(os.Stderr, err)
@@ -117,22 +123,31 @@ func main() {
 		os.Exit(1)
 	}()
 
+	leaderelection.RunOrDie(ctx, electionConfig(client, pub, times))
+}
+
+type timing struct{ lease, renew, retry time.Duration }
+
+// electionConfig is every candidate's elector: a LeaseLock, ReleaseOnCancel,
+// the given timings, and callbacks that publish to its state file.
+func electionConfig(client kubernetes.Interface, pub *publisher, t timing) leaderelection.LeaderElectionConfig {
+	identity := pub.identity
 	lock := &resourcelock.LeaseLock{
-		LeaseMeta:  metav1.ObjectMeta{Name: *lease, Namespace: *namespace},
+		LeaseMeta:  metav1.ObjectMeta{Name: pub.lease, Namespace: pub.ns},
 		Client:     client.CoordinationV1(),
-		LockConfig: resourcelock.ResourceLockConfig{Identity: *identity},
+		LockConfig: resourcelock.ResourceLockConfig{Identity: identity},
 	}
-	leaderelection.RunOrDie(ctx, leaderelection.LeaderElectionConfig{
+	return leaderelection.LeaderElectionConfig{
 		Lock:            lock,
 		ReleaseOnCancel: true,
-		LeaseDuration:   *leaseDuration,
-		RenewDeadline:   *renewDeadline,
-		RetryPeriod:     *retryPeriod,
-		Name:            *lease,
+		LeaseDuration:   t.lease,
+		RenewDeadline:   t.renew,
+		RetryPeriod:     t.retry,
+		Name:            pub.lease,
 		Callbacks: leaderelection.LeaderCallbacks{
 			OnStartedLeading: func(context.Context) {
 				t := true
-				pub.set(&t, identity)
+				pub.set(&t, &identity)
 			},
 			OnStoppedLeading: func() {
 				f := false
@@ -142,5 +157,5 @@ func main() {
 				pub.set(nil, &id)
 			},
 		},
-	})
+	}
 }
