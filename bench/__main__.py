@@ -53,6 +53,7 @@ class Plan:
     sweep_pods: int = 0  # bench.sweep: pods stopping at once among its LEASES; 0 skips
     first_runs: int = 3  # bench.first: fresh elections of FIRST_N candidates started at once
     crowd_n: int = 0  # bench.crowd: candidates of one election (one-election-500); 0 skips
+    thousand: int = 0  # bench.thousand: elections × 3 at steady state (thousand-elections); 0 skips
 
 
 #: Candidates started at once on a brand-new election (as the pods' 3 replicas).
@@ -61,7 +62,7 @@ FIRST_N = 3
 
 FULL = Plan(
     "full", 2, 12, 10, 2.0, 6, 150, 20, 5, 50, 60, 10, 200, 60, ("sidecar", "clientgo"), 10, 50,
-    crowd_n=500,
+    crowd_n=500, thousand=1000,
 )  # fmt: skip
 QUICK = Plan("quick", 1, 5, 2, 1.5, 2, 30, 10, 2, 10, 15, 3, 20, 15, ("sidecar", "clientgo"))
 
@@ -188,6 +189,12 @@ def run(plan: Plan, only: set[str] | None) -> dict[str, Any]:
 
                 res["crowd"] = crowd.measure(
                     plane, workdir, creds, audit, n=plan.crowd_n or crowd.N
+                )
+            if wanted("thousand-elections") and (plan.thousand or only):
+                from . import thousand
+
+                res["thousand"] = thousand.measure(
+                    plane, workdir, creds, audit, elections=plan.thousand or thousand.ELECTIONS
                 )
             if wanted("injector"):
                 res["injector"] = injector(plane.kubeconfig)
@@ -578,7 +585,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--only",
         help="comma-separated subset: handover, failover, steady, startup, first-leader, scale "
-        "(or one of its two: one-election, many-elections), one-election-500, injector, sweep, pods",
+        "(or one of its two: one-election, many-elections), one-election-500, thousand-elections, "
+        "injector, sweep, pods",
     )
     parser.add_argument(
         "--report-only", action="store_true", help="redraw from results/latest.json"

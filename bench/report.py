@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from .crowdstats import markdown as crowd_markdown
+from .thousandstats import markdown as thousand_markdown
 
 ORDER = ["sidecar", "clientgo", "grelmicro", "official"]
 SHORT = {
@@ -313,6 +314,8 @@ def markdown(res: dict[str, Any]) -> str:
             )
     if res.get("crowd"):
         add(crowd_markdown(res["crowd"], LABELS))
+    if res.get("thousand"):
+        add(thousand_markdown(res["thousand"], LABELS))
     inj = res.get("injector")
     add("## 6. Injector admission latency\n")
     if inj and not inj.get("gap"):
