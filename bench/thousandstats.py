@@ -123,9 +123,11 @@ def _num(x: float | None, digits: int = 1) -> str:
 def markdown(res: dict[str, Any], labels: dict[str, str]) -> str:
     """The section of RESULTS.md (and of bench/README.md, from results/thousand.json)."""
     impls = [k for k in ("sidecar", "clientgo") if k in res]
+    done = [res[k] for k in impls if "gap" not in res[k]]
     if not impls:
         return ""
-    first = res[impls[0]]
+    first = done[0] if done else res[impls[0]]
+    idle = next((r["idle"] for r in done if "idle" in r), None)
     n, per = first.get("elections", 0), first.get("per_election", 0)
     head = (
         f"## 5c. {n:,} elections × {per} candidates at steady state\n\n"
@@ -152,12 +154,13 @@ def markdown(res: dict[str, Any], labels: dict[str, str]) -> str:
         ("candidates' RSS, MB (all hosts)", lambda r: _num(r["hosts_rss_mb_max"], 0)),
         ("time until every election had a leader", lambda r: f"{r['up_seconds']:.0f} s"),
     ]
-    cols = [res[k] for k in impls] + [first["idle"]] if "idle" in first else []
-    names = [labels.get(k, k) for k in impls] + ["no candidates (before)"] if cols else []
+    cols = [res[k] for k in impls] + ([idle] if idle else [])
+    names = [labels.get(k, k) for k in impls] + (["no candidates (before)"] if idle else [])
     lines = [head, "| | " + " | ".join(names) + " |", "|---|" + "---|" * len(names)]
     for name, cell in rows:
         lines.append(f"| {name} | " + " | ".join(_cell(cell, r) for r in cols) + " |")
-    return "\n".join(lines) + "\n" + NOTE
+    gaps = [f"**Gap ({labels.get(k, k)}):** {res[k]['gap']}\n" for k in impls if "gap" in res[k]]
+    return "\n".join(lines) + "\n" + "".join("\n" + g for g in gaps) + NOTE
 
 
 NOTE = (
@@ -166,8 +169,8 @@ NOTE = (
     "calls (`/metrics`); requests and successful writes are the candidates' own, from the "
     "audit log (Metadata level, one line per request: its cost is in the API server's "
     "CPU); open watches are the API server's WATCH requests on Leases "
-    "(`apiserver_longrunning_requests`). The last column is the same control plane for "
-    "20 s before the sidecar's candidates started.\n"
+    "(`apiserver_longrunning_requests`). The last column is the same control plane, "
+    "restarted, for 20 s before the first implementation's candidates started.\n"
 )
 
 

@@ -110,3 +110,6 @@ def test_the_table_has_a_column_per_implementation_and_one_for_the_idle_plane() 
     assert "| leader changes in the window | 0 | 7 | – |" in text
     assert "| requests/s by verb | update 0.0 | update 0.0 | – |" in text
     assert markdown({}, LABELS) == ""
+    gap = markdown({"sidecar": {"gap": "every host exited"}, "clientgo": run}, LABELS)
+    assert "| API server CPU s per minute | – | 30.0 | 30.0 |" in gap
+    assert "**Gap (grelmicro-sidecar):** every host exited" in gap
