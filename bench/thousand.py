@@ -46,9 +46,12 @@ ELECTIONS, PER, HOSTS = 1000, 3, 10
 WARMUP, WINDOW = 30.0, 60.0
 #: After the restart, then a window with no candidates (what the control plane costs alone).
 SETTLE, IDLE = 10.0, 20.0
-#: Seconds between two candidates' starts within one host (every host starts at once).
-STAGGER = 0.1
-UP_CAP = 900.0
+#: Seconds between two candidates' starts within one host (every host starts at once):
+#: 3,000 sidecars started within 30 s drove this 2-core API server into timeouts and
+#: retries that none of its leaders outlived (every renew deadline passed).
+STAGGER = 1.0
+#: Not every election led by then: the window is measured anyway, and says how many did.
+UP_CAP = 600.0
 SAMPLE = 5.0
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = Path(__file__).parent / "results" / "thousand.json"
@@ -211,27 +214,33 @@ def run_one(
     offset, t0 = audit.offset(), time.time()
     group.start()
     try:
+        up: float | None = None
         while len(led := group.leaders()) < elections:
             if time.time() - t0 > UP_CAP:
-                raise TimeoutError(f"{impl.key}: {len(led)} of {elections} elections led")
+                _log(f"  {impl.key}: {len(led)} of {elections} elections led after "
+                     f"{UP_CAP:g} s; measuring anyway")  # fmt: skip
+                break
             if not group.pids():
                 raise RuntimeError(f"{impl.key}: every host exited; see {group.dir}")
             time.sleep(2)
-        up = time.time() - t0
-        _log(f"  {impl.key}: every election led after {up:.0f} s; warm-up {warmup:g} s ...")
+        else:
+            up = time.time() - t0
+            _log(f"  {impl.key}: every election led after {up:.0f} s; warm-up {warmup:g} s ...")
         time.sleep(warmup)
         lead0 = group.leaders()
         out = steady(plane, group.pids(), window)
         lead1, load = group.leaders(), loadavg()
     finally:
         group.stop()
-        plane.kubectl("delete", "leases", "--all", "-n", impl.namespace, check=False)
+        plane.kubectl("delete", "leases", "--all", "-n", impl.namespace, "--request-timeout=120s",
+                      check=False)  # fmt: skip
     reqs = audit.requests(offset, prefix=f"bench:{impl.key}:t")
     return {
         "impl": impl.key, "elections": elections, "per_election": PER, "hosts": hosts,
-        "up_seconds": round(up, 1), "loadavg": load, **out,
+        "up_seconds": up and round(up, 1), "up_cap_seconds": UP_CAP, "stagger": STAGGER,
+        "loadavg": load, **out,
         "leader_changes": sum(lead0.get(e) != lead1.get(e) for e in set(lead0) | set(lead1)),
-        "leaderless_at_end": elections - len(lead1),
+        "led_at_start": len(lead0), "led_at_end": len(lead1),
         **stats.requests(reqs, out["begin"], out["end"]),
         "lost_leases_logged": group.lost(),
         "idle": idle,

@@ -134,8 +134,9 @@ def markdown(res: dict[str, Any], labels: dict[str, str]) -> str:
         f"{n:,} elections × {per} candidates, "
         f"{first.get('hosts')} processes hosting them, each candidate with its own client "
         f"certificate and connection; a {first.get('window_seconds')} s window after every "
-        "election had a leader and a warm-up; one implementation at a time, the API server "
-        "and etcd restarted before each.\n"
+        "election had a leader (or a cap) and a warm-up; each process starting one "
+        f"candidate every {first.get('stagger')} s; one implementation at a time, the API "
+        "server and etcd restarted before each.\n"
     )
     rows: list[tuple[str, Any]] = [
         ("API server CPU s per minute", lambda r: _num(r["apiserver"]["cpu_per_min"])),
@@ -149,10 +150,11 @@ def markdown(res: dict[str, Any], labels: dict[str, str]) -> str:
         ("successful writes/s (audit log)", lambda r: _num(r["writes_ok_per_second"])),
         ("open watches on Leases", lambda r: _num(r["open_watches"], 0)),
         ("Lease watch events/s", lambda r: _num(r["watch_events_per_second"])),
+        ("elections led at the window's start / end", lambda r: _led(r)),
         ("leader changes in the window", lambda r: str(r["leader_changes"])),
         ("candidates' CPU s per minute (all hosts)", lambda r: _num(r["hosts_cpu_per_min"])),
         ("candidates' RSS, MB (all hosts)", lambda r: _num(r["hosts_rss_mb_max"], 0)),
-        ("time until every election had a leader", lambda r: f"{r['up_seconds']:.0f} s"),
+        ("time until every election had a leader", lambda r: _up(r)),
     ]
     cols = [res[k] for k in impls] + ([idle] if idle else [])
     names = [labels.get(k, k) for k in impls] + (["no candidates (before)"] if idle else [])
@@ -172,6 +174,16 @@ NOTE = (
     "(`apiserver_longrunning_requests`). The last column is the same control plane, "
     "restarted, for 20 s before the first implementation's candidates started.\n"
 )
+
+
+def _led(r: dict[str, Any]) -> str:
+    return f"{r['led_at_start']:,} / {r['led_at_end']:,}"
+
+
+def _up(r: dict[str, Any]) -> str:
+    if r["up_seconds"] is None:
+        return f"not within {r['up_cap_seconds']:.0f} s"
+    return f"{r['up_seconds']:.0f} s"
 
 
 def _cell(cell: Any, r: dict[str, Any]) -> str:

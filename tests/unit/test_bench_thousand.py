@@ -99,15 +99,22 @@ def test_the_table_has_a_column_per_implementation_and_one_for_the_idle_plane() 
         "per_election": 3,
         "hosts": 10,
         "up_seconds": 42.0,
+        "up_cap_seconds": 600.0,
+        "stagger": 1.0,
+        "led_at_start": 1000,
+        "led_at_end": 999,
         "leader_changes": 0,
         **requests([_req("update", 10.0)], 0.0, 60.0),
         "idle": base,
     }
-    text = markdown({"sidecar": run, "clientgo": {**run, "leader_changes": 7}}, LABELS)
+    slow = {**run, "leader_changes": 7, "up_seconds": None}
+    text = markdown({"sidecar": run, "clientgo": slow}, LABELS)
     assert text.startswith("## 5c. 1,000 elections × 3 candidates at steady state")
     assert "| | grelmicro-sidecar | client-go | no candidates (before) |" in text
     assert "| API server CPU s per minute | 30.0 | 30.0 | 30.0 |" in text
     assert "| leader changes in the window | 0 | 7 | – |" in text
+    assert "| elections led at the window's start / end | 1,000 / 999 | 1,000 / 999 | – |" in text
+    assert "| time until every election had a leader | 42 s | not within 600 s | – |" in text
     assert "| requests/s by verb | update 0.0 | update 0.0 | – |" in text
     assert markdown({}, LABELS) == ""
     gap = markdown({"sidecar": {"gap": "every host exited"}, "clientgo": run}, LABELS)
