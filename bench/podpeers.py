@@ -3,7 +3,9 @@
 ``bench.pods`` runs one 3-replica Deployment per way of electing a leader and
 measures each through the same rollouts and pod deletions:
 
-- ``sidecar``: the product, injected by the chart's webhook (readiness not gated);
+- ``sidecar``: the product, injected by the chart's webhook (readiness not gated),
+  next to an app that acts only while the state file says so
+  (``bench/apppause.py``: how long the leader's app pauses within a term);
 - ``sidecar-label``: the same with the leader label (``label-leader``);
 - ``clientgo``: client-go's ``tools/leaderelection`` with ``ReleaseOnCancel``
   as a native sidecar (``bench/peers/clientgo``, the benchmark's Go peer), in
@@ -22,6 +24,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from bench.apppause import app_container
 from bench.peers import GRELMICRO_VERSION, PYPEER, clientgo_version, ensure_clientgo
 from tests.cluster import images
 from tests.cluster.nodeimages import BUSYBOX_IMAGE, ImageArchive, busybox
@@ -113,7 +116,18 @@ def _plain(name: str, containers: list[dict[str, Any]], sidecars: list[dict[str,
     return manifest
 
 
-def workloads(prefix: str) -> list[Workload]:
+def with_user_app(manifest: dict[str, Any], cpu_request: str | None = None) -> dict[str, Any]:
+    """The e2e Deployment with the app a user would write on the state file (in the product
+    image, which has Python) in place of the curl observer; ``cpu_request``: the app's, if any
+    (none, as in the e2e tests, leaves the pod the sidecar's 10m of CPU weight)."""
+    app = app_container(images.product_image_name())
+    if cpu_request:
+        app["resources"] = {"requests": {"cpu": cpu_request}}
+    manifest["spec"]["template"]["spec"]["containers"] = [app]
+    return manifest
+
+
+def workloads(prefix: str, app_cpu_request: str | None = None) -> list[Workload]:
     state = [{"name": "leader-election", "mountPath": STATE_DIR}]
     peer_args = [
         "--namespace=$(POD_NAMESPACE)",
@@ -148,11 +162,13 @@ def workloads(prefix: str) -> list[Workload]:
         ],
         [],
     )
-    labelled = deployment(
-        "worker", annotations={"leader-election.grelmicro.io/label-leader": "true"}
+    labelled = with_user_app(
+        deployment("worker", annotations={"leader-election.grelmicro.io/label-leader": "true"}),
+        app_cpu_request,
     )
+    plain = with_user_app(deployment("worker"), app_cpu_request)
     return [
-        Workload("sidecar", "grelmicro-sidecar", f"{prefix}-sidecar", deployment("worker")),
+        Workload("sidecar", "grelmicro-sidecar", f"{prefix}-sidecar", plain),
         Workload("sidecar-label", "grelmicro-sidecar, leader label", f"{prefix}-label", labelled),
         Workload("clientgo", "client-go ReleaseOnCancel (sidecar)", f"{prefix}-clientgo", clientgo),
         Workload(

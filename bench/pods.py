@@ -14,6 +14,11 @@ built from the Dockerfile and the chart installed:
     delete -> successor;
   - leaderless time per ``kubectl rollout restart`` (default strategy,
     readiness not gated), summed over the handovers the rollout causes;
+  - for the sidecar's workloads, whose app acts only while the state file says
+    so (``bench/apppause.py``): the longest pause of the leader's app within one
+    term per rollout, in the steady seconds before and per pod deletion, each
+    pause over 100 ms put down to its cause, with the node's CPU pressure
+    (``/proc/pressure/cpu``) over the same window;
 - the leader Service (``manifests/examples/leader-service.yaml``, 3 replicas,
   the leader label): per ``kubectl delete pod`` of the leader and per rollout,
   how long the Service had no ready endpoint, and how long after the Lease
@@ -42,7 +47,7 @@ from typing import Any
 
 from kubernetes import client, config, watch
 
-from bench import podpeers
+from bench import apppause, cpuuse, podpeers
 from sidecar.core.lease import HANDOFF_ANNOTATION
 from tests.cluster import images
 from tests.cluster.node import Node
@@ -261,7 +266,49 @@ def live_pods(cluster: Cluster, namespace: str) -> set[str]:
     }
 
 
-def run(rounds: int, rollouts: int, only: set[str] | None = None) -> dict[str, Any]:
+def cpu_stalled() -> float:
+    """Seconds, since boot, that some runnable task on this machine waited for a CPU (PSI)."""
+    try:
+        line = Path("/proc/pressure/cpu").read_text().splitlines()[0]
+    except (OSError, IndexError):
+        return float("nan")
+    return int(line.rsplit("total=", 1)[1]) / 1e6
+
+
+class AppWindows:
+    """The app's pauses, window by window, for a workload whose app is ``bench/apppause.py``."""
+
+    def __init__(self, pod_logs: Path | None, namespace: str) -> None:
+        self.logs = apppause.AppLogs(pod_logs, namespace) if pod_logs else None
+        self.windows: dict[str, list[dict[str, Any]]] = {}
+        self._open: tuple[float, float, cpuuse.CpuUse] | None = None
+
+    def begin(self) -> None:
+        if self.logs is not None:
+            self._open = (time.time(), cpu_stalled(), cpuuse.CpuUse())
+
+    def end(self, kind: str) -> dict[str, Any] | None:
+        if self.logs is None or self._open is None:
+            return None
+        start, stalled, use = self._open
+        time.sleep(0.5)  # the apps' last lines reach their log files
+        end = time.time()
+        found = apppause.window(self.logs.between(start, end))
+        found["seconds"] = round(end - start, 2)
+        found["cpu_pressure"] = round((cpu_stalled() - stalled) / (end - start), 3)
+        found["cpu_seconds"] = use.stop()
+        self.windows.setdefault(kind, []).append(found)
+        return found
+
+    def stop(self) -> dict[str, Any]:
+        if self.logs is not None:
+            self.logs.stop()
+        return self.windows
+
+
+def run(
+    rounds: int, rollouts: int, only: set[str] | None = None, app_cpu_request: str | None = None
+) -> dict[str, Any]:
     node = Node(Path(tempfile.mkdtemp(prefix="grelmicro-bench-node-")))
     res: dict[str, Any] = {"started": datetime.now().isoformat(timespec="seconds")}
     try:
@@ -278,10 +325,14 @@ def run(rounds: int, rollouts: int, only: set[str] | None = None) -> dict[str, A
         )
         res["helm_install_wait_s"] = round(time.monotonic() - t0, 2)
         res["workloads"] = {}
-        for workload in podpeers.workloads(NS):
+        for workload in podpeers.workloads(NS, app_cpu_request):
             if only and workload.key not in only:
                 continue
-            res["workloads"][workload.key] = measure(cluster, workload, rounds, rollouts)
+            res["workloads"][workload.key] = measure(
+                cluster, workload, rounds, rollouts, node.run / "pod-logs"
+            )
+            if workload.key.startswith("sidecar"):
+                res["workloads"][workload.key]["app_cpu_request"] = app_cpu_request
         if not only or "service" in only:
             res.update(leader_service(cluster, rounds, rollouts))
     finally:
@@ -293,10 +344,16 @@ def run(rounds: int, rollouts: int, only: set[str] | None = None) -> dict[str, A
 
 
 def measure(
-    cluster: Cluster, workload: podpeers.Workload, rounds: int, rollouts: int
+    cluster: Cluster,
+    workload: podpeers.Workload,
+    rounds: int,
+    rollouts: int,
+    pod_logs: Path | None = None,
 ) -> dict[str, Any]:
-    """One workload through ``rounds`` leader pod deletions and ``rollouts`` rollout restarts."""
+    """One workload through ``rounds`` leader pod deletions and ``rollouts`` rollout restarts;
+    ``pod_logs``: the kubelet's log directory, where the sidecar workloads' apps are read."""
     ns, out = workload.namespace, dict[str, Any](label=workload.label)
+    app = AppWindows(pod_logs if workload.key.startswith("sidecar") else None, ns)
     cluster.kubectl("create", "namespace", ns)
     cluster.kubectl("apply", "-n", ns, "-f", str(ROOT / "manifests" / "rbac.yaml"))
     if workload.key == "sidecar-label":
@@ -308,7 +365,11 @@ def measure(
     out["create_to_leader_s"] = round(time.monotonic() - t0, 2)
     led_wall = next(t for t, h in watch.changes if h)
     cluster.kubectl("rollout", "status", "-n", ns, "deployment/worker", "--timeout=180s")
+    app.begin()
     time.sleep(10)
+    steady = app.end("steady")
+    if steady is not None:
+        _log(f"{workload.key} steady 10s: {_pauses(steady)}")
     needles = PROCESS.get(workload.key.split("-")[0], ())
     pods = {
         p["metadata"]["name"]: p["metadata"]["uid"]
@@ -335,6 +396,7 @@ def measure(
             lambda: watch.holder() in live_pods(cluster, ns) and watch.holder(), 60, "a leader"
         )
         sidecar_log = SidecarLog(cluster, ns, old) if workload.key.startswith("sidecar") else None
+        app.begin()
         t = time.time()
         cluster.kubectl("delete", "pod", "-n", ns, old, "--wait=false")
         new = wait_for(
@@ -357,6 +419,9 @@ def measure(
                 )
         _log(f"{workload.key} delete {i + 1}/{rounds}: {old} -> {new} in {seen - t:.2f}s{split}")
         cluster.kubectl("rollout", "status", "-n", ns, "deployment/worker", "--timeout=180s")
+        deleted = app.end("delete")
+        if deleted is not None:
+            _log(f"{workload.key} delete {i + 1}/{rounds}, the leader's app: {_pauses(deleted)}")
     out["delete_pod_leaderless_s"] = summary(delete_gap)
     out["delete_pod_to_successor_s"] = summary(delete_total)
     if to_sigterm:
@@ -368,6 +433,7 @@ def measure(
     rollout_gap: list[float] = []
     handovers: list[int] = []
     for i in range(rollouts):
+        app.begin()
         t = time.time()
         cluster.kubectl("rollout", "restart", "-n", ns, "deployment/worker")
         cluster.kubectl("rollout", "status", "-n", ns, "deployment/worker", "--timeout=180s")
@@ -379,12 +445,31 @@ def measure(
             f"{workload.key} rollout {i + 1}/{rollouts}: leaderless {sum(window):.2f}s "
             f"in {len(window)} handover(s)"
         )
+        rolled = app.end("rollout")
+        if rolled is not None:
+            _log(f"{workload.key} rollout {i + 1}/{rollouts}, the leader's app: {_pauses(rolled)}")
     out["rollout_restart_leaderless_s"] = summary(rollout_gap)
     out["rollout_handovers"] = summary([float(h) for h in handovers])
     out["takeovers_without_release"] = watch.unreleased
     watch.stop()
+    windows = app.stop()
+    if windows:
+        out["app_pauses"] = windows
+        for kind, found in windows.items():
+            longest = [w["longest_pause_s"] for w in found]
+            out[f"app_{kind}_longest_pause_s"] = summary(longest)
+            out[f"app_{kind}_longest_pause_each_s"] = longest
     cluster.kubectl("delete", "namespace", ns, "--wait=false")
     return out
+
+
+def _pauses(found: dict[str, Any]) -> str:
+    causes = ", ".join(f"{k} {v}" for k, v in found["causes"].items() if v) or "none"
+    return (
+        f"longest same-term pause {found['longest_pause_s']:.3f}s; pauses > 100 ms by cause: "
+        f"{causes}; loop late {found['late_lines']}x (max {found['max_late_s']:.3f}s); "
+        f"CPU pressure {found['cpu_pressure']:.2f}; CPU s {found['cpu_seconds']}"
+    )
 
 
 def leader_service(cluster: Cluster, rounds: int, rollouts: int) -> dict[str, Any]:
@@ -439,6 +524,46 @@ def _ratio(theirs: dict[str, float] | None, ours: dict[str, float] | None) -> st
     if not theirs or not ours or not theirs.get("n") or not ours.get("n") or not ours["p50"]:
         return ""
     return f" ({theirs['p50'] / ours['p50']:.0f}×)"
+
+
+def app_markdown(loads: dict[str, Any]) -> str:
+    """The leader's app (``bench/apppause.py``): its longest pause within one term per window."""
+    keys = [k for k in loads if loads[k].get("app_pauses")]
+    if not keys:
+        return ""
+    out = (
+        "\nThe leader's app (`bench/apppause.py`: reads `state.json` every 50 ms, acts only "
+        "while `is_leader` and `valid_until` say so): the longest pause within one term "
+        "(same fencing token) per window, in seconds; each pause over 100 ms put down to "
+        "what the app's loop met (the file unreadable, `is_leader` false, `valid_until` "
+        "passed, else its own loop late: it was not run); loop late: iterations that "
+        "overslept by more than 100 ms, in any pod; CPU pressure: the share of the window "
+        "in which some task on the machine waited for a CPU (`/proc/pressure/cpu`).\n\n"
+        "| window | workload | longest same-term pause, each | pauses > 100 ms by cause "
+        "| loop late (acting), max | runnable, not run, in the longest | CPU pressure |\n"
+        "|---|---|---|---|---|---|---|\n"
+    )
+    for key in keys:
+        for kind, found in loads[key]["app_pauses"].items():
+            longest = ", ".join(f"{w['longest_pause_s']:.3f}" for w in found)
+            causes: dict[str, int] = {}
+            for w in found:
+                for cause, n in w["causes"].items():
+                    causes[cause] = causes.get(cause, 0) + n
+            named = ", ".join(f"{c} {n}" for c, n in causes.items() if n) or "none"
+            late = sum(w["late_lines"] for w in found)
+            acting = sum(w["late_acting_lines"] for w in found)
+            worst = max(w["max_late_s"] for w in found)
+            run_delay = ", ".join(
+                f"{w['longest_pause']['run_delay']:.3f}" if w["longest_pause"] else "-"
+                for w in found
+            )
+            pressure = ", ".join(f"{w['cpu_pressure']:.2f}" for w in found)
+            out += (
+                f"| {kind} (n={len(found)}) | {loads[key]['label']} | {longest} | {named} "
+                f"| {late} ({acting}), {worst:.3f} | {run_delay} | {pressure} |\n"
+            )
+    return out
 
 
 def markdown(res: dict[str, Any]) -> str:
@@ -511,6 +636,10 @@ def markdown(res: dict[str, Any]) -> str:
             + " | ".join(str(loads[k]["takeovers_without_release"]) for k in keys)
             + " |\n"
         )
+        if any("measured" in loads[k] for k in keys):
+            cells = [str(loads[k].get("measured", "this run")) for k in keys]
+            out += "| measured in | " + " | ".join(cells) + " |\n"
+        out += app_markdown(loads)
     service = [
         (
             "service_delete_unrouted_s",
@@ -533,6 +662,25 @@ def markdown(res: dict[str, Any]) -> str:
     return out
 
 
+def merged(previous: dict[str, Any], res: dict[str, Any]) -> dict[str, Any]:
+    """A run of some workloads (``--only``) laid over the last results: the workloads it did
+    not measure, and the leader Service, are kept, each marked with the run that measured
+    it, so one partial run does not wipe the comparison the docs quote."""
+    before = f"{str(previous['source'].get('commit'))[:7]}, {previous['started'][:10]}"
+    kept = {
+        k: dict(v, measured=v.get("measured", before))
+        for k, v in (previous.get("workloads") or {}).items()
+        if k not in res["workloads"]
+    }
+    out = dict(res, workloads={**res["workloads"], **kept})
+    if "service" not in res["only"]:
+        for key in ("service_delete_unrouted_s", "service_rollout_unrouted_s", "service_follow_s"):
+            if key in previous:
+                out[key] = previous[key]
+        out["service_measured"] = previous.get("service_measured", before)
+    return out
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.pods")
     parser.add_argument("--rounds", type=int, default=10, help="leader pod deletions (default 10)")
@@ -546,6 +694,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--report-only", action="store_true", help="rewrite PODS.md from results/pods.json"
     )
+    parser.add_argument(
+        "--app-cpu-request",
+        help="a CPU request for the sidecar workloads' app (default none, as in tests/e2e)",
+    )
     args = parser.parse_args(argv)
     from bench.provenance import machine, source
 
@@ -553,10 +705,13 @@ def main(argv: list[str] | None = None) -> int:
         res = json.loads(RESULTS.read_text())
     else:
         measured = source()  # before the run: the tree the image is built from
-        res = run(args.rounds, args.rollouts, set(args.only or ()))
+        res = run(args.rounds, args.rollouts, set(args.only or ()), args.app_cpu_request)
+        res["app_cpu_request"] = args.app_cpu_request
         res["source"] = measured
         res["rounds"], res["rollouts"] = args.rounds, args.rollouts
         res["only"] = sorted(args.only or ())
+        if args.only and RESULTS.exists():
+            res = merged(json.loads(RESULTS.read_text()), res)
     res.setdefault("machine", machine())
     res.setdefault("source", source())
     RESULTS.parent.mkdir(parents=True, exist_ok=True)
@@ -564,6 +719,8 @@ def main(argv: list[str] | None = None) -> int:
     m, src = res["machine"], res["source"]
     dirty = " with uncommitted changes" if src.get("dirty") else ""
     only = "".join(f" --only {o}" for o in res.get("only", []))
+    if res.get("app_cpu_request"):
+        only += f" --app-cpu-request {res['app_cpu_request']}"
     text = (
         "# Real pods on this machine's node\n\n"
         f"`python -m bench.pods --rounds {res['rounds']} --rollouts {res['rollouts']}{only}`, "
