@@ -563,6 +563,19 @@ def app_markdown(loads: dict[str, Any]) -> str:
                 f"| {kind} (n={len(found)}) | {loads[key]['label']} | {longest} | {named} "
                 f"| {late} ({acting}), {worst:.3f} | {run_delay} | {pressure} |\n"
             )
+    out += "\nWho used the CPU (seconds per window, mean; `bench/cpuuse.py`):\n\n"
+    for key in keys:
+        for kind, found in loads[key]["app_pauses"].items():
+            used: dict[str, float] = {}
+            for w in found:
+                for who, seconds in (w.get("cpu_seconds") or {}).items():
+                    used[who] = used.get(who, 0.0) + seconds / len(found)
+            busy = used.pop("machine busy", 0.0)
+            secs = sum(w["seconds"] for w in found) / len(found)
+            top = ", ".join(
+                f"{who} {v:.2f}" for who, v in sorted(used.items(), key=lambda x: -x[1])
+            )
+            out += f"- {kind}, {loads[key]['label']}: {secs:.1f} s, busy {busy:.2f}: {top}\n"
     return out
 
 
