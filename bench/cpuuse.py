@@ -50,6 +50,8 @@ def _kind(pid: str, comm: str) -> str:
         return "injector"
     if b"LEADER_ELECTION_STATE_FILE" in cmdline:
         return "app"
+    if b"while True: pass" in cmdline:
+        return "cpu load (bench.pods --cpu-load)"
     return "other"
 
 

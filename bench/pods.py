@@ -306,8 +306,25 @@ class AppWindows:
         return self.windows
 
 
+#: A process that keeps one CPU busy, as other work sharing the machine does.
+HOG = [sys.executable, "-c", "while True: pass"]
+#: The busy processes running, ended when their workload is done or the run fails.
+_hogs: list[subprocess.Popen[bytes]] = []
+
+
+def _end_hogs() -> None:
+    while _hogs:
+        hog = _hogs.pop()
+        hog.kill()
+        hog.wait()
+
+
 def run(
-    rounds: int, rollouts: int, only: set[str] | None = None, app_cpu_request: str | None = None
+    rounds: int,
+    rollouts: int,
+    only: set[str] | None = None,
+    app_cpu_request: str | None = None,
+    cpu_load: int = 0,
 ) -> dict[str, Any]:
     node = Node(Path(tempfile.mkdtemp(prefix="grelmicro-bench-node-")))
     res: dict[str, Any] = {"started": datetime.now().isoformat(timespec="seconds")}
@@ -329,13 +346,14 @@ def run(
             if only and workload.key not in only:
                 continue
             res["workloads"][workload.key] = measure(
-                cluster, workload, rounds, rollouts, node.run / "pod-logs"
+                cluster, workload, rounds, rollouts, node.run / "pod-logs", cpu_load
             )
             if workload.key.startswith("sidecar"):
                 res["workloads"][workload.key]["app_cpu_request"] = app_cpu_request
         if not only or "service" in only:
             res.update(leader_service(cluster, rounds, rollouts))
     finally:
+        _end_hogs()
         left = node.stop()
         if not left:
             node.remove()
@@ -349,9 +367,12 @@ def measure(
     rounds: int,
     rollouts: int,
     pod_logs: Path | None = None,
+    cpu_load: int = 0,
 ) -> dict[str, Any]:
     """One workload through ``rounds`` leader pod deletions and ``rollouts`` rollout restarts;
-    ``pod_logs``: the kubelet's log directory, where the sidecar workloads' apps are read."""
+    ``pod_logs``: the kubelet's log directory, where the sidecar workloads' apps are read;
+    ``cpu_load``: that many busy processes on the machine from the steady window to the
+    last rollout, as other work sharing it would be."""
     ns, out = workload.namespace, dict[str, Any](label=workload.label)
     app = AppWindows(pod_logs if workload.key.startswith("sidecar") else None, ns)
     cluster.kubectl("create", "namespace", ns)
@@ -365,6 +386,7 @@ def measure(
     out["create_to_leader_s"] = round(time.monotonic() - t0, 2)
     led_wall = next(t for t, h in watch.changes if h)
     cluster.kubectl("rollout", "status", "-n", ns, "deployment/worker", "--timeout=180s")
+    _hogs.extend(subprocess.Popen(HOG) for _ in range(cpu_load))
     app.begin()
     time.sleep(10)
     steady = app.end("steady")
@@ -448,6 +470,8 @@ def measure(
         rolled = app.end("rollout")
         if rolled is not None:
             _log(f"{workload.key} rollout {i + 1}/{rollouts}, the leader's app: {_pauses(rolled)}")
+    _end_hogs()
+    out["cpu_load"] = cpu_load
     out["rollout_restart_leaderless_s"] = summary(rollout_gap)
     out["rollout_handovers"] = summary([float(h) for h in handovers])
     out["takeovers_without_release"] = watch.unreleased
@@ -708,6 +732,12 @@ def main(argv: list[str] | None = None) -> int:
         "--report-only", action="store_true", help="rewrite PODS.md from results/pods.json"
     )
     parser.add_argument(
+        "--cpu-load",
+        type=int,
+        default=0,
+        help="busy processes on the machine during the steady window and the disruptions",
+    )
+    parser.add_argument(
         "--app-cpu-request",
         help="a CPU request for the sidecar workloads' app (default none, as in tests/e2e)",
     )
@@ -718,8 +748,10 @@ def main(argv: list[str] | None = None) -> int:
         res = json.loads(RESULTS.read_text())
     else:
         measured = source()  # before the run: the tree the image is built from
-        res = run(args.rounds, args.rollouts, set(args.only or ()), args.app_cpu_request)
-        res["app_cpu_request"] = args.app_cpu_request
+        res = run(
+            args.rounds, args.rollouts, set(args.only or ()), args.app_cpu_request, args.cpu_load
+        )
+        res["app_cpu_request"], res["cpu_load"] = args.app_cpu_request, args.cpu_load
         res["source"] = measured
         res["rounds"], res["rollouts"] = args.rounds, args.rollouts
         res["only"] = sorted(args.only or ())
@@ -734,6 +766,8 @@ def main(argv: list[str] | None = None) -> int:
     only = "".join(f" --only {o}" for o in res.get("only", []))
     if res.get("app_cpu_request"):
         only += f" --app-cpu-request {res['app_cpu_request']}"
+    if res.get("cpu_load"):
+        only += f" --cpu-load {res['cpu_load']}"
     text = (
         "# Real pods on this machine's node\n\n"
         f"`python -m bench.pods --rounds {res['rounds']} --rollouts {res['rollouts']}{only}`, "
