@@ -569,7 +569,9 @@ def app_markdown(loads: dict[str, Any]) -> str:
     )
     for key in keys:
         for kind, found in loads[key]["app_pauses"].items():
-            longest = ", ".join(f"{w['longest_pause_s']:.3f}" for w in found)
+            longest = ", ".join(
+                f"{w['longest_pause_s']:.3f}" if w["longest_pause_s"] else "< 0.1" for w in found
+            )
             causes: dict[str, int] = {}
             for w in found:
                 for cause, n in w["causes"].items():
@@ -636,15 +638,17 @@ def markdown(res: dict[str, Any]) -> str:
             ("delete_pod_to_sidecar_sigterm_s", "... of which delete -> the sidecar's SIGTERM"),
             ("sidecar_sigterm_to_release_s", "... of which the sidecar's SIGTERM -> released"),
         ):
-            n = max((loads[k].get(key) or {}).get("n", 0) for k in keys)
+            counts = [(loads[k].get(key) or {}).get("n", 0) for k in keys]
+            n = max(counts)
             cells = [
                 _cell(loads[k].get(key))
+                + (f" (n={c})" if c and c != n else "")
                 + (
                     ""
                     if k == "sidecar" or "handovers" in key
                     else _ratio(loads[k].get(key), ours.get(key))
                 )
-                for k in keys
+                for k, c in zip(keys, counts, strict=True)
             ]
             out += f"| {label} (n={n}) | " + " | ".join(cells) + " |\n"
         out += (
@@ -692,6 +696,8 @@ def markdown(res: dict[str, Any]) -> str:
         out += (
             "\n| leader Service (manifests/examples/leader-service.yaml) | p50 / max |\n|---|---|\n"
         )
+        if "service_measured" in res:
+            out += f"| measured in | {res['service_measured']} |\n"
         for key, label in service:
             if key in res:
                 s = res[key]
