@@ -74,6 +74,9 @@ class Membership(Observer):
         self._waited = False
         #: Our release handed off and the successor claimed: it takes our name out.
         self.handed_over = False
+        #: The holder that handed off to us and stopped, and when we took over: listed
+        #: until ``_forget_released`` takes it out, never named by our release meanwhile.
+        self._gone: tuple[str, dt.datetime] | None = None
         self._tasks = aio.Background("roster")
 
     def on_state(self, view: View) -> None:
@@ -107,7 +110,8 @@ class Membership(Observer):
         if over.holder not in (None, self.identity):
             self._tasks.spawn(self._forgotten(over.holder))
         elif over.holder == self.identity and over.handoff_from != self.identity:
-            self._tasks.spawn(self._forget_released(over.handoff_from, self.clock.wall()))
+            self._gone = (over.handoff_from, self.clock.wall())
+            self._tasks.spawn(self._forget_released(*self._gone))
 
     def handed_off(self, successor: str) -> None:
         """Our release named ``successor`` and it claimed: leaving is its to do (``on_event``)."""
@@ -234,8 +238,9 @@ class Membership(Observer):
 
     def successor(self, record: LeaseRecord) -> str | None:
         """Who a release written over ``record`` names (the release asks): the candidate
-        listed in it that joined last, other than this one; no request."""
-        return roster.successor(roster.notes_of(record.raw), self.lease, self.identity)
+        listed in it that joined last, other than this one and the holder that handed off
+        to it (unless that one joined again since); no request."""
+        return roster.successor(roster.notes_of(record.raw), self.lease, self.identity, self._gone)
 
     async def _forgotten(self, identity: str) -> None:
         try:

@@ -361,6 +361,37 @@ def test_a_seat_freed_by_a_follower_leaving_is_taken_by_one_that_waited(
     run(scenario)
 
 
+def test_a_release_never_names_the_holder_that_handed_off_to_it(tmp_path: Path) -> None:
+    """Issue 38: a holder that handed off stops and stays listed until its successor
+    takes it out (3 to 20 s later). A release before then named it when it had joined
+    last: 500 candidates showed handovers of 1.3 s and a claim by every follower."""
+
+    async def scenario() -> None:
+        store = had_sidecars(FakeLeases())
+        a = await Candidate("a", store, tmp_path).start()
+        await until(a.leads, 16, "a leads")
+        f0 = await Candidate("f0", store, tmp_path).start()
+        await asyncio.sleep(1 + JOIN_SPREAD)
+        f1 = await Candidate("f1", store, tmp_path).start()
+        await asyncio.sleep(1 + JOIN_SPREAD)
+        assert await a.stop() == 0
+        await until(f1.leads, 5, "f1 takes over from a")
+        f2 = await Candidate("f2", store, tmp_path).start()
+        await asyncio.sleep(1 + JOIN_SPREAD)
+        assert await f1.stop() == 0  # it handed off to f2, and is still listed
+        await until(f2.leads, 5, "f2 takes over from f1")
+        assert "f1" in _listed(store)
+        loop = asyncio.get_running_loop()
+        stopping = loop.time()
+        assert await f2.stop() == 0  # before it took f1 out
+        await until(f0.leads, 15, "f0 takes over")
+        took = loop.time() - stopping
+        assert took < 1.0, took
+        await f0.stop()
+
+    run(scenario)
+
+
 def _listed(store: FakeLeases) -> list[str]:
     """The candidates the election's Lease lists, oldest first."""
     notes = roster.notes_of(store.objects[LEASE])
