@@ -11,6 +11,7 @@ from __future__ import annotations
 import copy
 import datetime as dt
 import re
+from collections.abc import Collection
 from dataclasses import dataclass, field
 from typing import Any, TypeGuard
 
@@ -209,11 +210,18 @@ def claim(
 
 
 def vacate(
-    record: LeaseRecord, *, now: dt.datetime, successor: str | None = None
+    record: LeaseRecord,
+    *,
+    now: dt.datetime,
+    successor: str | None = None,
+    without: Collection[str] = (),
 ) -> dict[str, Any]:
     """The graceful release of contract §2: 1 s duration, transitions kept; the holder
-    emptied, or, with ``successor``, named, with the hand-off marker saying who released."""
+    emptied, or, with ``successor``, named, with the hand-off marker saying who released;
+    the annotations named in ``without`` left out."""
     obj = _base(record, record.name, record.namespace)
+    for key in without:
+        _dict(obj["metadata"].get("annotations")).pop(key, None)
     spec = {"holderIdentity": successor or "", "leaseDurationSeconds": 1}
     obj["spec"].update(spec, renewTime=format_microtime(now), leaseTransitions=record.transitions)
     if successor:

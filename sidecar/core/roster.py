@@ -163,19 +163,9 @@ def _annotations(obj: dict[str, Any]) -> dict[Any, Any]:
     return found if isinstance(found, dict) else {}
 
 
-def successor(
-    notes: dict[str, str],
-    lease: str,
-    identity: str,
-    gone: tuple[str, dt.datetime] | None = None,
-) -> str | None:
-    """The candidate of ``lease`` that joined last, other than ``identity`` and ``gone``
-    (who, since when: an entry of that candidate that joined before then); None if none."""
-    others = [
-        who
-        for joined, who, _ in entries(notes, lease)
-        if who != identity and not (gone is not None and who == gone[0] and joined < gone[1])
-    ]
+def successor(notes: dict[str, str], lease: str, identity: str) -> str | None:
+    """The candidate of ``lease`` that joined last, other than ``identity``; None if none."""
+    others = [who for _, who, _ in entries(notes, lease) if who != identity]
     return others[-1] if others else None
 
 

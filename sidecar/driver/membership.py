@@ -74,8 +74,9 @@ class Membership(Observer):
         self._waited = False
         #: Our release handed off and the successor claimed: it takes our name out.
         self.handed_over = False
-        #: The holder that handed off to us and stopped, and when we took over: listed
-        #: until ``_forget_released`` takes it out, never named by our release meanwhile.
+        #: The holder that handed off to us and stopped, and when we took over: listed until
+        #: ``_forget_released`` takes it out; our release drops it meanwhile (``departed``),
+        #: so a successor that stops as soon never leaves it to be named.
         self._gone: tuple[str, dt.datetime] | None = None
         self._tasks = aio.Background("roster")
 
@@ -238,9 +239,20 @@ class Membership(Observer):
 
     def successor(self, record: LeaseRecord) -> str | None:
         """Who a release written over ``record`` names (the release asks): the candidate
-        listed in it that joined last, other than this one and the holder that handed off
-        to it (unless that one joined again since); no request."""
-        return roster.successor(roster.notes_of(record.raw), self.lease, self.identity, self._gone)
+        listed in it that joined last, other than this one and those it drops
+        (``departed``); no request."""
+        gone = self.departed(record)
+        notes = {k: v for k, v in roster.notes_of(record.raw).items() if k not in gone}
+        return roster.successor(notes, self.lease, self.identity)
+
+    def departed(self, record: LeaseRecord) -> list[str]:
+        """The entry of the holder that handed off to us and stopped, if ``record`` still
+        lists it as joined before we took over (one written since is a rejoin: kept)."""
+        if self._gone is None:
+            return []
+        who, taken = self._gone
+        found = roster.entry_of(roster.notes_of(record.raw), self.lease, who)
+        return [roster.entry_key(self.lease, who)] if found and found[1] < taken else []
 
     async def _forgotten(self, identity: str) -> None:
         try:

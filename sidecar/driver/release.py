@@ -55,6 +55,10 @@ class Roster(Protocol):
         """The named ``successor`` claimed: it takes this candidate out of the roster."""
         ...
 
+    def departed(self, record: LeaseRecord) -> list[str]:
+        """Entries of ``record`` the release drops: of holders that stopped, not yet taken out."""
+        ...
+
     def seen(self, obj: dict[str, Any]) -> None:
         """The Lease as the watch shows it: a seat may free with no change of state."""
         ...
@@ -90,7 +94,8 @@ async def release(
             if record is None:
                 return
         who = roster.successor(record) if roster is not None else None
-        body = vacate(record, now=clock.wall(), successor=who)
+        gone = roster.departed(record) if roster is not None else []
+        body = vacate(record, now=clock.wall(), successor=who, without=gone)
         try:
             written = await lock.replace(body, left())
         except Conflict:

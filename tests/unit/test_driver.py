@@ -392,6 +392,42 @@ def test_a_release_never_names_the_holder_that_handed_off_to_it(tmp_path: Path) 
     run(scenario)
 
 
+def test_a_holder_that_handed_off_is_never_named_two_terms_later(tmp_path: Path) -> None:
+    """Issue 38: a holder that hands off stays listed until its successor takes it out, 3 to
+    20 s later; a successor that hands off in turn before then took that forget with it,
+    and the next release named the holder of two terms back (500 candidates: 3 of 5
+    handovers waited the hand-off's 1 s). The release now drops that entry itself."""
+
+    async def scenario() -> None:
+        store = had_sidecars(FakeLeases())
+        a = await Candidate("a", store, tmp_path).start()
+        await until(a.leads, 16, "a leads")
+        f0 = await Candidate("f0", store, tmp_path).start()
+        await asyncio.sleep(1 + JOIN_SPREAD)
+        f1 = await Candidate("f1", store, tmp_path).start()
+        await asyncio.sleep(1 + JOIN_SPREAD)
+        assert await a.stop() == 0
+        await until(f1.leads, 5, "f1 takes over from a")
+        f2 = await Candidate("f2", store, tmp_path).start()
+        await asyncio.sleep(1 + JOIN_SPREAD)
+        assert await f1.stop() == 0  # it handed off to f2
+        await until(f2.leads, 5, "f2 takes over from f1")
+        f3 = await Candidate("f3", store, tmp_path).start()
+        await asyncio.sleep(JOIN_SPREAD + 0.5)
+        assert await f2.stop() == 0  # before it took f1 out: its release does
+        await until(f3.leads, 5, "f3 takes over from f2")
+        assert "f1" not in _listed(store)
+        loop = asyncio.get_running_loop()
+        stopping = loop.time()
+        assert await f3.stop() == 0  # before it took f2 out
+        await until(f0.leads, 15, "f0 takes over")
+        took = loop.time() - stopping
+        assert took < 1.0, took
+        await f0.stop()
+
+    run(scenario)
+
+
 def _listed(store: FakeLeases) -> list[str]:
     """The candidates the election's Lease lists, oldest first."""
     notes = roster.notes_of(store.objects[LEASE])
