@@ -96,7 +96,7 @@ class Membership(Observer):
             return
         if record.uid == self._joined_uid or record.resource_version == self._refused:
             return
-        if not self._room(record.raw):
+        if not self._room(record):
             self._waited = True
             return
         self._joining = True
@@ -132,11 +132,10 @@ class Membership(Observer):
                     await self.forget(self.identity)
             self.joined = False
 
-    def _room(self, obj: dict[str, Any]) -> bool:
-        """Whether Lease object ``obj`` has a seat for this candidate (``roster.room``)."""
-        holder = LeaseRecord.from_object(obj).holder
-        notes = roster.notes_of(obj)
-        return roster.room(notes, self.lease, holder, self.identity, self.clock.wall())
+    def _room(self, record: LeaseRecord) -> bool:
+        """Whether the Lease ``record`` has a seat for this candidate (``roster.room``)."""
+        notes = roster.notes_of(record.raw)
+        return roster.room(notes, self.lease, record.holder, self.identity, self.clock.wall())
 
     async def _join_soon(self) -> None:
         """Join after a random wait (up to ``JOIN_SPREAD``; ``REFILL_AFTER`` once every
@@ -165,19 +164,18 @@ class Membership(Observer):
         """
 
         sent: list[str] = []  # the entry of the last try
-        ended = False  # a try ended it (joined, no seat, gone, a 409): not given up
 
-        async def attempt(retry: bool) -> None:
+        async def once(retry: bool) -> None:
             obj = await self._election_lease() if retry else seen.raw
             if obj is None:
                 return
-            notes = roster.notes_of(obj)
+            record, notes = LeaseRecord.from_object(obj), roster.notes_of(obj)
             found = roster.entry_of(notes, self.lease, self.identity)
             if found is not None and found[0] in sent:  # a try that got no answer was
                 self.joined = True  # applied after all: written again, it would add load
-                self._joined_uid = LeaseRecord.from_object(obj).uid
+                self._joined_uid = record.uid
                 return
-            if not self._room(obj):
+            if not self._room(record):
                 return
             entry = roster.entry(self.lease, self.identity, self.clock.wall())
             sent[:] = entry.values()
@@ -191,16 +189,10 @@ class Membership(Observer):
                 self._refused = version
                 return
             self.joined = True
-            self._joined_uid = LeaseRecord.from_object(obj).uid
+            self._joined_uid = record.uid
 
-        async def once(retry: bool) -> None:
-            nonlocal ended
-            await attempt(retry)
-            ended = True
-
-        await written("join", self.lease, once, self.log)
-        if not ended:  # refused for good (no patch on leases): not tried again on this Lease
-            self._joined_uid = seen.uid
+        if not await written("join", self.lease, once, self.log):
+            self._joined_uid = seen.uid  # refused for good (no patch): not tried again here
 
     async def _election_lease(self, timeout: float | None = PATIENT_READ) -> dict[str, Any] | None:
         """The election's Lease as the API server's watch cache has it (None when absent)."""

@@ -36,20 +36,21 @@ COST: dict[What, str] = {
 
 async def written(
     what: What, where: str, write: Callable[[bool], Awaitable[None]], log: Logger
-) -> None:
-    """``write(retry)`` until it succeeds or is refused for good (``where``: the Lease)."""
+) -> bool:
+    """``write(retry)`` until it returns (True) or is refused for good (False; ``where``:
+    the Lease)."""
     failures = {"conflict": 0, "unavailable": 0}
     retry = False
     while True:
         try:
             await write(retry)
-            return
+            return True
         except Conflict:
             why, first = "conflict", CONFLICT_FIRST
         except ApiError as err:
             _refused(what, where, err, log)
             if not isinstance(err, ApiUnavailable):
-                return
+                return False
             why, first = "unavailable", RETRY_FIRST
         failures[why] += 1
         retry = True
