@@ -32,10 +32,8 @@ import json
 import os
 import random
 import resource
-import shutil
 import signal
 import sys
-import tempfile
 import threading
 import time
 from pathlib import Path
@@ -51,13 +49,13 @@ from .harness import (
     Credentials,
     Impl,
     Pool,
-    cleanup_on_exit,
     cpu_seconds,
     loadavg,
     parse_time,
     rss_mb,
     wait_until,
 )
+from .standalone import run_alone
 
 N = 500
 HANDOVERS = 5
@@ -524,11 +522,7 @@ def measure(
 
 
 def main(argv: list[str] | None = None) -> int:
-    from tests.cluster import ControlPlane
-
-    from . import peers
-    from .__main__ import _json_default
-    from .provenance import machine, source
+    from .report import LABELS
 
     parser = argparse.ArgumentParser(prog="python -m bench.crowd", description=__doc__)
     parser.add_argument("--n", type=int, default=N)
@@ -537,43 +531,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--impls", default="sidecar,clientgo")
     parser.add_argument("--out", type=Path, default=RESULTS)
     args = parser.parse_args(argv)
-    import compileall
 
-    import sidecar
+    def scenario(plane: Any, workdir: Path, creds: Credentials, audit: AuditLog) -> Any:
+        return measure(
+            plane, workdir, creds, audit, n=args.n, impls=tuple(args.impls.split(",")),
+            handovers=args.handovers, waves=args.waves,
+        )  # fmt: skip
 
-    measured = source()
-    peers.ensure_clientgo()
-    compileall.compile_dir(str(Path(sidecar.__file__).parent), quiet=1)
-    load_start = loadavg()
-    workdir = Path(tempfile.mkdtemp(prefix="grelmicro-crowd-"))
-    plane = ControlPlane(workdir / "controlplane")
-    plane.start()
-    try:
-        for impl in IMPLS.values():
-            plane.kubectl("create", "namespace", impl.namespace)
-        creds = Credentials(plane, workdir / "creds")
-        with cleanup_on_exit():
-            crowd = measure(
-                plane, workdir, creds, AuditLog(plane.audit_log),
-                n=args.n, impls=tuple(args.impls.split(",")),
-                handovers=args.handovers, waves=args.waves,
-            )  # fmt: skip
-    finally:
-        plane.stop()
-        if os.environ.get("BENCH_KEEP_WORKDIR"):
-            _log(f"kept {workdir}")
-        else:
-            shutil.rmtree(workdir, ignore_errors=True)
-    from .report import LABELS
-
-    out = {
-        "source": measured,
-        "machine": machine(),
-        "loadavg_start": load_start,
-        "loadavg_end": loadavg(),
-        "crowd": crowd,
-    }
-    args.out.write_text(json.dumps(out, indent=1, default=_json_default) + "\n")
+    crowd = run_alone("crowd", "crowd", scenario, args.out)
     print(stats.markdown(crowd, LABELS))
     return 0
 

@@ -26,11 +26,9 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import shutil
 import signal
 import subprocess
 import sys
-import tempfile
 import threading
 import time
 import urllib.request
@@ -41,6 +39,7 @@ from typing import Any
 from . import peers
 from . import thousandstats as stats
 from .harness import IMPLS, AuditLog, Credentials, Impl, cpu_seconds, loadavg, rss_mb, user_name
+from .standalone import run_alone
 
 ELECTIONS, PER, HOSTS = 1000, 3, 10
 WARMUP, WINDOW = 30.0, 60.0
@@ -267,10 +266,6 @@ def measure(
 
 
 def main(argv: list[str] | None = None) -> int:
-    from tests.cluster import ControlPlane
-
-    from .__main__ import _json_default
-    from .provenance import machine, source
     from .report import LABELS
 
     parser = argparse.ArgumentParser(prog="python -m bench.thousand", description=__doc__)
@@ -281,35 +276,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--impls", default="sidecar,clientgo")
     parser.add_argument("--out", type=Path, default=RESULTS)
     args = parser.parse_args(argv)
-    import compileall
 
-    import sidecar
-
-    measured = source()
-    peers.ensure_clientgo()
-    compileall.compile_dir(str(Path(sidecar.__file__).parent), quiet=1)
-    load_start = loadavg()
-    workdir = Path(tempfile.mkdtemp(prefix="grelmicro-thousand-"))
-    plane = ControlPlane(workdir / "controlplane")
-    plane.start()
-    try:
-        for impl in IMPLS.values():
-            plane.kubectl("create", "namespace", impl.namespace)
-        creds = Credentials(plane, workdir / "creds")
-        res = measure(
-            plane, workdir, creds, AuditLog(plane.audit_log), elections=args.elections,
-            hosts=args.hosts, warmup=args.warmup, window=args.window,
-            impls=tuple(args.impls.split(",")),
+    def scenario(plane: Any, workdir: Path, creds: Credentials, audit: AuditLog) -> Any:
+        return measure(
+            plane, workdir, creds, audit, elections=args.elections, hosts=args.hosts,
+            warmup=args.warmup, window=args.window, impls=tuple(args.impls.split(",")),
         )  # fmt: skip
-    finally:
-        plane.stop()
-        if os.environ.get("BENCH_KEEP_WORKDIR"):
-            _log(f"kept {workdir}")
-        else:
-            shutil.rmtree(workdir, ignore_errors=True)
-    out = {"source": measured, "machine": machine(), "loadavg_start": load_start,
-           "loadavg_end": loadavg(), "thousand": res}  # fmt: skip
-    args.out.write_text(json.dumps(out, indent=1, default=_json_default) + "\n")
+
+    res = run_alone("thousand", "thousand", scenario, args.out)
     print(stats.markdown(res, LABELS))
     return 0
 
