@@ -72,6 +72,11 @@ def version_number(resource_version: str) -> int | None:
 _CONTENT = ("holder", "lease_duration", "acquire_time", "renew_time", "transitions")
 
 
+def uid_of(obj: dict[str, Any]) -> str:
+    """The object's uid ("" when absent): a Lease deleted and created again is another."""
+    return str(_dict(obj.get("metadata")).get("uid") or "")
+
+
 def _dict(value: Any) -> dict[str, Any]:
     return value if isinstance(value, dict) else {}
 
@@ -139,8 +144,7 @@ class LeaseRecord:
 
     @property
     def uid(self) -> str:
-        """The object's uid ("" when absent): a Lease deleted and created again is another."""
-        return str(_dict(self.raw.get("metadata")).get("uid") or "")
+        return uid_of(self.raw)
 
     @property
     def managed(self) -> bool:

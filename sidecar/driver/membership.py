@@ -31,7 +31,7 @@ from typing import Any
 
 from ..core import backoff, roster
 from ..core.election import Event
-from ..core.lease import LeaseRecord
+from ..core.lease import LeaseRecord, uid_of
 from ..kit import aio
 from ..kit.clock import Clock
 from ..kit.logs import Logger
@@ -85,7 +85,10 @@ class Membership(Observer):
 
     def seen(self, obj: dict[str, Any]) -> None:
         """Every Lease the watch shows (``handofflock``): a seat frees when a candidate
-        leaves or an entry ages, which changes no state the elector tells."""
+        leaves or an entry ages, which changes no state the elector tells. Once joined,
+        nothing here reads it: every follower gets every event, so no second parse."""
+        if self._joined_uid is not None and uid_of(obj) == self._joined_uid:
+            return
         self._consider(LeaseRecord.from_object(obj))
 
     def _consider(self, record: LeaseRecord | None) -> None:
