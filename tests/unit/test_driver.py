@@ -361,31 +361,42 @@ def test_a_seat_freed_by_a_follower_leaving_is_taken_by_one_that_waited(
     run(scenario)
 
 
+async def _handed_on(store: FakeLeases, tmp_path: Path) -> tuple[Candidate, Candidate]:
+    """a leads, f0 and f1 join; a hands off to f1, f2 joins, f1 hands off to f2 and
+    stops, still listed: (f0, f2), f2 leading."""
+    a = await Candidate("a", store, tmp_path).start()
+    await until(a.leads, 16, "a leads")
+    f0 = await Candidate("f0", store, tmp_path).start()
+    await asyncio.sleep(1 + JOIN_SPREAD)
+    f1 = await Candidate("f1", store, tmp_path).start()
+    await asyncio.sleep(1 + JOIN_SPREAD)
+    assert await a.stop() == 0
+    await until(f1.leads, 5, "f1 takes over from a")
+    f2 = await Candidate("f2", store, tmp_path).start()
+    await asyncio.sleep(1 + JOIN_SPREAD)
+    assert await f1.stop() == 0  # it handed off to f2
+    await until(f2.leads, 5, "f2 takes over from f1")
+    assert "f1" in _listed(store)
+    return f0, f2
+
+
+async def _stop_then_led_by(old: Candidate, new: Candidate) -> float:
+    """Seconds from ``old``'s stop until ``new`` leads."""
+    loop = asyncio.get_running_loop()
+    stopping = loop.time()
+    assert await old.stop() == 0
+    await until(new.leads, 15, f"{new.identity} takes over")
+    return loop.time() - stopping
+
+
 def test_a_release_never_names_the_holder_that_handed_off_to_it(tmp_path: Path) -> None:
     """Issue 38: a holder that handed off stops and stays listed until its successor
     takes it out (3 to 20 s later). A release before then named it when it had joined
     last: 500 candidates showed handovers of 1.3 s and a claim by every follower."""
 
     async def scenario() -> None:
-        store = had_sidecars(FakeLeases())
-        a = await Candidate("a", store, tmp_path).start()
-        await until(a.leads, 16, "a leads")
-        f0 = await Candidate("f0", store, tmp_path).start()
-        await asyncio.sleep(1 + JOIN_SPREAD)
-        f1 = await Candidate("f1", store, tmp_path).start()
-        await asyncio.sleep(1 + JOIN_SPREAD)
-        assert await a.stop() == 0
-        await until(f1.leads, 5, "f1 takes over from a")
-        f2 = await Candidate("f2", store, tmp_path).start()
-        await asyncio.sleep(1 + JOIN_SPREAD)
-        assert await f1.stop() == 0  # it handed off to f2, and is still listed
-        await until(f2.leads, 5, "f2 takes over from f1")
-        assert "f1" in _listed(store)
-        loop = asyncio.get_running_loop()
-        stopping = loop.time()
-        assert await f2.stop() == 0  # before it took f1 out
-        await until(f0.leads, 15, "f0 takes over")
-        took = loop.time() - stopping
+        f0, f2 = await _handed_on(had_sidecars(FakeLeases()), tmp_path)
+        took = await _stop_then_led_by(f2, f0)  # f2 stops before it took f1 out
         assert took < 1.0, took
         await f0.stop()
 
@@ -400,28 +411,13 @@ def test_a_holder_that_handed_off_is_never_named_two_terms_later(tmp_path: Path)
 
     async def scenario() -> None:
         store = had_sidecars(FakeLeases())
-        a = await Candidate("a", store, tmp_path).start()
-        await until(a.leads, 16, "a leads")
-        f0 = await Candidate("f0", store, tmp_path).start()
-        await asyncio.sleep(1 + JOIN_SPREAD)
-        f1 = await Candidate("f1", store, tmp_path).start()
-        await asyncio.sleep(1 + JOIN_SPREAD)
-        assert await a.stop() == 0
-        await until(f1.leads, 5, "f1 takes over from a")
-        f2 = await Candidate("f2", store, tmp_path).start()
-        await asyncio.sleep(1 + JOIN_SPREAD)
-        assert await f1.stop() == 0  # it handed off to f2
-        await until(f2.leads, 5, "f2 takes over from f1")
+        f0, f2 = await _handed_on(store, tmp_path)
         f3 = await Candidate("f3", store, tmp_path).start()
         await asyncio.sleep(JOIN_SPREAD + 0.5)
         assert await f2.stop() == 0  # before it took f1 out: its release does
         await until(f3.leads, 5, "f3 takes over from f2")
         assert "f1" not in _listed(store)
-        loop = asyncio.get_running_loop()
-        stopping = loop.time()
-        assert await f3.stop() == 0  # before it took f2 out
-        await until(f0.leads, 15, "f0 takes over")
-        took = loop.time() - stopping
+        took = await _stop_then_led_by(f3, f0)  # f3 stops before it took f2 out
         assert took < 1.0, took
         await f0.stop()
 
