@@ -70,6 +70,14 @@ TIDY_AT = 64 * 1024
 #: How long past its election's lease duration a gone mark stays (seconds): gone times are
 #: stamped and judged by different sidecars' clocks, which may disagree by up to this.
 GONE_MARGIN = 3600
+#: A candidate that creates its election's Lease longer than this (seconds) after writing
+#: the election's mark writes the mark again (``driver.firstterm``); a sooner create does
+#: not need to: a tidy leaves a live mark younger than ``MARK_GRACE`` live.
+REMARK_AFTER = 600
+#: How long a live mark stays live whatever a tidy's list shows (seconds, by its stamp):
+#: its candidate may be between writing it and creating the Lease. ``GONE_MARGIN`` more
+#: than ``REMARK_AFTER``, for the clocks that stamp and judge it.
+MARK_GRACE = REMARK_AFTER + GONE_MARGIN
 
 
 def _key(prefix: str, *parts: str) -> str:
@@ -219,14 +227,16 @@ def _gone(lease: str, now: dt.datetime, duration: int | None) -> str:
 
 
 def _mark_of(value: str) -> tuple[str, int | None, bool, dt.datetime | None] | None:
-    """(lease, duration, gone, when it was seen gone) of a mark; None when unreadable."""
+    """(lease, duration, gone, when it was seen gone, or written when live) of a mark; None
+    when unreadable."""
     item = _read(value)
     lease, duration = item.get("lease"), item.get("duration")
     if not isinstance(lease, str) or not lease:
         return None
     if not (type(duration) is int and 1 <= duration <= MAX_DURATION):
         duration = None
-    return lease, duration, "gone" in item, parse_time(item.get("gone"))
+    gone = "gone" in item
+    return lease, duration, gone, parse_time(item.get("gone" if gone else "since"))
 
 
 def present(objects: Iterable[dict[str, Any]]) -> dict[str, int | None]:
@@ -245,8 +255,9 @@ def tidied(
     """The merge patch that bounds the marks, given the Leases present (``present``) in a
     list made after ``notes`` were read, at ``now``: a present Lease gets a live mark (kept,
     or written: a gone one comes back, a missing one is added); a live mark of an absent
-    Lease turns gone; a gone one is taken out once its Lease was seen absent for longer
-    than its lease duration and ``GONE_MARGIN``. Unreadable marks are left as they are."""
+    Lease turns gone once older than ``MARK_GRACE``; a gone one is taken out once its Lease
+    was seen absent for longer than its lease duration and ``GONE_MARGIN``. Unreadable marks
+    are left as they are."""
     wanted = {_key(MARK, lease): (lease, duration) for lease, duration in leases.items()}
     changes: dict[str, str | None] = {}
     for key, value in notes.items():
@@ -257,6 +268,8 @@ def tidied(
         elif read is not None:
             lease, duration, gone, when = read
             keep = dt.timedelta(seconds=(duration or MAX_DURATION) + GONE_MARGIN)
+            if not gone and _young(when, now):
+                continue  # its Lease may be about to be created
             if not gone or when is None:  # live, or gone at a time nobody can read
                 changes[key] = _gone(lease, now, duration)
             elif now - when > keep:
@@ -265,6 +278,15 @@ def tidied(
         if key not in notes:
             changes.update(mark(lease, now, duration))
     return changes
+
+
+def _young(since: dt.datetime | None, now: dt.datetime) -> bool:
+    """Whether a live mark written at ``since`` is younger than ``MARK_GRACE`` at ``now``; a
+    stamp further ahead than ``GONE_MARGIN`` is no stamp (it would keep the mark forever)."""
+    if since is None:
+        return False
+    age = (now - since).total_seconds()
+    return -GONE_MARGIN <= age < MARK_GRACE
 
 
 def settled(obj: dict[str, Any], now: dt.datetime, duration: float) -> bool:

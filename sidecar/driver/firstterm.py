@@ -4,7 +4,7 @@ An observer (contract §2, "No Lease" and "the first term"). It keeps the mark
 that says this election has had a Lease: written once any Lease of it is
 seen, in the namespace's coordination Lease, which outlives the election's;
 written again, live, over a gone one, and after each Lease this candidate
-creates (``_remark``). It answers ``first_term``: whether an absent Lease was
+creates more than ``roster.REMARK_AFTER`` after its own mark (``_remark``). It answers ``first_term``: whether an absent Lease was
 never created, so no term can still be vouched for and the first candidate
 may lead at once. A coordination Lease that is absent, or younger than a
 lease duration, proves nothing of the kind (it may have been deleted with
@@ -17,6 +17,7 @@ written makes a first leader wait a lease duration, as for a deleted Lease.
 from __future__ import annotations
 
 import contextlib
+from typing import Any
 
 from ..core import roster
 from ..core.defaults import LEASE_DURATION
@@ -52,6 +53,8 @@ class FirstTermMark(Observer):
         #: The uid of the last Lease of the election seen: one first seen held by us is one
         #: we created, and we write its mark again (``_remark``).
         self._seen_uid: str | None = None
+        #: When (monotonic) the last live mark this process wrote was stamped.
+        self._wrote_at: float | None = None
         self.seen_lease = self._stopping = False
         self._tasks = aio.Background("mark")
 
@@ -65,7 +68,7 @@ class FirstTermMark(Observer):
         if not self.seen_lease:
             self.seen_lease = True
             if self._live is False:  # the first read is in: mark now, else it will
-                self._tasks.spawn(self._mark())
+                self._tasks.spawn(self._mark(reread=True))
         uid = record.uid
         if uid != self._seen_uid:
             self._seen_uid = uid
@@ -76,19 +79,28 @@ class FirstTermMark(Observer):
         self._stopping = True
         self._tasks.cancel()
 
-    async def _mark(self) -> None:
+    async def _write_mark(self, obj: dict[str, Any] | None, timeout: float | None = None) -> None:
+        """Write this election's live mark over the version of ``obj`` (``Conflict`` when
+        someone wrote since)."""
+        stamped = self.clock.monotonic()
+        mark = roster.mark(self.lease, self.clock.wall(), self.duration)
+        await self.shared.merge(mark, timeout, version=roster.version_of(obj))
+        self.marked = self._live = True
+        self._wrote_at = stamped
+
+    async def _mark(self, reread: bool = False) -> None:
         """Learn whether this election is marked (the process's first read of the namespace's
-        coordination Lease); once a Lease of it was seen, record the mark if it is not; retrying."""
+        coordination Lease); once a Lease of it was seen, record the mark if it is not; retrying.
+        ``reread``: the first read is older than the Lease seen (its creator marked it since,
+        most likely): read again before writing over it."""
 
         async def once(retry: bool) -> None:
-            obj = await self.shared.read(cached=retry, timeout=PATIENT_READ)
+            obj = await self.shared.read(cached=retry or reread, timeout=PATIENT_READ)
             notes = roster.notes_of(obj)
             self.marked = self.marked or roster.marked(notes, self.lease)
             self._live = self._live or roster.live(notes, self.lease)
             if self.seen_lease and not self._live:
-                mark = roster.mark(self.lease, self.clock.wall(), self.duration)
-                await self.shared.merge(mark, version=roster.version_of(obj))
-                self.marked = self._live = True
+                await self._write_mark(obj)
 
         await written("mark", roster.NAME, once, self.log)
 
@@ -97,21 +109,26 @@ class FirstTermMark(Observer):
 
         A tidy (``Coordination.tidy``) that listed the namespace before the
         create may be writing this mark gone, over a version it read before;
-        the object it read was past ``roster.TIDY_AT``. So when the object is
-        past it now, or the mark is not live, the mark is written (a quorum
-        read, then a write over its version): either the tidy's write gets a
-        409, or ours comes after it and is live. A smaller object means a write
-        since any such read, so that tidy gets a 409 anyway.
+        the object it read was past ``roster.TIDY_AT``. A tidy leaves a mark
+        younger than ``roster.MARK_GRACE`` live, so a create within
+        ``roster.REMARK_AFTER`` of this process's own mark needs nothing (in a
+        mass start of hundreds of new elections, this read and write by every
+        creator were most of the object's traffic). Otherwise, when the object
+        is past ``TIDY_AT``, or the mark is not live, the mark is written (a
+        quorum read, then a write over its version): either the tidy's write
+        gets a 409, or ours comes after it and is live. A smaller object means
+        a write since any such read, so that tidy gets a 409 anyway.
         """
+        wrote = self._wrote_at
+        if wrote is not None and self.clock.monotonic() - wrote < roster.REMARK_AFTER:
+            return
 
         async def once(retry: bool) -> None:
             obj = await self.shared.read(fresh=True, timeout=PATIENT_READ)
             notes = roster.notes_of(obj)
             if roster.live(notes, self.lease) and roster.size(notes) <= roster.TIDY_AT:
                 return
-            mark = roster.mark(self.lease, self.clock.wall(), self.duration)
-            await self.shared.merge(mark, version=roster.version_of(obj))
-            self.marked = self._live = True
+            await self._write_mark(obj)
 
         await written("mark", roster.NAME, once, self.log)
 
@@ -133,10 +150,8 @@ class FirstTermMark(Observer):
                 settled = obj is not None and roster.settled(
                     obj, self.shared.server_now(), self.duration
                 )
-                mark = roster.mark(self.lease, self.clock.wall(), self.duration)
                 with contextlib.suppress(Conflict):
-                    await self.shared.merge(mark, timeout, version=roster.version_of(obj))
-                    self.marked = self._live = True
+                    await self._write_mark(obj, timeout)
                     if not settled:
                         self.log.info(
                             f"no mark of the election, but the coordination Lease {roster.NAME} "

@@ -573,24 +573,35 @@ class ListHook(FakeLeases):
         return found
 
 
-def test_a_tidy_that_listed_before_a_create_does_not_leave_that_elections_mark_gone() -> None:
-    """The tidy sees the Lease absent, then the Lease is created and led, then the tidy
-    writes: the creator wrote its mark again after the create, so that write is a 409 (and
-    the tidy, judging again on a new read and list, leaves the mark live)."""
+class AheadClock(LoopClock):
+    """A sidecar whose wall clock runs ``GONE_MARGIN`` ahead: as far as the marks allow."""
+
+    def wall(self) -> dt.datetime:
+        return super().wall() + dt.timedelta(seconds=roster.GONE_MARGIN)
+
+
+def _past_marks(count: int) -> dict[str, str]:
+    """Marks of ``count`` other elections, old enough to be tidied, past ``TIDY_AT``."""
+    old = EPOCH - dt.timedelta(seconds=roster.MARK_GRACE)
+    return {k: v for i in range(count) for k, v in roster.mark(f"leader-{i}", old).items()}
+
+
+def test_a_tidy_that_listed_before_a_late_create_does_not_leave_that_elections_mark_gone() -> None:
+    """The tidy (on a clock as far ahead as the marks allow) sees the Lease absent, then the
+    Lease is created and led ``REMARK_AFTER`` after its mark was written, then the tidy
+    writes: the creator wrote its mark again after the create, so that write is a 409
+    (and the tidy, judging again on a new read and list, leaves the mark live)."""
 
     async def scenario() -> None:
         store = had_sidecars(ListHook())
         shared = Coordination(store, "ns")  # type: ignore[arg-type]
-        past = {k: v for i in range(800) for k, v in roster.mark(f"leader-{i}", EPOCH).items()}
-        await shared.merge(past)
+        await shared.merge(_past_marks(800))
         a = FirstTermMark(shared, LEASE, "a", LoopClock(), Logger("error"), 15)  # type: ignore[arg-type]
         assert await a.first_term()  # marked (live), and free to create the Lease
         read = await shared.read(fresh=True)
 
         async def create_and_lead() -> None:
-            # Later than the mark above: a write that changes nothing keeps its version, as
-            # the API server's does (lease_conformance), and would be no 409 for the tidy.
-            await asyncio.sleep(1)
+            await asyncio.sleep(roster.REMARK_AFTER)  # the create lands late
             body = claim(
                 None, name=LEASE, namespace="ns", identity="a", lease_duration=15, now=EPOCH
             )
@@ -601,10 +612,86 @@ def test_a_tidy_that_listed_before_a_create_does_not_leave_that_elections_mark_g
 
         store.hook = create_and_lead
         conflicts = store.patch_conflicts
-        assert await shared.tidy(read)  # a 409, then read again, listed again, and tidied
+        tidier = Coordination(store, "ns", clock=AheadClock())  # type: ignore[arg-type]
+        assert await tidier.tidy(read)  # a 409, then read again, listed again, and tidied
         notes = roster.notes_of(store.objects[roster.NAME])
         assert roster.live(notes, LEASE) and not roster.live(notes, "leader-1"), notes
         assert store.patch_conflicts == conflicts + 1
+
+    run(scenario)
+
+
+def test_a_create_soon_after_its_mark_costs_no_request_of_the_coordination_lease() -> None:
+    """Issue 38: at 1,000 elections in one namespace, the object is past ``TIDY_AT`` for
+    good, and every create re-read and re-wrote it; about 600 elections in, those writes'
+    409s and timeouts took the API server down. A tidy leaves a young mark live
+    (``roster.MARK_GRACE``), so a create within ``REMARK_AFTER`` of its mark neither reads
+    nor writes the object again; a tidy that listed before it leaves the mark live."""
+
+    async def scenario() -> None:
+        store = had_sidecars(ListHook())
+        shared = Coordination(store, "ns")  # type: ignore[arg-type]
+        await shared.merge(_past_marks(800))
+        a = FirstTermMark(shared, LEASE, "a", LoopClock(), Logger("error"), 15)  # type: ignore[arg-type]
+        assert await a.first_term()
+        read = await shared.read(fresh=True)
+        gets, writes = len(store.gets), len(store.roster_writes)
+
+        async def create_and_lead() -> None:
+            await asyncio.sleep(roster.REMARK_AFTER - 60)
+            body = claim(
+                None, name=LEASE, namespace="ns", identity="a", lease_duration=15, now=EPOCH
+            )
+            created = await store.create(body)
+            view = View(state=None, valid_until=None, record=LeaseRecord.from_object(created))  # type: ignore[arg-type]
+            a.on_state(view)
+            await asyncio.gather(*a._tasks)
+            assert store.gets[gets:] == [] and store.roster_writes[writes:] == []
+
+        store.hook = create_and_lead
+        tidier = Coordination(store, "ns", clock=AheadClock())  # type: ignore[arg-type]
+        assert await tidier.tidy(read)
+        notes = roster.notes_of(store.objects[roster.NAME])
+        assert roster.live(notes, LEASE) and not roster.live(notes, "leader-1"), notes
+
+    run(scenario)
+
+
+def test_a_follower_that_sees_a_marked_lease_after_its_first_read_writes_no_mark() -> None:
+    """Its first read (shared, at start) was before the creator's mark: it reads again
+    before writing, finds the mark live and writes nothing (it wrote over the old version,
+    a 409 and a retry, for every follower that started with the election's creator)."""
+
+    async def scenario() -> None:
+        store = had_sidecars(FakeLeases())
+        follower = FirstTermMark(
+            Coordination(store, "ns"),
+            LEASE,
+            "f",
+            LoopClock(),
+            Logger("error"),
+            15,  # type: ignore[arg-type]
+        )
+        await follower.start(None)  # type: ignore[arg-type]
+        await asyncio.gather(*follower._tasks)  # the first read: no mark
+        creator = FirstTermMark(
+            Coordination(store, "ns"),
+            LEASE,
+            "c",
+            LoopClock(),
+            Logger("error"),
+            15,  # type: ignore[arg-type]
+        )
+        assert await creator.first_term()
+        body = claim(None, name=LEASE, namespace="ns", identity="c", lease_duration=15, now=EPOCH)
+        created = await store.create(body)
+        conflicts, writes = store.patch_conflicts, len(store.roster_writes)
+        follower.on_state(
+            View(state=None, valid_until=None, record=LeaseRecord.from_object(created))  # type: ignore[arg-type]
+        )
+        await asyncio.gather(*follower._tasks)
+        assert (store.patch_conflicts, len(store.roster_writes)) == (conflicts, writes)
+        assert follower.marked
 
     run(scenario)
 
@@ -615,7 +702,8 @@ def test_the_sidecar_that_claims_the_sweep_duty_bounds_the_marks(tmp_path: Path)
 
     async def scenario() -> None:
         store = had_sidecars(FakeLeases())
-        runs = {k: v for i in range(600) for k, v in roster.mark(f"leader-{i}", EPOCH, 15).items()}
+        old = EPOCH - dt.timedelta(seconds=roster.MARK_GRACE)  # turned gone at the first start
+        runs = {k: v for i in range(600) for k, v in roster.mark(f"leader-{i}", old, 15).items()}
         await Coordination(store, "ns").merge(runs)  # type: ignore[arg-type]
         a = await Candidate("a", store, tmp_path).start()
         await until(a.leads, 1, "a leads at once: a first term")

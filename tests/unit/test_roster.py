@@ -66,14 +66,15 @@ def _apply(notes: dict[str, str], patch: dict[str, str | None]) -> None:
 
 
 def test_a_tidy_marks_present_leases_live_turns_absent_ones_gone_and_drops_old_gone_ones() -> None:
-    later = EPOCH + dt.timedelta(seconds=15 + roster.GONE_MARGIN + 1)
+    swept = EPOCH + dt.timedelta(seconds=roster.MARK_GRACE)  # marks this old may turn gone
+    later = swept + dt.timedelta(seconds=15 + roster.GONE_MARGIN + 1)
     notes = {
         **roster.mark("leader-live", EPOCH, 15),
         **roster.mark("leader-swept", EPOCH, 15),
         **roster.mark("leader-back", EPOCH, 15),
         roster.MARK + "garbage": "not json",
     }
-    _apply(notes, roster.tidied(notes, {"leader-live": 15}, EPOCH))
+    _apply(notes, roster.tidied(notes, {"leader-live": 15}, swept))
     assert roster.live(notes, "leader-live")
     for lease in ("leader-swept", "leader-back"):  # gone, and still a mark: a candidate waits
         assert roster.marked(notes, lease) and not roster.live(notes, lease)
@@ -93,13 +94,29 @@ def test_a_gone_mark_of_unknown_duration_stays_a_day_and_no_bigger_than_the_live
     """Marks written before marks had a duration: their lease duration may be up to a day."""
     old = roster.mark("leader-x", EPOCH)  # as sidecars before issue 38 wrote them
     live = roster.mark("leader-y", EPOCH, 15)
+    swept = EPOCH + dt.timedelta(seconds=roster.MARK_GRACE)
     for notes in (old, live):
-        gone = roster.tidied(notes, {}, EPOCH)
+        gone = roster.tidied(notes, {}, swept)
         assert all(len(gone[k] or "") <= len(notes[k]) for k in notes), (notes, gone)
         _apply(notes, gone)
     day = dt.timedelta(seconds=MAX_DURATION + roster.GONE_MARGIN)
-    assert roster.tidied(old, {}, EPOCH + day) == {}
-    assert roster.tidied(old, {}, EPOCH + day + dt.timedelta(seconds=1)) == dict.fromkeys(old)
+    assert roster.tidied(old, {}, swept + day) == {}
+    assert roster.tidied(old, {}, swept + day + dt.timedelta(seconds=1)) == dict.fromkeys(old)
+
+
+def test_a_tidy_leaves_a_young_live_mark_live_though_its_lease_is_absent() -> None:
+    """Issue 38: its candidate may be between writing the mark and creating the Lease, so a
+    tidy that listed before the create must not turn it gone; that candidate then needs no
+    read or write after its create (``FirstTermMark``). Young is younger than
+    ``MARK_GRACE`` by its stamp; a stamp further ahead than ``GONE_MARGIN`` is no stamp."""
+    notes = roster.mark("leader-new", EPOCH, 15)
+    assert roster.tidied(notes, {}, EPOCH + dt.timedelta(seconds=roster.MARK_GRACE - 1)) == {}
+    assert roster.tidied(notes, {}, EPOCH - dt.timedelta(seconds=roster.GONE_MARGIN)) == {}
+    _apply(notes, roster.tidied(notes, {}, EPOCH + dt.timedelta(seconds=roster.MARK_GRACE)))
+    assert roster.marked(notes, "leader-new") and not roster.live(notes, "leader-new")
+    ahead = roster.mark("leader-ahead", EPOCH + dt.timedelta(seconds=roster.GONE_MARGIN + 1))
+    _apply(ahead, roster.tidied(ahead, {}, EPOCH))
+    assert roster.marked(ahead, "leader-ahead") and not roster.live(ahead, "leader-ahead")
 
 
 def test_the_marks_of_a_cronjob_with_one_election_per_run_stay_bounded_and_safe() -> None:
