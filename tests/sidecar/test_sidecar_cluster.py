@@ -385,7 +385,7 @@ def test_forbidden_is_logged_once_with_the_fix_and_recovers_when_granted(
     forbidden = [r for r in a.logs() if "forbidden" in str(r.get("msg"))]
     assert len(forbidden) == 1, forbidden
     line = forbidden[0]
-    assert line["verb"] == "list" and line["resource"] == "leases.coordination.k8s.io"
+    assert line["verb"] == "get" and line["resource"] == "leases.coordination.k8s.io"
     assert (
         "Role" in line["msg"] and "get, list, watch, create, update, patch, delete" in line["msg"]
     )
