@@ -70,13 +70,10 @@ TIDY_AT = 64 * 1024
 #: How long past its election's lease duration a gone mark stays (seconds): gone times are
 #: stamped and judged by different sidecars' clocks, which may disagree by up to this.
 GONE_MARGIN = 3600
-#: A candidate that creates its election's Lease longer than this (seconds) after writing
-#: the election's mark writes the mark again (``driver.firstterm``); a sooner create does
-#: not need to: a tidy leaves a live mark younger than ``MARK_GRACE`` live.
+#: A create this long (seconds) after its candidate wrote the mark writes it again
+#: (``driver.firstterm``); a tidy leaves a live mark younger than ``MARK_GRACE`` live (its
+#: Lease may be about to be created), ``GONE_MARGIN`` covering the clocks.
 REMARK_AFTER = 600
-#: How long a live mark stays live whatever a tidy's list shows (seconds, by its stamp):
-#: its candidate may be between writing it and creating the Lease. ``GONE_MARGIN`` more
-#: than ``REMARK_AFTER``, for the clocks that stamp and judge it.
 MARK_GRACE = REMARK_AFTER + GONE_MARGIN
 
 
@@ -268,8 +265,9 @@ def tidied(
         elif read is not None:
             lease, duration, gone, when = read
             keep = dt.timedelta(seconds=(duration or MAX_DURATION) + GONE_MARGIN)
-            if not gone and _young(when, now):
-                continue  # its Lease may be about to be created
+            age = (now - when).total_seconds() if when is not None else None
+            if not gone and age is not None and -GONE_MARGIN <= age < MARK_GRACE:
+                continue  # young (a stamp further ahead than the margin is no stamp)
             if not gone or when is None:  # live, or gone at a time nobody can read
                 changes[key] = _gone(lease, now, duration)
             elif now - when > keep:
@@ -278,15 +276,6 @@ def tidied(
         if key not in notes:
             changes.update(mark(lease, now, duration))
     return changes
-
-
-def _young(since: dt.datetime | None, now: dt.datetime) -> bool:
-    """Whether a live mark written at ``since`` is younger than ``MARK_GRACE`` at ``now``; a
-    stamp further ahead than ``GONE_MARGIN`` is no stamp (it would keep the mark forever)."""
-    if since is None:
-        return False
-    age = (now - since).total_seconds()
-    return -GONE_MARGIN <= age < MARK_GRACE
 
 
 def settled(obj: dict[str, Any], now: dt.datetime, duration: float) -> bool:
