@@ -2,15 +2,16 @@
 
 The elector's whole view of the API server (client-go's ``resourcelock`` seam).
 A read is a quorum GET by name (client-go's): one key from etcd. The watch
-resumes from the Lease's own resourceVersion; a list by name (whose version
-is the collection's, now) only where there is none to resume from: the Lease
-is absent, or the watch lost its place (a quiet Lease's version may be older
-than the API server's watch window). A list was the read before issue 38: at
-1,000 elections on 2 cores, its wait for the watch cache to catch up outlasted
-the request timeout, and the retries (20,219 in 74 s) kept the API server
-down. Every event (bookmarks too) moves the version on; a watch the server
-ends is resumed; 410 Gone is ``Lost`` (the watch waits for the next read); a
-broken one is ``Failed``, retried after a capped, jittered backoff.
+resumes from the Lease's own resourceVersion, or, where there is none to
+resume from (the Lease is absent, or the watch lost its place: a quiet Lease's
+version may be older than the API server's watch window), starts at the most
+recent one, whose first event is the Lease as it is then, if it is there. A
+list by name was the read before issue 38: at 1,000 elections on 2 cores, its
+wait for the watch cache to catch up outlasted the request timeout, and the
+retries (20,219 in 74 s) kept the API server down. Every event (bookmarks
+too) moves the version on; a watch the server ends is resumed; 410 Gone is
+``Lost`` (the watch waits for the next read); a broken one is ``Failed``,
+retried after a capped, jittered backoff.
 """
 
 from __future__ import annotations
@@ -64,26 +65,16 @@ class LeaseLock:
         self.store, self.name, self.request_timeout = store, name, store.request_timeout
         self._version: str | None = None
         self._known = asyncio.Event()
-        self._lost = False  # the watch lost its place: the next read lists
+        self._lost = False  # the watch lost its place: the next one starts at the most recent
 
     async def read(self, timeout: float) -> Obj | None:
         """The Lease now (None when absent); the watch resumes from this read."""
-        if not self._lost:
-            obj = await self.store.get(self.name, timeout=timeout)
-            version = str((obj or {}).get("metadata", {}).get("resourceVersion") or "")
-            if obj is not None and version:
-                self._resume_from(version)
-                return obj
-        selector = f"metadata.name={self.name}"
-        items, version = await self.store.list(field_selector=selector, timeout=timeout)
-        if version:
-            self._lost = False
-            self._resume_from(version)
-        return next((i for i in items if (i.get("metadata") or {}).get("name") == self.name), None)
-
-    def _resume_from(self, version: str) -> None:
-        self._version = version
+        obj = await self.store.get(self.name, timeout=timeout)
+        version = str((obj or {}).get("metadata", {}).get("resourceVersion") or "")
+        self._version = "" if self._lost else version  # "": the most recent
+        self._lost = False
         self._known.set()
+        return obj
 
     async def create(self, body: Obj, timeout: float) -> Obj:
         return await self.store.create(body, timeout=timeout)

@@ -86,10 +86,13 @@ class LeaseStore:
     async def watch(
         self, name: str, resource_version: str, timeout_seconds: int
     ) -> AsyncIterator[tuple[str, Obj]]:
-        """Events (type, object) on one Lease from ``resource_version`` on; ends when the
-        server ends the watch (``timeout_seconds``), ``Gone`` when the version is too old."""
+        """Events (type, object) on one Lease from ``resource_version`` on (``""``: from the
+        most recent, the Lease as it is then first); ends when the server ends the watch
+        (``timeout_seconds``), ``Gone`` when the version is too old."""
         query = {"watch": "1", "fieldSelector": f"metadata.name={name}"}
-        query |= {"resourceVersion": resource_version, "allowWatchBookmarks": "true"}
+        query |= {"allowWatchBookmarks": "true"}
+        if resource_version:
+            query["resourceVersion"] = resource_version
         url = self._path(**query, timeoutSeconds=str(timeout_seconds))
         async for event in self.api.stream(url, "watch leases", idle_timeout=timeout_seconds + 30):
             event = event if isinstance(event, dict) else {}

@@ -8,7 +8,7 @@ a patch that names a null one, is a 422), a write that changes nothing stores no
 a create of an existing Lease is a 409, a create gives a new uid, a replace
 naming another uid is a 409, of a missing Lease too (without a uid it creates
 it, as Leases allow), a watch replays what happened after the version it
-starts from (a delete under the delete's own version) and ends after its
+starts from (a delete under the delete's own version; from none, the Lease as it is first) and ends after its
 timeout, a create stamps ``creationTimestamp`` (``EPOCH`` plus the loop's
 time, to the second, as the tests' wall clocks run), annotations past the API server's cap are a 422, and a version older than the compaction point is 410.
 ``down = True`` makes every call fail as an unreachable server would.
@@ -232,7 +232,12 @@ class FakeLeases:
         self, name: str, resource_version: str, timeout_seconds: int
     ) -> AsyncIterator[tuple[str, dict[str, Any]]]:
         self._check("watch")
-        since = int(resource_version)
+        if not resource_version:  # the most recent: the Lease as it is, then what follows
+            since = self.rv
+            if (current := self.objects.get(name)) is not None:
+                yield "ADDED", copy.deepcopy(current)
+        else:
+            since = int(resource_version)
         if since < self.compacted:
             raise Gone("watch leases: HTTP 410", status=410, verb="watch")
         loop = asyncio.get_running_loop()

@@ -276,9 +276,9 @@ async def test_a_watch_ends_when_its_time_is_up(store: Store, every: Every) -> N
 @case(real="410 needs the watch cache to have dropped the version: tests/chaos's restore-bump")
 async def test_a_watch_from_a_compacted_version_is_gone(store: Store, every: Every) -> None:
     """A version compacted away is 410 ``Gone`` (``LeaseLock``: ``Lost``, until the next read)."""
-    lock = LeaseLock(store, NAME)  # type: ignore[arg-type]
-    await lock.read(TIMEOUT)
     await store.create(new(store, "a"))
+    lock = LeaseLock(store, NAME)  # type: ignore[arg-type]
+    await lock.read(TIMEOUT)  # the watch resumes from the Lease's version
     await store.compact()  # type: ignore[attr-defined]  # FakeLeases only
     with pytest.raises(Gone):
         await lease_events(store, "1")
@@ -287,12 +287,12 @@ async def test_a_watch_from_a_compacted_version_is_gone(store: Store, every: Eve
 
 
 @case(real="410 needs the watch cache to have dropped the version: tests/chaos's restore-bump")
-async def test_a_read_after_the_watch_lost_its_place_lists_and_resumes_it(
+async def test_after_the_watch_lost_its_place_it_starts_again_at_the_most_recent(
     store: Store, every: Every
 ) -> None:
     """A read is a GET by name, whose version the watch resumes from. A quiet Lease's own
-    version may be older than the server keeps (410, ``Lost``): the next read lists, by
-    name, and the watch resumes from the list's version and reports the next change."""
+    version may be older than the server keeps (410, ``Lost``): after the next read the
+    watch starts at the most recent version, not at the Lease's again (a 410 each time)."""
     made = await store.create(new(store, "a"))
     await store.create(new(store, "x", name=OTHER))
     await store.compact()  # type: ignore[attr-defined]  # FakeLeases only
@@ -301,8 +301,35 @@ async def test_a_read_after_the_watch_lost_its_place_lists_and_resumes_it(
     async with asyncio.timeout(TIMEOUT), contextlib.aclosing(lock.events()) as events:
         assert isinstance(await anext(events), Lost)
         renewed = await store.replace(renew(await lock.read(TIMEOUT) or {}))
-        event = await anext(events)
-        assert isinstance(event, Changed) and rv(event.obj) == rv(renewed), event
+        seen = [e async for e in _until_version(events, rv(renewed))]
+        assert not any(isinstance(e, Lost | Failed) for e in seen), seen
+
+
+async def _until_version(
+    events: AsyncIterator[Any], version: int
+) -> AsyncIterator[Changed | Deleted | Lost | Failed]:
+    """``events`` up to the first change at ``version``."""
+    async for event in events:
+        if isinstance(event, Changed | Deleted | Lost | Failed):
+            yield event
+        if isinstance(event, Changed | Deleted) and rv(event.obj) == version:
+            return
+
+
+@case()
+async def test_a_watch_from_no_version_starts_with_the_lease_as_it_is(
+    store: Store, every: Every
+) -> None:
+    """``LeaseLock`` after a 410: from the most recent version, the first event is the Lease
+    as it is then (it may have changed since the read), then each change."""
+    made = await store.create(new(store, "a"))
+    async with asyncio.timeout(TIMEOUT):
+        events = store.watch(NAME, "", 2)
+        kind, first = await anext(events)
+        assert (kind, rv(first)) == ("ADDED", rv(made))
+        renewed = await store.replace(renew(made))
+        rest = [(kind, rv(obj)) async for kind, obj in events if kind != "BOOKMARK"]
+        assert rest == [("MODIFIED", rv(renewed))], rest
 
 
 @case(fake="the fake stores what it is sent and checks no field (the real server does)")
