@@ -16,10 +16,11 @@ written makes a first leader wait a lease duration, as for a deleted Lease.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 from typing import Any
 
-from ..core import roster
+from ..core import backoff, roster
 from ..core.defaults import LEASE_DURATION
 from ..kit import aio
 from ..kit.clock import Clock
@@ -27,7 +28,7 @@ from ..kit.logs import Logger
 from ..kube.coordination import PATIENT_READ, Coordination
 from ..kube.errors import ApiError, Conflict
 from .observer import Control, Observer, View
-from .rosterwrites import written
+from .rosterwrites import CONFLICT_FIRST, JITTER, written
 
 
 class FirstTermMark(Observer):
@@ -143,8 +144,11 @@ class FirstTermMark(Observer):
         with it whose holder still vouches (``kubectl delete leases --all``).
         """
         try:
-            for _ in range(3):  # the mark goes over the version read; a 409: judge again
-                obj = await self.shared.read(fresh=True, timeout=timeout)
+            for attempt in range(3):  # the mark goes over the version read; a 409: judge again
+                if attempt:  # others wrote in between: a mass start; spread out, not at once
+                    await asyncio.sleep(backoff.delay(attempt, CONFLICT_FIRST, 1.0, jitter=JITTER))
+                # From the watch cache: a stale read is a 409 below, never a wrong answer.
+                obj = await self.shared.read(cached=True, timeout=timeout)
                 if roster.marked(roster.notes_of(obj), self.lease):
                     return False
                 settled = obj is not None and roster.settled(
