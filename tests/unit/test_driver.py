@@ -586,6 +586,15 @@ def _past_marks(count: int) -> dict[str, str]:
     return {k: v for i in range(count) for k, v in roster.mark(f"leader-{i}", old).items()}
 
 
+async def _create_and_lead(store: FakeLeases, a: FirstTermMark, after: float) -> None:
+    """``after`` seconds on, create the Lease held by ``a`` and let its mark observer see it."""
+    await asyncio.sleep(after)
+    body = claim(None, name=LEASE, namespace="ns", identity="a", lease_duration=15, now=EPOCH)
+    created = await store.create(body)
+    a.on_state(View(state=None, valid_until=None, record=LeaseRecord.from_object(created)))  # type: ignore[arg-type]
+    await asyncio.gather(*a._tasks)
+
+
 def test_a_tidy_that_listed_before_a_late_create_does_not_leave_that_elections_mark_gone() -> None:
     """The tidy (on a clock as far ahead as the marks allow) sees the Lease absent, then the
     Lease is created and led ``REMARK_AFTER`` after its mark was written, then the tidy
@@ -601,14 +610,7 @@ def test_a_tidy_that_listed_before_a_late_create_does_not_leave_that_elections_m
         read = await shared.read(fresh=True)
 
         async def create_and_lead() -> None:
-            await asyncio.sleep(roster.REMARK_AFTER)  # the create lands late
-            body = claim(
-                None, name=LEASE, namespace="ns", identity="a", lease_duration=15, now=EPOCH
-            )
-            created = await store.create(body)
-            view = View(state=None, valid_until=None, record=LeaseRecord.from_object(created))  # type: ignore[arg-type]
-            a.on_state(view)
-            await asyncio.gather(*a._tasks)
+            await _create_and_lead(store, a, after=roster.REMARK_AFTER)  # the create lands late
 
         store.hook = create_and_lead
         conflicts = store.patch_conflicts
@@ -638,14 +640,7 @@ def test_a_create_soon_after_its_mark_costs_no_request_of_the_coordination_lease
         gets, writes = len(store.gets), len(store.roster_writes)
 
         async def create_and_lead() -> None:
-            await asyncio.sleep(roster.REMARK_AFTER - 60)
-            body = claim(
-                None, name=LEASE, namespace="ns", identity="a", lease_duration=15, now=EPOCH
-            )
-            created = await store.create(body)
-            view = View(state=None, valid_until=None, record=LeaseRecord.from_object(created))  # type: ignore[arg-type]
-            a.on_state(view)
-            await asyncio.gather(*a._tasks)
+            await _create_and_lead(store, a, after=roster.REMARK_AFTER - 60)
             assert store.gets[gets:] == [] and store.roster_writes[writes:] == []
 
         store.hook = create_and_lead
