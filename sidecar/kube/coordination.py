@@ -105,14 +105,23 @@ class Coordination:
         version: str | None = None,
     ) -> None:
         """Set (or, with None, remove) annotations; the object is created when missing.
-        ``version``: only over that resourceVersion, else ``Conflict``."""
+        ``version``: only over that resourceVersion, else ``Conflict``, a missing object too
+        (what was read is gone: a new one is no continuation of it)."""
         meta: dict[str, Any] = {"annotations": notes}
         if version:
             meta["resourceVersion"] = version
         for _ in range(3):
-            with contextlib.suppress(NotFound), self._refusal_logged():
-                await self.store.patch(roster.NAME, {"metadata": meta}, timeout=timeout)
-                return
+            try:
+                with self._refusal_logged():
+                    await self.store.patch(roster.NAME, {"metadata": meta}, timeout=timeout)
+                    return
+            except NotFound:
+                if version:
+                    raise Conflict(
+                        f"patch leases: {roster.NAME} deleted since {version}",
+                        status=409,
+                        verb="patch",
+                    ) from None
             kept = {k: v for k, v in notes.items() if v is not None}
             with contextlib.suppress(Conflict):  # another process created it first: patch it
                 await self._create(kept, timeout)

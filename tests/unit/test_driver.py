@@ -679,6 +679,33 @@ def test_a_first_term_whose_mark_met_another_write_tries_again_later_not_at_once
     run(scenario)
 
 
+def test_a_first_term_read_over_a_coordination_lease_deleted_before_the_write_waits() -> None:
+    """The mark goes over the version read; if the object was deleted since (``kubectl
+    delete leases --all``, maybe with a Lease of this election under a paused leader), the
+    write must not quietly create a new object and call the old one's age a proof: the
+    read's version is gone, so it is a conflict, judged again on a new read (contract §2)."""
+
+    async def scenario() -> None:
+        store = had_sidecars(FakeLeases())
+        a = FirstTermMark(Coordination(store, "ns"), LEASE, "a", LoopClock(), Logger("error"), 15)  # type: ignore[arg-type]
+        patch, deleted = store.patch, []
+
+        async def after_a_delete(
+            name: str, body: dict[str, Any], timeout: float | None = None
+        ) -> Any:
+            if not deleted:
+                deleted.append(name)
+                version = store.objects[roster.NAME]["metadata"]["resourceVersion"]
+                await store.delete(roster.NAME, version)
+            return await patch(name, body, timeout)
+
+        store.patch = after_a_delete  # type: ignore[method-assign]
+        assert not await a.first_term()  # the new object is younger than a lease: wait
+        assert roster.marked(roster.notes_of(store.objects[roster.NAME]), LEASE)
+
+    run(scenario)
+
+
 def test_a_follower_that_sees_a_marked_lease_after_its_first_read_writes_no_mark() -> None:
     """Its first read (shared, at start) was before the creator's mark: it reads again
     before writing, finds the mark live and writes nothing (it wrote over the old version,
