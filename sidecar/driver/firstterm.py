@@ -4,9 +4,9 @@ An observer (contract §2, "No Lease" and "the first term"). It keeps the mark
 that says this election has had a Lease: written once any Lease of it is
 seen, in the namespace's coordination Lease, which outlives the election's;
 written again, live, over a gone one, and after each Lease this candidate
-creates more than ``roster.REMARK_AFTER`` after its own mark (``_remark``). It answers ``first_term``: whether an absent Lease was
-never created, so no term can still be vouched for and the first candidate
-may lead at once. A coordination Lease that is absent, or younger than a
+creates more than ``roster.REMARK_AFTER`` after its own mark (``_remark``).
+It answers ``first_term``: whether an absent Lease was never created, so no
+term can still be vouched for and the first candidate may lead at once. A coordination Lease that is absent, or younger than a
 lease duration, proves nothing of the kind (it may have been deleted with
 the marks): then the candidate waits, as for a mark.
 
@@ -113,8 +113,8 @@ class FirstTermMark(Observer):
         the object it read was past ``roster.TIDY_AT``. A tidy leaves a mark
         younger than ``roster.MARK_GRACE`` live, so a create within
         ``roster.REMARK_AFTER`` of this process's own mark needs nothing (in a
-        mass start of hundreds of new elections, this read and write by every
-        creator were most of the object's traffic). Otherwise, when the object
+        mass start of hundreds of new elections, every creator read and wrote
+        the whole object once more). Otherwise, when the object
         is past ``TIDY_AT``, or the mark is not live, the mark is written (a
         quorum read, then a write over its version): either the tidy's write
         gets a 409, or ours comes after it and is live. A smaller object means

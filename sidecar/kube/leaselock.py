@@ -5,11 +5,10 @@ A read is a quorum GET by name (client-go's): one key from etcd. The watch
 resumes from the Lease's own resourceVersion, or, where there is none to
 resume from (the Lease is absent, or the watch lost its place: a quiet Lease's
 version may be older than the API server's watch window), starts at the most
-recent one, whose first event is the Lease as it is then, if it is there. A
-list by name was the read before issue 38: at 1,000 elections on 2 cores, its
-wait for the watch cache to catch up outlasted the request timeout, and the
-retries (20,219 in 74 s) kept the API server down. Every event (bookmarks
-too) moves the version on; a watch the server ends is resumed; 410 Gone is
+recent one, whose first event is the Lease as it is then, if it is there. No
+list: a consistent list waits for the API server's watch cache to catch up,
+which under load outlasts the request timeout (contract §3). Every event
+(bookmarks too) moves the version on; a watch the server ends is resumed; 410 Gone is
 ``Lost`` (the watch waits for the next read); a broken one is ``Failed``,
 retried after a capped, jittered backoff.
 """
