@@ -236,6 +236,43 @@ def test_state_file_is_replaced_atomically(tmp_path: Path) -> None:
     assert [p.name for p in (tmp_path / "state").iterdir()] == ["state.json"]
 
 
+def test_state_file_syncs_what_leadership_rests_on_not_a_followers_news(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 38, 50 and 500 candidates: every follower rewrote and fsynced its file (twice: the
+    file, the directory) for each new holder, in the same milliseconds as the successor's claim;
+    that was most of a follower's CPU per handover. The rename alone keeps a reader from a torn
+    file; a sync only matters to what survives a power loss, and a follower's file never claims.
+    So: synced are the first write (it replaces a crashed run's), every write that says
+    "leading", and the first that stops saying it; a follower's new holder is not."""
+    import sidecar.publish.statefile as statefile
+
+    synced: list[int] = []
+    monkeypatch.setattr(statefile.os, "fsync", lambda fd: synced.append(fd))
+    sf = StateFile(tmp_path / "state")
+    sf.check_writable()
+    follower = State(
+        election="main", namespace="ns", lease="leader-main", identity="pod-0",
+        is_leader=False, holder="pod-1", fencing_token=None, acquired_at="t1",
+        renewed_at=None, valid_until=None, updated_at="a",
+    )  # fmt: skip
+
+    def syncs(state: State, **changes: object) -> int:
+        synced.clear()
+        assert sf.write(dataclasses.replace(state, **changes))
+        return len(synced)
+
+    assert syncs(follower) == 2  # the first: whatever a crashed run left is replaced for good
+    assert syncs(follower, holder="pod-2", acquired_at="t2") == 0  # news, not a claim
+    leading = dict(is_leader=True, holder="pod-0", fencing_token=7, valid_until="v1")
+    assert syncs(follower, **leading) == 2
+    assert syncs(follower, **leading | {"valid_until": "v2"}) == 2  # a renew: still a claim
+    assert syncs(follower, holder="pod-0", acquired_at="t3") == 2  # the step-down
+    assert syncs(follower, holder="pod-3", acquired_at="t4") == 0
+    assert json.loads((tmp_path / "state" / "state.json").read_text())["holder"] == "pod-3"
+    assert [p.name for p in (tmp_path / "state").iterdir()] == ["state.json"]
+
+
 def test_state_dir_that_cannot_exist(tmp_path: Path) -> None:
     (tmp_path / "file").write_text("")
     with pytest.raises(StateDirError, match="cannot be created"):
