@@ -78,6 +78,8 @@ class Election:
     _claimed_over: LeaseRecord | None = None
     #: The last live claim seen when our last claim was sent (a create's check, ``on_written``).
     _seen_at_send: LeaseRecord | None = None
+    #: Our last claim went out and no answer came back (a timeout, not a 409 or a 404).
+    _unanswered: bool = False
 
     def __post_init__(self) -> None:
         self.seen = Sighting(self.identity, self.timing.lease_duration, self.events)
@@ -118,6 +120,9 @@ class Election:
             if now >= due - EARLY:  # a renew a microsecond early is safe; a float's error is not
                 return self._claim("renew")
             return Wait(min(due, self.renewed_at + self.timing.renew_deadline))
+        if self._unanswered_claim_seen():
+            start = max(self.not_before, self.seen.quarantine_until)
+            return self._claim("acquire") if now >= start else Wait(start)
         free = self.seen.free_at()
         if now >= max(free, self.not_before):
             return self._claim("acquire")
@@ -125,9 +130,20 @@ class Election:
             self.failures = 0  # waiting on a live holder, not on a backoff: the streak is over
         return Wait(max(free, self.not_before))
 
+    def _unanswered_claim_seen(self) -> bool:
+        """The Lease shows our last claim, never answered (contract §2, "a claim whose answer
+        was lost"): nobody else may take it before its lease has passed, so we write over it
+        now and lead from that write. Not a claim of ours this process did not send (a restarted
+        sidecar's app may act on it), nor one that landed after another's claim (``on_written``)."""
+        record, sent = self.record, self.sent_renew_time
+        mine = record is not None and record.holder == self.identity and record.renew_time == sent
+        return mine and self._unanswered and sent is not None and not self.seen.rival_seen
+
     def _claim(self, purpose: Literal["acquire", "renew"]) -> Write:
         self._claimed_wall = self.sent_renew_time = self.wall()
         self._claimed_over, self._seen_at_send = self.record, self.seen.claim_seen
+        self._unanswered = True
+        self.seen.claim_sent()
         body = claim(
             self.record,
             name=self.lease,
@@ -173,6 +189,7 @@ class Election:
     def on_written(self, obj: dict[str, Any], started_at: float, now: float) -> None:
         """A write succeeded; ``started_at`` is when it was sent (the safety clock starts there)."""
         self.failures, self.not_before, replaced = 0, -math.inf, self._claimed_over
+        self._unanswered = False
         over = self._term_begun_under_create()
         held_until = self.seen.expires_at
         self.observe(obj, now)
@@ -216,11 +233,12 @@ class Election:
 
     def on_conflict(self, now: float) -> None:
         """409: someone else wrote first. Re-read at once; the read decides."""
+        self._unanswered, self.not_before = False, now
         self.seen.stale = True
-        self.not_before = now
 
     def on_not_found(self, now: float) -> None:
         """404 on a replace: the Lease was deleted under us."""
+        self._unanswered = False
         self.observe(None, now)
 
     def on_error(self, now: float, retry_after: float | None = None) -> None:
@@ -263,11 +281,8 @@ class Election:
         newer = (version_number(record.resource_version) or 0) > (
             version_number(self.written_version) or math.inf
         )
-        return (
-            record
-            if settled and (record.resource_version == self.written_version or newer)
-            else None
-        )
+        same = record.resource_version == self.written_version
+        return record if settled and (same or newer) else None
 
     def resign(self) -> None:
         """Stop claiming leadership now (shutdown); nothing is written here."""

@@ -47,6 +47,9 @@ class Sighting:
     quarantine_until: float = -math.inf
     #: The last claim seen that its holder may still be publishing (not a release).
     claim_seen: LeaseRecord | None = None
+    #: Another holder's claim was seen since ``claim_sent`` (a claim of ours went out).
+    rival_seen: bool = False
+    _sent_over: str | None = None
     _problems_seen: set[str] = field(default_factory=set)
 
     @property
@@ -118,7 +121,14 @@ class Sighting:
         self.record, self.known, self.stale = record, True, False
         if not _released(record):
             self.claim_seen = record
+            news = record.resource_version != self._sent_over
+            self.rival_seen |= record.holder not in (None, self.identity) and news
         return rolled_back
+
+    def claim_sent(self) -> None:
+        """A claim of ours goes out over what we saw: another's claim seen from now is news."""
+        self.rival_seen = False
+        self._sent_over = self.claim_seen.resource_version if self.claim_seen else None
 
     def observe_deleted(self, final: dict[str, Any], now: float) -> bool:
         """The watch saw the Lease deleted (``final``: its last state); False for a late event."""

@@ -248,8 +248,8 @@ def test_the_leading_event_names_the_hand_off_even_if_the_watch_saw_the_claim_fi
 
 
 def test_only_a_hand_off_written_by_someone_else_names_us() -> None:
-    # A record naming us that we did not write is waited out (a lost answer, a
-    # crashed run with our name), and so is a "hand-off" from ourselves.
+    # A record naming us that this process did not send is waited out (a crashed run
+    # with our name), and so is a "hand-off" from ourselves.
     for marker in (None, "b"):
         store, b = Store(released=True), make("b")
         obj = store.read()
@@ -856,3 +856,80 @@ def test_a_candidate_joining_the_roster_under_a_dead_holder_does_not_delay_its_t
     same["metadata"]["resourceVersion"] = "9003"
     b.observe(same, 12)
     assert b.seen.free_at() == 12 + T.lease_duration  # a write with nothing changed: a's
+
+
+def _landed_unanswered(store: Store, e: Election, now: float) -> dict[str, Any]:
+    """``e`` sends its claim at ``now``; the store applies it; the answer never comes (a
+    request timeout at a loaded API server): ``e`` is told an error 4 s later."""
+    sent = e.next_action(now)
+    assert isinstance(sent, Write)
+    landed = store.write(sent)
+    assert isinstance(landed, dict)
+    e.on_error(now + 4)
+    return landed
+
+
+def test_a_claim_whose_answer_was_lost_is_taken_up_not_waited_out() -> None:
+    """Issue 38, 500 candidates started at once (bench.crowd): the first create's answer did not
+    come within the request timeout though the server applied it; its sender saw itself named
+    on the watch and waited its own claim out like anyone's, and the election had no leader
+    for a lease duration more (43 s to a first leader, 15 of them this). A claim this process
+    sent (its renewTime to the microsecond) and nobody wrote over is one nobody else may take
+    before its lease has passed: its sender writes over it at once, and leads from that write."""
+    store, b, c = Store(), make("b"), make("c")
+    b.on_read(None, 0, first_term=True)
+    landed = _landed_unanswered(store, b, 0)
+    assert not b.is_leader(4)
+    c.observe(landed, 0.5)  # the others wait it out, from when they saw it
+    b.observe(landed, 0.5)
+    t = b.not_before  # the error's backoff
+    assert 4 < t < 0.5 + T.lease_duration
+    taken = step(b, store, t)
+    assert isinstance(taken, Write) and not taken.create, taken
+    assert b.is_leader(t) and b.fencing_token == 102 and b.valid_until(t) == t + T.renew_deadline
+    assert [ev.kind for ev in b.drain_events()].count("leading") == 1
+    assert t < 0.5 + T.lease_duration
+    # c never sees it free meanwhile: b's write is one more sign of life.
+    assert store.obj is not None
+    c.observe(store.read() or {}, t + 0.01)
+    assert isinstance(c.next_action(t + 0.01), Wait)
+
+
+def test_a_claim_naming_us_that_this_process_did_not_send_is_still_waited_out() -> None:
+    """A sidecar restarted on its own (same pod, same identity) finds the Lease naming it: the
+    previous process wrote that claim and its app may act on it until its valid_until. The new
+    process did not send it, so it waits it out as before (contract §2)."""
+    store, old = Store(), make("b")
+    step(old, store, 0), step(old, store, 0)
+    assert old.is_leader(0)
+    new = make("b")
+    step(new, store, 1)
+    assert new.next_action(1) == Wait(1 + T.lease_duration)
+
+
+def test_a_lost_answer_after_another_term_began_and_was_deleted_is_still_waited_out() -> None:
+    """The case of ``test_a_create_that_lands_after_another_term_began_and_was_deleted_
+    waits_it_out``, the create's answer lost: b saw a's term begin while its create was in
+    flight, so b's own claim on the watch is no term of b's before a's lease has passed."""
+    store, a, b = Store(), make("a"), make("b")
+    a.on_read(None, 0, first_term=True)
+    b.on_read(None, 0, first_term=True)
+    sent = b.next_action(0)
+    assert isinstance(sent, Write) and sent.create
+    step(a, store, 0.0)
+    led = store.read()
+    assert led is not None and a.is_leader(0.0)
+    b.observe(led, 0.01)
+    store.obj = None
+    b.observe_deleted(led, 0.02)
+    landed = store.write(sent)
+    assert isinstance(landed, dict)
+    b.on_error(4.0)
+    b.observe(landed, 0.05)
+    t = 4.0
+    while t < 0.01 + T.lease_duration:
+        action = b.next_action(t)
+        assert not isinstance(action, Write), f"b claims at {t} while a may still lead"
+        if isinstance(action, Read):
+            b.on_read(store.read(), t)
+        t += 0.5
