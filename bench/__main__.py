@@ -72,13 +72,18 @@ def _log(msg: str) -> None:
 
 
 def ensure_matplotlib() -> None:
+    """The bench extra's requirements, not ``-e <tree>[bench]``: run from a git worktree with
+    the main checkout's venv, that re-pointed the venv's editable install at the worktree, and
+    every later ``grelmicro-sidecar`` of that venv ran the worktree's code."""
     try:
         import matplotlib  # noqa: F401
     except ImportError:
-        _log("installing the bench extra (matplotlib) into this venv ...")
-        subprocess.run(
-            [sys.executable, "-m", "pip", "install", "--quiet", "-e", f"{ROOT}[bench]"], check=True
-        )
+        import tomllib
+
+        project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+        extra = project["optional-dependencies"]["bench"]
+        _log(f"installing the bench extra ({', '.join(extra)}) into this venv ...")
+        subprocess.run([sys.executable, "-m", "pip", "install", "--quiet", *extra], check=True)
 
 
 def _impl_order(keys: list[str]) -> list[str]:
