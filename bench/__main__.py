@@ -322,7 +322,7 @@ def injector(kubeconfig: Path) -> dict[str, Any]:
 
 def derive(res: dict[str, Any]) -> None:
     """Summaries, ratios and the target verdicts, from the raw measurements."""
-    from .report import summary
+    from .figures import summary
 
     for block_name in ("graceful_handover", "crash_failover"):
         block = res.get(block_name)
@@ -368,7 +368,7 @@ def derive(res: dict[str, Any]) -> None:
 
 
 def targets(res: dict[str, Any]) -> list[dict[str, Any]]:
-    from .report import ms, summary
+    from .figures import ms, summary
 
     out: list[dict[str, Any]] = []
 
@@ -568,20 +568,16 @@ def _iso(t: float) -> str:
 
 def write_outputs(res: dict[str, Any]) -> None:
     from . import report
+    from .standalone import json_default
 
     RESULTS.mkdir(parents=True, exist_ok=True)
     res["figures"] = report.figures(res, RESULTS)
-    (RESULTS / "latest.json").write_text(json.dumps(res, indent=1, default=_json_default) + "\n")
+
+    (RESULTS / "latest.json").write_text(json.dumps(res, indent=1, default=json_default) + "\n")
     text = report.markdown(res)
     text = re.sub(r"\]\((\w+\.png)\)", r"](results/\1)", text)
     (HERE / "RESULTS.md").write_text(text)
     _log(f"wrote {RESULTS / 'latest.json'}, {HERE / 'RESULTS.md'} and {', '.join(res['figures'])}")
-
-
-def _json_default(obj: Any) -> Any:
-    if isinstance(obj, tuple | set):
-        return list(obj)
-    raise TypeError(type(obj))
 
 
 def main(argv: list[str] | None = None) -> int:

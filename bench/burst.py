@@ -18,8 +18,8 @@ from collections import Counter
 from dataclasses import dataclass
 from typing import Any
 
+from .figures import percentile
 from .harness import AuditRequest, cpu_seconds
-from .report import percentile
 
 
 @dataclass

@@ -213,7 +213,7 @@ def handover_stats(
 # ---- report -----------------------------------------------------------------
 def markdown(crowd: dict[str, Any], labels: dict[str, str]) -> str:
     """RESULTS.md's section for ``bench.crowd``: one row per implementation, then per phase."""
-    from .report import ms, summary
+    from .figures import ms, summary
 
     keys = [k for k in crowd if isinstance(crowd.get(k), dict) and crowd[k].get("phases")]
     if not keys:
@@ -305,7 +305,7 @@ def _causes(b: dict[str, Any]) -> str:
 
 
 def _settled(m: dict[str, Any]) -> str:
-    from .report import ms
+    from .figures import ms
 
     out = ms(m.get("settled"))
     return out if not m.get("unsettled") else f"{out} ({m['unsettled']} roster seats free)"
@@ -318,7 +318,7 @@ def _secs(x: float | None) -> str:
 def targets(res: dict[str, Any]) -> list[dict[str, Any]]:
     """The Targets rows: the holder never steps down unsignalled, its renews meet no 409,
     the handover p50 at or below client-go's from the same run."""
-    from .report import ms, summary
+    from .figures import ms, summary
 
     crowd = res.get("crowd") or {}
     ours, peer = crowd.get("sidecar") or {}, crowd.get("clientgo") or {}

@@ -46,7 +46,7 @@ def first_leader(
 
 def markdown(first: dict[str, list[float]], labels: dict[str, str]) -> str:
     """The scenario's table: each implementation's runs, p50 and max."""
-    from .report import ms, summary
+    from .figures import ms, summary
 
     lines = [
         "### First leader of a brand-new election, processes\n",

@@ -6,12 +6,12 @@ to redraw after editing this file, without measuring again.
 
 from __future__ import annotations
 
-import math
 import statistics
 from pathlib import Path
 from typing import Any
 
 from .crowdstats import markdown as crowd_markdown
+from .figures import ms, summary
 from .thousandstats import markdown as thousand_markdown
 
 ORDER = ["sidecar", "clientgo", "grelmicro", "official"]
@@ -33,36 +33,6 @@ COLORS = {
     "grelmicro": "#d95f02",
     "official": "#7570b3",
 }
-
-
-# ---- statistics ---------------------------------------------------------------
-def percentile(values: list[float], q: float) -> float:
-    """Nearest-rank percentile (q in 0..100); with few samples p95/p99 is the max."""
-    if not values:
-        return math.nan
-    ordered = sorted(values)
-    rank = max(1, math.ceil(q / 100 * len(ordered)))
-    return ordered[rank - 1]
-
-
-def summary(values: list[float]) -> dict[str, float | int]:
-    if not values:
-        return {"n": 0}
-    return {
-        "n": len(values),
-        "min": min(values),
-        "p50": statistics.median(values),
-        "p95": percentile(values, 95),
-        "p99": percentile(values, 99),
-        "max": max(values),
-        "mean": statistics.fmean(values),
-    }
-
-
-def ms(x: float | None) -> str:
-    if x is None or (isinstance(x, float) and math.isnan(x)):
-        return "–"
-    return f"{x * 1000:,.0f} ms" if x < 10 else f"{x:,.2f} s"
 
 
 # ---- Markdown -------------------------------------------------------------------

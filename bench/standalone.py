@@ -30,12 +30,17 @@ from .provenance import machine, source
 Scenario = Callable[[Any, Path, Credentials, AuditLog], Any]
 
 
+def json_default(obj: Any) -> Any:
+    """Tuples and sets as lists: what ``json.dumps`` refuses in the results."""
+    if isinstance(obj, tuple | set):
+        return list(obj)
+    raise TypeError(type(obj))
+
+
 def run_alone(name: str, key: str, scenario: Scenario, out: Path) -> Any:
     """Run ``scenario`` on its own control plane; write ``{..., key: result}`` to ``out``."""
     import sidecar
     from tests.cluster import ControlPlane
-
-    from .__main__ import _json_default
 
     measured = source()
     peers.ensure_clientgo()
@@ -63,5 +68,5 @@ def run_alone(name: str, key: str, scenario: Scenario, out: Path) -> Any:
         "loadavg_end": loadavg(),
         key: result,
     }
-    out.write_text(json.dumps(data, indent=1, default=_json_default) + "\n")
+    out.write_text(json.dumps(data, indent=1, default=json_default) + "\n")
     return result

@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 from .crowdstats import targets as crowd_targets
-from .report import ms, summary
+from .figures import ms, summary
 
 Row = dict[str, Any]
 
