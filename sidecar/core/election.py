@@ -76,8 +76,6 @@ class Election:
     _claimed_wall: dt.datetime | None = None
     #: The record our last claim was written over (the watch may show our claim first).
     _claimed_over: LeaseRecord | None = None
-    #: The last live claim seen when our last claim was sent (a create's check, ``on_written``).
-    _seen_at_send: LeaseRecord | None = None
     #: Our last claim went out and no answer came back (a timeout, not a 409 or a 404).
     _unanswered: bool = False
 
@@ -141,8 +139,7 @@ class Election:
 
     def _claim(self, purpose: Literal["acquire", "renew"]) -> Write:
         self._claimed_wall = self.sent_renew_time = self.wall()
-        self._claimed_over, self._seen_at_send = self.record, self.seen.claim_seen
-        self._unanswered = True
+        self._claimed_over, self._unanswered = self.record, True
         self.seen.claim_sent()
         body = claim(
             self.record,
@@ -223,7 +220,7 @@ class Election:
         """The claim of another holder that a read or the watch showed while our create was in
         flight, if the last write was a create (contract §2, "No Lease"); else None."""
         seen = self.seen.claim_seen
-        if self._claimed_over is not None or seen is None or seen is self._seen_at_send:
+        if self._claimed_over is not None or seen is None or seen is self.seen.sent_over:
             return None
         return seen if seen.holder not in (None, self.identity) else None
 

@@ -47,9 +47,10 @@ class Sighting:
     quarantine_until: float = -math.inf
     #: The last claim seen that its holder may still be publishing (not a release).
     claim_seen: LeaseRecord | None = None
-    #: Another holder's claim was seen since ``claim_sent`` (a claim of ours went out).
+    #: ``claim_seen`` when our last claim went out (``claim_sent``).
+    sent_over: LeaseRecord | None = None
+    #: Another holder's claim was seen since then.
     rival_seen: bool = False
-    _sent_over: str | None = None
     _problems_seen: set[str] = field(default_factory=set)
 
     @property
@@ -121,14 +122,14 @@ class Sighting:
         self.record, self.known, self.stale = record, True, False
         if not _released(record):
             self.claim_seen = record
-            news = record.resource_version != self._sent_over
+            over = self.sent_over
+            news = over is None or record.resource_version != over.resource_version
             self.rival_seen |= record.holder not in (None, self.identity) and news
         return rolled_back
 
     def claim_sent(self) -> None:
         """A claim of ours goes out over what we saw: another's claim seen from now is news."""
-        self.rival_seen = False
-        self._sent_over = self.claim_seen.resource_version if self.claim_seen else None
+        self.sent_over, self.rival_seen = self.claim_seen, False
 
     def observe_deleted(self, final: dict[str, Any], now: float) -> bool:
         """The watch saw the Lease deleted (``final``: its last state); False for a late event."""
