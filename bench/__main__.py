@@ -572,7 +572,6 @@ def write_outputs(res: dict[str, Any]) -> None:
 
     RESULTS.mkdir(parents=True, exist_ok=True)
     res["figures"] = report.figures(res, RESULTS)
-
     (RESULTS / "latest.json").write_text(json.dumps(res, indent=1, default=json_default) + "\n")
     text = report.markdown(res)
     text = re.sub(r"\]\((\w+\.png)\)", r"](results/\1)", text)

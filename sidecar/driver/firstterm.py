@@ -6,9 +6,10 @@ seen, in the namespace's coordination Lease, which outlives the election's;
 written again, live, over a gone one, and after each Lease this candidate
 creates more than ``roster.REMARK_AFTER`` after its own mark (``_remark``).
 It answers ``first_term``: whether an absent Lease was never created, so no
-term can still be vouched for and the first candidate may lead at once. A coordination Lease that is absent, or younger than a
-lease duration, proves nothing of the kind (it may have been deleted with
-the marks): then the candidate waits, as for a mark.
+term can still be vouched for and the first candidate may lead at once. A
+coordination Lease that is absent, or younger than a lease duration, proves
+nothing of the kind (it may have been deleted with the marks): then the
+candidate waits, as for a mark.
 
 None of it decides who leads by itself: a mark that cannot be read or
 written makes a first leader wait a lease duration, as for a deleted Lease.

@@ -8,7 +8,7 @@ its directory) so that it survives a power loss: the first write (it replaces
 whatever a crashed run left), every "leading", and the first write after one.
 A follower's news of a new holder is not: it claims nothing, and each of a
 crowd's followers syncing it in the same milliseconds as the successor's claim
-was most of their CPU per handover (issue 38).
+held its event loop in disk I/O (issue 38).
 """
 
 from __future__ import annotations

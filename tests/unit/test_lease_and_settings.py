@@ -240,8 +240,8 @@ def test_state_file_syncs_what_leadership_rests_on_not_a_followers_news(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Issue 38, 50 and 500 candidates: every follower rewrote and fsynced its file (twice: the
-    file, the directory) for each new holder, in the same milliseconds as the successor's claim;
-    that was most of a follower's CPU per handover. The rename alone keeps a reader from a torn
+    file, the directory) for each new holder, in the same milliseconds as the successor's claim,
+    its event loop held in disk I/O meanwhile. The rename alone keeps a reader from a torn
     file; a sync only matters to what survives a power loss, and a follower's file never claims.
     So: synced are the first write (it replaces a crashed run's), every write that says
     "leading", and the first that stops saying it; a follower's new holder is not."""
