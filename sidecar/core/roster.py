@@ -14,23 +14,15 @@ election, with no holder; it is labelled ``managed-by: grelmicro-sidecar``
 (not ``grelmicro``), so sweeps, ``status`` and grelmicro peers never see it.
 In its annotations:
 
-- a mark per election that has had a Lease (``elections.…/<key>``): without
-  one, a Lease that is absent was never created, so no term of that election
-  can still be vouched for, and its first leader need not wait (contract §2);
+- the marks of the elections that have had a Lease (``core.marks``): without
+  one, a Lease that is absent was never created, so its first leader need not
+  wait (contract §2). A coordination Lease younger than a lease duration
+  (``settled``) is no proof that nobody led: it may have been deleted along
+  with marks that mattered;
 - the sweep duty (``sweeper.…``): who sweeps at exit, until when.
 
-The API server caps an object's annotations at ``LIMIT`` in all, so marks
-are bounded (``tidied``): a mark whose Lease is absent is marked gone (still
-a mark), and taken out only once that Lease was seen absent for longer than
-its election's lease duration and ``GONE_MARGIN``, when no term of it can
-still be vouched for. A present Lease always keeps (or gets) a live mark.
-Nothing here makes a candidate lead sooner: any mark, live or gone, makes a
-candidate that finds its Lease absent wait; and a coordination Lease younger
-than a lease duration (``settled``) is no proof that nobody led (it may have
-been deleted along with marks that mattered).
-
 Pure: names, keys (CRC-32 of what they stand for; two sharing a key cost
-nothing unsafe), reading tolerantly, the picks, the tidying.
+nothing unsafe), reading tolerantly, the picks.
 """
 
 from __future__ import annotations
@@ -38,11 +30,9 @@ from __future__ import annotations
 import binascii
 import datetime as dt
 import json
-import math
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable
 from typing import Any
 
-from .defaults import MAX_DURATION
 from .lease import LeaseRecord, format_microtime, lease_object, parse_time
 
 NAME = "grelmicro-sidecar"
@@ -51,7 +41,6 @@ LABELS = {
     "app.kubernetes.io/component": "coordination",
 }
 ENTRY = "candidates.leader-election.grelmicro.io/"
-MARK = "elections.leader-election.grelmicro.io/"
 DUTY = "sweeper.leader-election.grelmicro.io"
 #: Roster entries kept per election: a candidate that died without leaving is dropped in time.
 KEEP = 16
@@ -62,19 +51,6 @@ SEATS = 3
 #: An entry older than this (seconds) no longer takes a seat: a candidate killed without
 #: leaving stops keeping the live ones out, and a newer one is named before it.
 SEAT_TTL = 600
-#: The API server's cap on all of an object's annotations, keys and values together (bytes).
-LIMIT = 256 * 1024
-#: Above this size, the sidecar that claims the sweep duty tidies the marks first: a quarter
-#: of the cap, so the elections that start between two claims find room.
-TIDY_AT = 64 * 1024
-#: How long past its election's lease duration a gone mark stays (seconds): gone times are
-#: stamped and judged by different sidecars' clocks, which may disagree by up to this.
-GONE_MARGIN = 3600
-#: A create this long (seconds) after its candidate wrote the mark writes it again
-#: (``driver.firstterm``); a tidy leaves a live mark younger than ``MARK_GRACE`` live (its
-#: Lease may be about to be created), ``GONE_MARGIN`` covering the clocks.
-REMARK_AFTER = 600
-MARK_GRACE = REMARK_AFTER + GONE_MARGIN
 
 
 def _key(prefix: str, *parts: str) -> str:
@@ -190,52 +166,6 @@ def stale(notes: dict[str, str], lease: str, identity: str) -> dict[str, str | N
     return dict.fromkeys(others[: max(0, len(others) - KEEP + 1)])
 
 
-def size(notes: dict[str, str]) -> int:
-    """Bytes the API server counts against ``LIMIT``."""
-    return sum(len(key.encode()) + len(value.encode()) for key, value in notes.items())
-
-
-def marked(notes: dict[str, str], lease: str) -> bool:
-    """Whether ``lease``'s election is recorded as having had a Lease (a live or gone mark)."""
-    return _key(MARK, lease) in notes
-
-
-def live(notes: dict[str, str], lease: str) -> bool:
-    """Whether ``lease``'s election has a mark that is not gone (a tidy leaves it be)."""
-    value = notes.get(_key(MARK, lease))
-    return value is not None and "gone" not in _read(value)
-
-
-def mark(lease: str, now: dt.datetime, duration: float | None = None) -> dict[str, str]:
-    """The live mark of ``lease``'s election; ``duration``: its candidates' lease duration,
-    which a gone mark outlives (unknown: ``MAX_DURATION``)."""
-    fields: dict[str, str | int] = {"lease": lease, "since": format_microtime(now)}
-    if duration:
-        fields["duration"] = min(math.ceil(duration), MAX_DURATION)
-    return {_key(MARK, lease): _value(**fields)}
-
-
-def _gone(lease: str, now: dt.datetime, duration: int | None) -> str:
-    """A gone mark: no larger than the live one it replaces, so a full object can be tidied."""
-    fields: dict[str, str | int] = {"lease": lease, "gone": format_microtime(now)}
-    if duration:
-        fields["duration"] = duration
-    return _value(**fields)
-
-
-def _mark_of(value: str) -> tuple[str, int | None, bool, dt.datetime | None] | None:
-    """(lease, duration, gone, when it was seen gone, or written when live) of a mark; None
-    when unreadable."""
-    item = _read(value)
-    lease, duration = item.get("lease"), item.get("duration")
-    if not isinstance(lease, str) or not lease:
-        return None
-    if not (type(duration) is int and 1 <= duration <= MAX_DURATION):
-        duration = None
-    gone = "gone" in item
-    return lease, duration, gone, parse_time(item.get("gone" if gone else "since"))
-
-
 def present(objects: Iterable[dict[str, Any]]) -> dict[str, int | None]:
     """Name -> lease duration (None when unusable) of each Lease of one complete list but
     this object: every one of them may be an election's, led by a sidecar or a peer."""
@@ -244,38 +174,6 @@ def present(objects: Iterable[dict[str, Any]]) -> dict[str, int | None]:
         if record.name and record.name != NAME:
             found[record.name] = record.lease_duration
     return found
-
-
-def tidied(
-    notes: dict[str, str], leases: Mapping[str, int | None], now: dt.datetime
-) -> dict[str, str | None]:
-    """The merge patch that bounds the marks, given the Leases present (``present``) in a
-    list made after ``notes`` were read, at ``now``: a present Lease gets a live mark (kept,
-    or written: a gone one comes back, a missing one is added); a live mark of an absent
-    Lease turns gone once older than ``MARK_GRACE``; a gone one is taken out once its Lease
-    was seen absent for longer than its lease duration and ``GONE_MARGIN``. Unreadable marks
-    are left as they are."""
-    wanted = {_key(MARK, lease): (lease, duration) for lease, duration in leases.items()}
-    changes: dict[str, str | None] = {}
-    for key, value in notes.items():
-        read = _mark_of(value) if key.startswith(MARK) else None
-        if key in wanted:
-            if "gone" in _read(value):
-                changes.update(mark(wanted[key][0], now, wanted[key][1]))
-        elif read is not None:
-            lease, duration, gone, when = read
-            keep = dt.timedelta(seconds=(duration or MAX_DURATION) + GONE_MARGIN)
-            age = (now - when).total_seconds() if when is not None else None
-            if not gone and age is not None and -GONE_MARGIN <= age < MARK_GRACE:
-                continue  # young (a stamp further ahead than the margin is no stamp)
-            if not gone or when is None:  # live, or gone at a time nobody can read
-                changes[key] = _gone(lease, now, duration)
-            elif now - when > keep:
-                changes[key] = None
-    for key, (lease, duration) in wanted.items():
-        if key not in notes:
-            changes.update(mark(lease, now, duration))
-    return changes
 
 
 def settled(obj: dict[str, Any], now: dt.datetime, duration: float) -> bool:

@@ -3,8 +3,9 @@
 An observer (contract §2, "No Lease" and "the first term"). It keeps the mark
 that says this election has had a Lease: written once any Lease of it is
 seen, in the namespace's coordination Lease, which outlives the election's;
-written again, live, over a gone one, and after each Lease this candidate
-creates more than ``roster.REMARK_AFTER`` after its own mark (``_remark``).
+written again into the newest generation when it is only in older ones, and
+after each Lease this candidate creates more than ``marks.REMARK_AFTER`` after
+its own mark (``_remark``).
 It answers ``first_term``: whether an absent Lease was never created, so no
 term can still be vouched for and the first candidate may lead at once. A
 coordination Lease that is absent, or younger than a lease duration, proves
@@ -21,7 +22,7 @@ import asyncio
 import contextlib
 from typing import Any
 
-from ..core import backoff, roster
+from ..core import backoff, marks, roster
 from ..core.defaults import LEASE_DURATION
 from ..kit import aio
 from ..kit.clock import Clock
@@ -49,8 +50,8 @@ class FirstTermMark(Observer):
         self.duration = duration
         #: Whether the election is known to be marked (None until the first read).
         self.marked: bool | None = None
-        #: Whether the mark read was live (None until the first read): a gone one is written
-        #: live again once a Lease of the election is seen.
+        #: Whether the mark read was in the newest generation (None until the first read):
+        #: one only in older ones is written again once a Lease of the election is seen.
         self._live: bool | None = None
         #: The uid of the last Lease of the election seen: one first seen held by us is one
         #: we created, and we write its mark again (``_remark``).
@@ -85,7 +86,9 @@ class FirstTermMark(Observer):
         """Write this election's live mark over the version of ``obj`` (``Conflict`` when
         someone wrote since)."""
         stamped = self.clock.monotonic()
-        mark = roster.mark(self.lease, self.clock.wall(), self.duration)
+        mark = marks.marking(
+            roster.notes_of(obj), self.lease, self.shared.server_now(), self.duration
+        )
         await self.shared.merge(mark, timeout, version=roster.version_of(obj))
         self.marked = self._live = True
         self._wrote_at = stamped
@@ -99,8 +102,8 @@ class FirstTermMark(Observer):
         async def once(retry: bool) -> None:
             obj = await self.shared.read(cached=retry or reread, timeout=PATIENT_READ)
             notes = roster.notes_of(obj)
-            self.marked = self.marked or roster.marked(notes, self.lease)
-            self._live = self._live or roster.live(notes, self.lease)
+            self.marked = self.marked or marks.marked(notes, self.lease)
+            self._live = self._live or marks.live(notes, self.lease)
             if self.seen_lease and not self._live:
                 await self._write_mark(obj)
 
@@ -109,26 +112,21 @@ class FirstTermMark(Observer):
     async def _remark(self) -> None:
         """After this candidate created its election's Lease: make sure the mark is live.
 
-        A tidy (``Coordination.tidy``) that listed the namespace before the
-        create may be writing this mark gone, over a version it read before;
-        the object it read was past ``roster.TIDY_AT``. A tidy leaves a mark
-        younger than ``roster.MARK_GRACE`` live, so a create within
-        ``roster.REMARK_AFTER`` of this process's own mark needs nothing (in a
-        mass start of hundreds of new elections, every creator read and wrote
-        the whole object once more). Otherwise, when the object
-        is past ``TIDY_AT``, or the mark is not live, the mark is written (a
-        quorum read, then a write over its version): either the tidy's write
-        gets a 409, or ours comes after it and is live. A smaller object means
-        a write since any such read, so that tidy gets a 409 anyway.
+        The turnover (``Coordination.turn_over``) that listed the namespace
+        before the create leaves the bit out of the newest generation; the bit
+        is then in an older one, dropped at the turnover after next. A create
+        within ``marks.REMARK_AFTER`` of this process's own mark needs nothing:
+        the next turnover lists the Lease (``marks.epoch`` is longer). Otherwise
+        the bit is read (a quorum read) and, when not in the newest generation,
+        set there over the version read.
         """
         wrote = self._wrote_at
-        if wrote is not None and self.clock.monotonic() - wrote < roster.REMARK_AFTER:
+        if wrote is not None and self.clock.monotonic() - wrote < marks.REMARK_AFTER:
             return
 
         async def once(retry: bool) -> None:
             obj = await self.shared.read(fresh=True, timeout=PATIENT_READ)
-            notes = roster.notes_of(obj)
-            if roster.live(notes, self.lease) and roster.size(notes) <= roster.TIDY_AT:
+            if marks.live(roster.notes_of(obj), self.lease):
                 return
             await self._write_mark(obj)
 
@@ -150,7 +148,7 @@ class FirstTermMark(Observer):
                     await asyncio.sleep(backoff.delay(attempt, CONFLICT_FIRST, 1.0, jitter=JITTER))
                 # From the watch cache: a stale read is a 409 below, never a wrong answer.
                 obj = await self.shared.read(cached=True, timeout=timeout)
-                if roster.marked(roster.notes_of(obj), self.lease):
+                if marks.marked(roster.notes_of(obj), self.lease):
                     return False
                 settled = obj is not None and roster.settled(
                     obj, self.shared.server_now(), self.duration

@@ -7,7 +7,7 @@ sidecar per namespace holds the duty, in the namespace's coordination Lease
 (``core.roster``): it lists at start (the sighting the sweep's monotonic rule
 needs) and at its exit, sweeps, and gives the duty back; the others make no
 sweep request. Who finds the duty free bounds the marks in that object first
-(``Coordination.tidy``). The duty is claimed optimistically for
+(``Coordination.turn_over``). The duty is claimed optimistically for
 ``DUTY_SECONDS`` and never renewed: when a holder dies without giving it back,
 the first sidecar to start after it lapses takes it; a holder whose exit sweep
 fails gives it back all the same. Two sweepers for a while are harmless (every
@@ -78,7 +78,7 @@ class ExitSweep(Observer):
             obj = await self.shared.read()
             free = self._take(roster.notes_of(obj)) is not None
             if free:
-                await self._tidy(obj)
+                await self._turn_over(obj)
             self.held = free and await self.shared.swap(self._take)
             if not self.held:
                 self.log.debug("another sidecar holds the sweep duty", sweeper=self.holder)
@@ -91,13 +91,13 @@ class ExitSweep(Observer):
                 error=str(err),
             )
 
-    async def _tidy(self, obj: dict[str, Any] | None) -> None:
-        """Bound the marks before claiming (``Coordination.tidy``): who finds the duty free,
-        at most once per claim; a full object is tidied before the claim is written to it."""
+    async def _turn_over(self, obj: dict[str, Any] | None) -> None:
+        """Bound the marks before claiming (``Coordination.turn_over``): who finds the duty
+        free, at most once per claim."""
         try:
-            await self.shared.tidy(obj)
-        except ApiError as err:  # the claim goes on; the next claimer tidies
-            self.log.debug("did not tidy the coordination Lease's marks", error=str(err))
+            await self.shared.turn_over(obj)
+        except ApiError as err:  # the claim goes on; the next claimer turns them over
+            self.log.debug("did not turn the coordination Lease's marks over", error=str(err))
 
     async def before_release(self) -> None:
         if self._start is not None:

@@ -18,8 +18,9 @@ process's Lease store, for the election's own Lease.
 
 Whoever creates the object (it was never there, or it was deleted) lists the
 namespace's Leases first and creates it with a mark for each: an election
-whose Lease outlived the object keeps its mark (contract §2). ``tidy`` keeps
-the marks bounded (``roster.tidied``), over the version read.
+whose Lease outlived the object keeps its mark (contract §2). ``turn_over``
+drops the oldest generation of marks when it is due (``marks.rotated``), over
+the version read.
 """
 
 from __future__ import annotations
@@ -30,7 +31,7 @@ import datetime as dt
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
-from ..core import roster
+from ..core import marks, roster
 from ..kit.clock import Clock
 from ..kit.logs import Logger
 from .errors import ApiError, Conflict, NotFound
@@ -80,10 +81,10 @@ class Coordination:
     async def _create(self, notes: dict[str, str], timeout: float | None) -> None:
         """Create the object with ``notes`` and a mark for every Lease there now."""
         items, _ = await self.store.list(timeout=timeout)
-        marks = roster.tidied({}, roster.present(items), self.server_now())
-        kept = {k: v for k, v in marks.items() if v is not None}
+        turned = marks.rotated(notes, roster.present(items), self.server_now(), carry=True)
+        kept = {k: v for k, v in {**notes, **turned}.items() if v is not None}
         with self._refusal_logged():
-            await self.store.create(roster.new_object(self.namespace, {**kept, **notes}), timeout)
+            await self.store.create(roster.new_object(self.namespace, kept), timeout)
 
     async def read(
         self, fresh: bool = False, timeout: float | None = None, cached: bool = False
@@ -147,28 +148,23 @@ class Coordination:
                 continue  # someone wrote in between (a mark): judge again on what is there
         return False
 
-    async def tidy(self, obj: dict[str, Any] | None, timeout: float | None = None) -> bool:
-        """Bound the marks of ``obj`` (the object as read) when it is past ``roster.TIDY_AT``:
-        list the namespace's Leases, then write ``roster.tidied`` over the version read, so
-        a mark written since (a Lease created since writes one: ``FirstTermMark``) is a 409
+    async def turn_over(self, obj: dict[str, Any] | None, timeout: float | None = None) -> bool:
+        """Turn the marks of ``obj`` (the object as read) over when due (``marks.due``): list
+        the namespace's Leases, then write ``marks.rotated`` over the version read, so a
+        mark written since (a Lease created since writes one: ``FirstTermMark``) is a 409
         here, never overwritten; then read again and judge again (3 tries: a starting
         sidecar writes its election's mark at the same time). False when nothing was done."""
         for _ in range(3):
             notes, version = roster.notes_of(obj), roster.version_of(obj)
-            if version is None or roster.size(notes) <= roster.TIDY_AT:
+            if version is None or not marks.due(notes, self.server_now()):
                 return False
             items, _ = await self.store.list(timeout=timeout)
-            changes = roster.tidied(notes, roster.present(items), self.server_now())
-            if not changes:
-                return False
+            changes = marks.rotated(notes, roster.present(items), self.server_now())
             try:
                 await self.merge(changes, timeout, version=version)
             except Conflict:
                 obj = await self.store.get(roster.NAME, timeout=timeout)
                 continue
-            removed = sum(value is None for value in changes.values())
-            self.log.info(
-                "tidied the marks", lease=roster.NAME, changed=len(changes), removed=removed
-            )
+            self.log.info("turned the marks over", lease=roster.NAME, listed=len(items))
             return True
         return False

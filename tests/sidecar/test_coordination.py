@@ -1,11 +1,13 @@
 """The namespace's coordination Lease against the real API server: bounded, and safe to lose.
 
 Issue 38. Each election that ever had a Lease leaves a mark in the coordination
-Lease's annotations, which the API server caps at 256 KiB in all. A CronJob
-that runs one election per Job filled it after a few thousand runs: from then
-on no new election was marked (so none led at once, as a brand-new election
-does) and the sweep duty could not be claimed (so nobody swept at exit), all
-of it silently. And ``kubectl delete leases --all`` took the marks with it,
+Lease's annotations, which the API server caps at 256 KiB in all. Marks were
+one annotation per election: a CronJob that runs one election per Job filled
+the object after a few thousand runs, and from then on no new election was
+marked (so none led at once, as a brand-new election does) and the sweep duty
+could not be claimed (so nobody swept at exit), all of it silently. Marks are
+now bits in a fixed room (``core.marks``); an object filled the old way is
+folded into it at the next turnover. And ``kubectl delete leases --all`` took the marks with it,
 which told every election "nobody led here": a new candidate led at once
 while a paused leader of the deleted Lease still vouched.
 """
@@ -13,7 +15,9 @@ while a paused leader of the deleted Lease still vouched.
 from __future__ import annotations
 
 import asyncio
+import binascii
 import datetime as dt
+import json
 import signal
 import time
 from collections.abc import Callable
@@ -21,7 +25,7 @@ from typing import Any
 
 from kubernetes import client
 
-from sidecar.core import roster
+from sidecar.core import marks, roster
 from sidecar.driver.sweepduty import ExitSweep
 from sidecar.kit.logs import Logger
 from sidecar.kube.config import load
@@ -70,8 +74,8 @@ def _stamp(value: str) -> float:
 
 async def _fill_with_past_job_runs(store: LeaseStore, namespace: str, began: dt.datetime) -> int:
     """Mark one election per past Job run (one a minute from ``began``), as the sidecars of
-    those runs did, until no further mark fits; their Leases are gone (swept). The runs'
-    marks, in batches of the module's own merge patch: the same object, fewer requests."""
+    those runs did before marks were bits (one annotation each), until no further mark
+    fits; their Leases are gone (swept). In batches: the same object, fewer requests."""
     shared = Coordination(store, namespace)
     notes: dict[str, str] = {}
     runs = 0
@@ -79,7 +83,7 @@ async def _fill_with_past_job_runs(store: LeaseStore, namespace: str, began: dt.
         batch: dict[str, str] = {}
         for _ in range(250):
             when = began + dt.timedelta(minutes=runs)
-            mark = roster.mark(f"leader-nightly-report-{29_000_000 + runs}", when)
+            mark = _legacy_mark(f"leader-nightly-report-{29_000_000 + runs}", when)
             if _size({**notes, **batch, **mark}) > ANNOTATIONS_LIMIT - 100:
                 break
             batch.update(mark)
@@ -88,6 +92,13 @@ async def _fill_with_past_job_runs(store: LeaseStore, namespace: str, began: dt.
             return runs
         await shared.merge(batch)
         notes.update(batch)
+
+
+def _legacy_mark(lease: str, when: dt.datetime) -> dict[str, str]:
+    """A mark as sidecars wrote them before marks were bits."""
+    stamp = when.strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+    value = json.dumps({"lease": lease, "since": stamp, "duration": 15}, separators=(",", ":"))
+    return {f"{marks.LEGACY}{binascii.crc32(lease.encode()):08x}": value}
 
 
 async def _start_and_stop(store: LeaseStore, namespace: str, at: dt.datetime, who: str) -> None:
@@ -130,8 +141,9 @@ def test_a_coordination_lease_filled_by_past_job_runs_still_marks_and_sweeps_for
     created = coord.read_namespaced_lease(roster.NAME, namespace).metadata.creation_timestamp
     time.sleep(max(0.0, created.timestamp() + 17 - time.time()))
     new = spawn("pod-new", extra=DEFAULT)
-    mark = next(iter(roster.mark(LEASE, now)))
-    wait_for(lambda: mark in _notes(coord, namespace), 10, what="the new election's mark")
+    wait_for(
+        lambda: marks.live(_notes(coord, namespace), LEASE), 10, what="the new election's mark"
+    )
     wait_for(new.leads, 10, what="the new election's first term, without waiting a lease")
     state = new.state()
     assert state is not None
@@ -168,7 +180,7 @@ def test_a_write_the_coordination_lease_refuses_for_its_size_is_logged_as_an_err
 
     found = wait_for(refused, 10, what="an error line for the refused write")
     assert all(roster.NAME in str(r) for r in found), found
-    assert next(iter(roster.mark(LEASE, dt.datetime.now(dt.UTC)))) not in _notes(coord, namespace)
+    assert not marks.marked(_notes(coord, namespace), LEASE)
 
 
 def _leader(spawn: Spawn) -> SidecarProcess:
@@ -195,7 +207,7 @@ def _mark_another_election(cluster: ControlPlane, namespace: str) -> None:
         store = LeaseStore(load(str(cluster.kubeconfig)), namespace)
         try:
             await Coordination(store, namespace).merge(
-                roster.mark("leader-other", dt.datetime.now(dt.UTC))
+                marks.marking({}, "leader-other", dt.datetime.now(dt.UTC))
             )
         finally:
             store.close()
@@ -254,8 +266,7 @@ def test_the_mark_of_a_live_election_survives_its_coordination_lease(
     had a Lease when its marks were lost, so a new candidate waits out that leader."""
     coord = client.CoordinationV1Api(api)
     old = _leader(spawn)
-    mark = next(iter(roster.mark(LEASE, dt.datetime.now(dt.UTC))))
-    wait_for(lambda: mark in _notes(coord, namespace), 10, what="the election marked")
+    wait_for(lambda: marks.live(_notes(coord, namespace), LEASE), 10, what="the election marked")
     coord.delete_namespaced_lease(roster.NAME, namespace)
     _mark_another_election(cluster, namespace)
     time.sleep(17)  # the object is older than any candidate's lease duration now

@@ -20,7 +20,7 @@ import looptime
 
 from sidecar.commands.settings import RunSettings
 from sidecar.commands.wiring import PutLabel, wire
-from sidecar.core import roster
+from sidecar.core import marks, roster
 from sidecar.core.lease import LeaseRecord, claim
 from sidecar.core.timing import Timing
 from sidecar.driver.events import HOLD_SECONDS, EventRecorder
@@ -543,11 +543,11 @@ def test_a_new_election_where_no_coordination_lease_exists_waits_a_lease_and_mar
         took = await until(a.leads, 20, "a leads")
         assert 15.0 <= took < 16.0, took
         notes = roster.notes_of(store.objects[roster.NAME])
-        assert roster.live(notes, LEASE) and roster.live(notes, "leader-other"), notes
+        assert marks.live(notes, LEASE) and marks.live(notes, "leader-other"), notes
         await a.stop()
         # Created again, by another election's mark: younger than a lease, it proves nothing.
         del store.objects[LEASE], store.objects[roster.NAME]
-        await Coordination(store, "ns").merge(roster.mark("leader-third", EPOCH))  # type: ignore[arg-type]
+        await Coordination(store, "ns").merge(marks.marking({}, "leader-third", EPOCH))  # type: ignore[arg-type]
         b = await Candidate("b", store, tmp_path).start()
         took = await until(b.leads, 20, "b leads")
         assert 15.0 <= took < 16.0, took
@@ -557,7 +557,7 @@ def test_a_new_election_where_no_coordination_lease_exists_waits_a_lease_and_mar
 
 
 class ListHook(FakeLeases):
-    """Runs ``hook`` in the middle of the next list: between a tidy's list and its write."""
+    """Runs ``hook`` in the middle of the next list: between a turnover's list and its write."""
 
     def __init__(self) -> None:
         super().__init__()
@@ -573,17 +573,13 @@ class ListHook(FakeLeases):
         return found
 
 
-class AheadClock(LoopClock):
-    """A sidecar whose wall clock runs ``GONE_MARGIN`` ahead: as far as the marks allow."""
-
-    def wall(self) -> dt.datetime:
-        return super().wall() + dt.timedelta(seconds=roster.GONE_MARGIN)
-
-
-def _past_marks(count: int) -> dict[str, str]:
-    """Marks of ``count`` other elections, old enough to be tidied, past ``TIDY_AT``."""
-    old = EPOCH - dt.timedelta(seconds=roster.MARK_GRACE)
-    return {k: v for i in range(count) for k, v in roster.mark(f"leader-{i}", old).items()}
+def _due_marks(count: int) -> dict[str, str]:
+    """Marks of ``count`` other elections, in a generation due a turnover from the start."""
+    old = EPOCH - dt.timedelta(seconds=marks.GONE_MARGIN + marks.REMARK_AFTER + 1)
+    notes: dict[str, str] = {}
+    for i in range(count):
+        notes.update(marks.marking(notes, f"leader-{i}", old, 15))
+    return notes
 
 
 async def _create_and_lead(store: FakeLeases, a: FirstTermMark, after: float) -> None:
@@ -595,59 +591,61 @@ async def _create_and_lead(store: FakeLeases, a: FirstTermMark, after: float) ->
     await asyncio.gather(*a._tasks)
 
 
-def test_a_tidy_that_listed_before_a_late_create_does_not_leave_that_elections_mark_gone() -> None:
-    """The tidy (on a clock as far ahead as the marks allow) sees the Lease absent, then the
-    Lease is created and led ``REMARK_AFTER`` after its mark was written, then the tidy
-    writes: the creator wrote its mark again after the create, so that write is a 409
-    (and the tidy, judging again on a new read and list, leaves the mark live)."""
+def test_a_turnover_that_listed_before_a_late_create_never_leaves_its_bit_oldest_only() -> None:
+    """The turnover sees the Lease absent, then the Lease is created and led
+    ``REMARK_AFTER`` after its mark was written, then the turnover writes: the bit leaves
+    the newest generation, but the next turnover (an epoch on) lists the Lease, so while
+    it is there its bit is never in the oldest generation alone."""
 
     async def scenario() -> None:
         store = had_sidecars(ListHook())
-        shared = Coordination(store, "ns")  # type: ignore[arg-type]
-        await shared.merge(_past_marks(800))
+        shared = Coordination(store, "ns", clock=LoopClock())  # type: ignore[arg-type]
+        await shared.merge(_due_marks(100))
         a = FirstTermMark(shared, LEASE, "a", LoopClock(), Logger("error"), 15)  # type: ignore[arg-type]
-        assert await a.first_term()  # marked (live), and free to create the Lease
+        assert await a.first_term()  # marked, and free to create the Lease
         read = await shared.read(fresh=True)
 
         async def create_and_lead() -> None:
-            await _create_and_lead(store, a, after=roster.REMARK_AFTER)  # the create lands late
+            await _create_and_lead(store, a, after=marks.REMARK_AFTER)  # the create lands late
 
         store.hook = create_and_lead
-        conflicts = store.patch_conflicts
-        tidier = Coordination(store, "ns", clock=AheadClock())  # type: ignore[arg-type]
-        assert await tidier.tidy(read)  # a 409, then read again, listed again, and tidied
+        assert await shared.turn_over(read)
+        for turn in range(3):
+            notes = roster.notes_of(store.objects[roster.NAME])
+            oldest = marks.read(notes).generations[marks.GENERATIONS - 1 :]
+            assert marks.marked(notes, LEASE), turn
+            assert not any(g.has(marks.bit(LEASE)) for g in oldest) or marks.live(notes, LEASE)
+            await asyncio.sleep(marks.epoch(marks.read(notes)) + 1)
+            assert await shared.turn_over(await shared.read(fresh=True))
         notes = roster.notes_of(store.objects[roster.NAME])
-        assert roster.live(notes, LEASE) and not roster.live(notes, "leader-1"), notes
-        assert store.patch_conflicts == conflicts + 1
+        assert marks.live(notes, LEASE) and not marks.marked(notes, "leader-1"), notes
 
-    run(scenario)
+    run(scenario, within=4 * 3600)
 
 
 def test_a_create_soon_after_its_mark_costs_no_request_of_the_coordination_lease() -> None:
-    """Issue 38: at 1,000 elections in one namespace, the object is past ``TIDY_AT`` for
-    good, and every create re-read and re-wrote it; about 600 elections in, those writes'
-    409s and timeouts took the API server down. A tidy leaves a young mark live
-    (``roster.MARK_GRACE``), so a create within ``REMARK_AFTER`` of its mark neither reads
-    nor writes the object again; a tidy that listed before it leaves the mark live."""
+    """Issue 38: at 1,000 elections in one namespace, every create re-read and re-wrote
+    the one object; about 600 elections in, those writes' 409s and timeouts took the API
+    server down. A create within ``REMARK_AFTER`` of its mark neither reads nor writes the
+    object again; a turnover that listed before it leaves the bit marked."""
 
     async def scenario() -> None:
         store = had_sidecars(ListHook())
-        shared = Coordination(store, "ns")  # type: ignore[arg-type]
-        await shared.merge(_past_marks(800))
+        shared = Coordination(store, "ns", clock=LoopClock())  # type: ignore[arg-type]
+        await shared.merge(_due_marks(100))
         a = FirstTermMark(shared, LEASE, "a", LoopClock(), Logger("error"), 15)  # type: ignore[arg-type]
         assert await a.first_term()
         read = await shared.read(fresh=True)
         gets, writes = len(store.gets), len(store.roster_writes)
 
         async def create_and_lead() -> None:
-            await _create_and_lead(store, a, after=roster.REMARK_AFTER - 60)
+            await _create_and_lead(store, a, after=marks.REMARK_AFTER - 60)
             assert store.gets[gets:] == [] and store.roster_writes[writes:] == []
 
         store.hook = create_and_lead
-        tidier = Coordination(store, "ns", clock=AheadClock())  # type: ignore[arg-type]
-        assert await tidier.tidy(read)
+        assert await shared.turn_over(read)
         notes = roster.notes_of(store.objects[roster.NAME])
-        assert roster.live(notes, LEASE) and not roster.live(notes, "leader-1"), notes
+        assert marks.marked(notes, LEASE) and not marks.live(notes, "leader-1"), notes
 
     run(scenario)
 
@@ -667,14 +665,16 @@ def test_a_first_term_whose_mark_met_another_write_tries_again_later_not_at_once
         async def raced(name: str, body: dict[str, Any], timeout: float | None = None) -> Any:
             sent.append(asyncio.get_running_loop().time())
             if len(sent) == 1:  # another election's mark lands between our read and write
-                await patch(name, {"metadata": {"annotations": roster.mark("leader-x", EPOCH)}})
+                notes = roster.notes_of(store.objects[roster.NAME])
+                mark = marks.marking(notes, "leader-x", EPOCH)
+                await patch(name, {"metadata": {"annotations": mark}})
             return await patch(name, body, timeout)
 
         store.patch = raced  # type: ignore[method-assign]
         assert await a.first_term()
         assert len(sent) == 2 and sent[1] - sent[0] >= 0.05, sent
         notes = roster.notes_of(store.objects[roster.NAME])
-        assert roster.live(notes, LEASE) and roster.live(notes, "leader-x"), notes
+        assert marks.live(notes, LEASE) and marks.live(notes, "leader-x"), notes
 
     run(scenario)
 
@@ -701,7 +701,7 @@ def test_a_first_term_read_over_a_coordination_lease_deleted_before_the_write_wa
 
         store.patch = after_a_delete  # type: ignore[method-assign]
         assert not await a.first_term()  # the new object is younger than a lease: wait
-        assert roster.marked(roster.notes_of(store.objects[roster.NAME]), LEASE)
+        assert marks.marked(roster.notes_of(store.objects[roster.NAME]), LEASE)
 
     run(scenario)
 
@@ -745,35 +745,30 @@ def test_a_follower_that_sees_a_marked_lease_after_its_first_read_writes_no_mark
     run(scenario)
 
 
-def test_the_sidecar_that_claims_the_sweep_duty_bounds_the_marks(tmp_path: Path) -> None:
-    """Past ``TIDY_AT``: at one start the marks of absent Leases turn gone; at a start an hour
-    and a lease later they are taken out. The election there keeps its mark all along."""
+def test_the_sidecars_that_claim_the_sweep_duty_turn_the_marks_over(tmp_path: Path) -> None:
+    """Marks of 100 past elections, due a turnover: each start an epoch apart turns them
+    over once; the third drops them. The election there keeps its mark all along."""
 
     async def scenario() -> None:
         store = had_sidecars(FakeLeases())
-        old = EPOCH - dt.timedelta(seconds=roster.MARK_GRACE)  # turned gone at the first start
-        runs = {k: v for i in range(600) for k, v in roster.mark(f"leader-{i}", old, 15).items()}
-        await Coordination(store, "ns").merge(runs)  # type: ignore[arg-type]
-        a = await Candidate("a", store, tmp_path).start()
-        await until(a.leads, 1, "a leads at once: a first term")
-        await a.stop()
-        notes = roster.notes_of(store.objects[roster.NAME])
-        assert roster.marked(notes, "leader-7") and not roster.live(notes, "leader-7")
-        assert roster.live(notes, LEASE)
-        await asyncio.sleep(roster.GONE_MARGIN + 16)
-        b = await Candidate("b", store, tmp_path).start()
-        await until(b.leads, 20, "b leads")
-        await until(
-            lambda: roster.duty(roster.notes_of(store.objects[roster.NAME]))[0] == "b",
-            1,
-            "b holds the sweep duty",
-        )
-        notes = roster.notes_of(store.objects[roster.NAME])
-        assert not roster.marked(notes, "leader-7") and roster.live(notes, LEASE), notes
-        assert roster.size(notes) < 1024, notes
-        await b.stop()
+        await Coordination(store, "ns").merge(_due_marks(100))  # type: ignore[arg-type]
+        for turn, who in enumerate("abc"):
+            sidecar = await Candidate(who, store, tmp_path).start()
+            await until(sidecar.leads, 20 if turn else 1, f"{who} leads")
+            await until(
+                lambda: roster.duty(roster.notes_of(store.objects[roster.NAME]))[0] == who,  # noqa: B023
+                1,
+                f"{who} holds the sweep duty",
+            )
+            notes = roster.notes_of(store.objects[roster.NAME])
+            assert marks.live(notes, LEASE), (turn, notes)
+            assert marks.marked(notes, "leader-7") == (turn < 2), turn
+            assert not marks.live(notes, "leader-7"), turn
+            await sidecar.stop()
+            await asyncio.sleep(marks.epoch(marks.read(notes)) + 16)
+        assert len(roster.notes_of(store.objects[roster.NAME])[marks.KEY]) < 1024
 
-    run(scenario, within=2 * 3600)
+    run(scenario, within=4 * 3600)
 
 
 def test_a_join_and_a_mark_refused_at_start_are_retried_until_written(tmp_path: Path) -> None:
@@ -788,7 +783,7 @@ def test_a_join_and_a_mark_refused_at_start_are_retried_until_written(tmp_path: 
         assert store.refused and listed(store) == []
         await until(lambda: listed(store) == ["b"], 300, "b joined once it answers")
         await until(
-            lambda: roster.marked(roster.notes_of(store.objects.get(roster.NAME)), LEASE),
+            lambda: marks.marked(roster.notes_of(store.objects.get(roster.NAME)), LEASE),
             300,
             "the election marked once it answers",
         )
@@ -837,7 +832,7 @@ def test_a_join_applied_without_an_answer_is_not_written_again(tmp_path: Path) -
             key = roster.entry_key(LEASE, who)
             entries = [p for p in store.applied if key in p["metadata"]["annotations"]]
             assert len(entries) == 1, (who, entries)
-        assert roster.marked(roster.notes_of(store.objects.get(roster.NAME)), LEASE)
+        assert marks.marked(roster.notes_of(store.objects.get(roster.NAME)), LEASE)
         await c.stop()
         await b.stop()
         await a.stop()
