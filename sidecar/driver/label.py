@@ -10,7 +10,8 @@ Guarantees:
 - it is taken off at start-up (one left by a killed sidecar) and, at shutdown,
   before the Lease is released (waited for up to ``SETTLE_BUDGET``: not a
   safety step, consumers gate on ``valid_until``, and a terminating pod leaves
-  the Service's ready endpoints anyway);
+  the Service's ready endpoints anyway; not at all while the API refuses the
+  put for good, 403 or 404, which no retry within the budget changes);
 - an API error never touches the election: it is logged once with its fix and
   retried with backoff until the label is what the state says; a label that
   should be off (or may be on) is retried as soon as any API call of the
@@ -61,6 +62,8 @@ class LeaderLabel(Observer):
         self.have: bool | None = None  # unknown at start-up: taken off first
         #: A put of "on" (or a put over a label known on) went unanswered: it may be on.
         self._may_be_on = False
+        #: The last put was refused for good (403, 404): no retry soon will change it.
+        self._refused = False
         self._news = asyncio.Event()
         self._news.set()
         self._settled = asyncio.Event()
@@ -81,9 +84,10 @@ class LeaderLabel(Observer):
         """Wait (bounded) for the label to come off, then stop following."""
         if self._task is None:
             return
+        budget = 0.0 if self._refused else SETTLE_BUDGET
         settled = asyncio.ensure_future(self._settled.wait())
         done, _ = await asyncio.wait(
-            [settled, self._task], timeout=SETTLE_BUDGET, return_when=asyncio.FIRST_COMPLETED
+            [settled, self._task], timeout=budget, return_when=asyncio.FIRST_COMPLETED
         )
         settled.cancel()
         await aio.cancel([self._task], SETTLE_BUDGET, self.log)
@@ -91,7 +95,8 @@ class LeaderLabel(Observer):
             self.log.warning(
                 "the leader label may still be on this pod; releasing the lease anyway",
                 pod=self.pod,
-                waited_seconds=SETTLE_BUDGET,
+                waited_seconds=budget,
+                refused=self._refused,
             )
 
     def offer(self, leading: bool) -> None:
@@ -112,6 +117,7 @@ class LeaderLabel(Observer):
                     await self._put(want)
                 except ApiError as err:
                     failures += 1
+                    self._refused = isinstance(err, Forbidden | NotFound)
                     retry = backoff.delay(failures, RETRY_FIRST, RETRY_MAX, jitter=(1, 1))
                     self._failed(err, retry)
                     if isinstance(err, ApiUnavailable):  # it may have been applied, unheard
@@ -124,7 +130,7 @@ class LeaderLabel(Observer):
                             await self._news.wait()
                     self._news.clear()
                     continue
-                failures = 0
+                failures, self._refused = 0, False
                 self.log.forget_prefix("label:")
                 if want or self.have is not None or self._may_be_on:
                     self.log.info("leader label " + ("set" if want else "removed"), pod=self.pod)

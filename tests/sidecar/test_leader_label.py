@@ -255,3 +255,55 @@ def _last_write(
     ]
     assert times, f"no accepted write to {resource}/{name} by pod {by_pod} in the audit log"
     return max(times)
+
+
+def test_a_leader_whose_pod_is_being_deleted_takes_its_label_off_and_releases_at_once(
+    cluster: ControlPlane, api: Any, namespace: str, tmp_path: Path, label_grant: None
+) -> None:
+    """What ``kubectl delete pod`` does to the leader: the pod is terminating when its
+    sidecar gets SIGTERM. In real pods, every such stop waited out the label's whole
+    settle budget (3 s) before the release (bench.pods, leader label). A finalizer keeps
+    the pod terminating here, as the kubelet's grace period does on a node."""
+    core = client.CoreV1Api(api)
+    make_pod(api, namespace, "a")
+    core.patch_namespaced_pod("a", namespace, {"metadata": {"finalizers": ["example.com/hold"]}})
+    make_pod(api, namespace, "b")
+    wait_for_policy(cluster, accounts.token(api, namespace, SA, bound_to_pod="a"), namespace)
+    leader = pod_sidecar(cluster, api, namespace, tmp_path, "a")
+    try:
+        wait_for(leader.leads, 30, what="a to lead")
+        wait_for(lambda: labelled(api, namespace, ["a"]) == ["a"], 30, what="the label on a")
+        core.delete_namespaced_pod("a", namespace)
+        assert core.read_namespaced_pod("a", namespace).metadata.deletion_timestamp
+        began = time.monotonic()
+        leader.signal(signal.SIGTERM)
+        assert leader.wait(30) == 0
+        took = time.monotonic() - began
+        warned = [m for m in leader.messages() if "may still be on" in m]
+        assert labelled(api, namespace, ["a"]) == [], leader.raw_log()[-3000:]
+        assert not warned and took < 2.0, (took, warned, leader.raw_log()[-3000:])
+    finally:
+        leader.stop()
+        core.patch_namespaced_pod("a", namespace, {"metadata": {"finalizers": None}})
+
+
+def test_a_label_the_api_refuses_for_good_does_not_hold_up_the_release(
+    cluster: ControlPlane, api: Any, namespace: str, tmp_path: Path, label_grant: None
+) -> None:
+    """``--label-leader`` on a pod whose account lacks the label's grant (the default
+    account): every put is a 403, said once at start as an error. No retry within the
+    settle budget can change that, so a stop does not wait it out before releasing
+    (bench.pods' label workload ran so, and every leader deletion took 3 s longer)."""
+    make_pod(api, namespace, "a", sa="default")
+    extra = ("--label-leader", "--release=now")  # not waiting out valid_until: the label's part
+    leader = pod_sidecar(cluster, api, namespace, tmp_path, "a", account="default", extra=extra)
+    try:
+        wait_for(leader.leads, 30, what="a to lead")
+        wait_for(lambda: any("forbidden" in m for m in leader.messages()), 10, what="the 403 said")
+        began = time.monotonic()
+        leader.signal(signal.SIGTERM)
+        assert leader.wait(30) == 0
+        took = time.monotonic() - began
+        assert took < 2.0, (took, leader.raw_log()[-3000:])
+    finally:
+        leader.stop()
