@@ -166,6 +166,9 @@ def workloads(prefix: str, app_cpu_request: str | None = None) -> list[Workload]
         deployment("worker", annotations={"leader-election.grelmicro.io/label-leader": "true"}),
         app_cpu_request,
     )
+    # As docs/application.md says: the account manifests/leader-label.yaml grants the label
+    # (on the default one every put is a 403, and every stop waited out the settle budget).
+    labelled["spec"]["template"]["spec"]["serviceAccountName"] = "grelmicro-sidecar"
     plain = with_user_app(deployment("worker"), app_cpu_request)
     return [
         Workload("sidecar", "grelmicro-sidecar", f"{prefix}-sidecar", plain),
