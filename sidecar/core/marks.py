@@ -4,9 +4,11 @@ A mark says "this election had a Lease": without one, a Lease that is absent
 was never created, so no term of it can still be vouched for, and its first
 candidate may lead at once (contract §2, "the first term"). Guarantees:
 
-- the marks take the same room at ten elections as at ten thousand: one
-  annotation (``KEY``) holding ``GENERATIONS`` bitmaps of ``BITS`` bits, an
-  election's bit picked by the CRC-32 of its Lease's name. Two elections that
+- the marks take bounded room at any count: one annotation (``KEY``) holding
+  ``GENERATIONS`` bitmaps of ``BITS`` bits (each written as its set bits, two
+  bytes apiece, while that is shorter, else whole; base64: no zlib, which
+  ``run`` is kept without), an election's bit picked by the CRC-32 of its
+  Lease's name. Two elections that
   share a bit cost nothing unsafe: the second waits a lease duration once;
 - a bit is never taken out while it may matter. The sidecar that claims the
   sweep duty turns the generations over (``rotated``) once the newest is
@@ -15,8 +17,9 @@ candidate may lead at once (contract §2, "the first term"). Guarantees:
   listed, or marked by its creator (``driver.firstterm``), within the last two
   generations, so its bit outlives the longest lease duration marked by at
   least ``GONE_MARGIN``;
-- what cannot be read counts as marked: an unreadable value marks every
-  election until two turnovers have passed;
+- what cannot be read counts as marked: an unreadable value (garbage, a bitmap
+  of the wrong size, a bit out of range) marks every election until two
+  turnovers have passed;
 - marks written one per election before this scheme (``LEGACY``) are read as
   marks, and folded into the newest generation at the next turnover.
 
@@ -31,7 +34,6 @@ import binascii
 import datetime as dt
 import json
 import math
-import zlib
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -93,16 +95,44 @@ def _duration(value: Any) -> int:
     return value if type(value) is int and 1 <= value <= MAX_DURATION else MAX_DURATION
 
 
+def _packed(bits: bytes) -> str:
+    """``s`` and the set bits' indexes (2 bytes each, big-endian), or ``d`` and the whole
+    bitmap, whichever is shorter; base64."""
+    found = [
+        (at * 8 + k).to_bytes(2, "big")
+        for at, byte in enumerate(bits)
+        if byte
+        for k in range(8)
+        if byte >> k & 1
+    ]
+    if 2 * len(found) < _BYTES:
+        return "s" + base64.b64encode(b"".join(found)).decode()
+    return "d" + base64.b64encode(bits).decode()
+
+
+def _unpacked(text: str) -> bytes | None:
+    try:
+        raw = base64.b64decode(text[1:], validate=True)
+    except ValueError:
+        return None
+    if text[:1] == "d":
+        return raw if len(raw) == _BYTES else None
+    if text[:1] != "s" or len(raw) % 2 or len(raw) >= _BYTES:
+        return None
+    bits = bytearray(_BYTES)
+    for at in range(0, len(raw), 2):
+        index = int.from_bytes(raw[at : at + 2], "big")
+        if index >= BITS:
+            return None
+        bits[index // 8] |= 1 << (index % 8)
+    return bytes(bits)
+
+
 def _generation(item: Any) -> Generation | None:
     if not isinstance(item, dict) or not isinstance(item.get("bits"), str):
         return None
-    try:
-        packed = base64.b64decode(item["bits"], validate=True)
-        unpacker = zlib.decompressobj()
-        bits = unpacker.decompress(packed, _BYTES + 1)
-    except (ValueError, zlib.error):
-        return None
-    if len(bits) != _BYTES or not unpacker.eof:
+    bits = _unpacked(item["bits"])
+    if bits is None:
         return None
     duration = item.get("duration")
     return Generation(bits, duration if duration == 0 else _duration(duration))
@@ -169,7 +199,7 @@ def _value(since: dt.datetime, generations: list[Generation]) -> dict[str, str]:
     packed = [
         {
             "duration": g.duration,
-            "bits": base64.b64encode(zlib.compress(g.bits)).decode(),
+            "bits": _packed(g.bits),
         }
         for g in generations[:GENERATIONS]
     ]
