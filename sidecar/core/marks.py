@@ -40,6 +40,7 @@ from typing import Any
 
 from .defaults import MAX_DURATION
 from .lease import format_microtime, parse_time
+from .roster import read_value
 
 KEY = "elections.leader-election.grelmicro.io"
 #: One annotation per election (``<LEGACY><crc32 hex>``), as written before the bitmaps.
@@ -79,11 +80,23 @@ EMPTY = Generation(bytes(_BYTES), 0)
 
 @dataclass(frozen=True)
 class Marks:
-    #: When the newest generation started (the API server's clock); None: never written.
+    #: When the newest generation started (the API server's clock); None: never written,
+    #: or unreadable.
     since: dt.datetime | None
     generations: tuple[Generation, ...]  # the newest first
     #: Bits of ``LEGACY`` marks (index -> lease duration).
     legacy: dict[int, int]
+    #: The value was there but could not be read: every election counts as marked.
+    unreadable: bool = False
+
+    def has(self, lease: str) -> bool:
+        """Whether ``lease``'s election is marked, in any generation or a legacy mark."""
+        index = bit(lease)
+        return index in self.legacy or any(g.has(index) for g in self.generations)
+
+    def live(self, lease: str) -> bool:
+        """Whether ``lease``'s bit is in the newest generation (two turnovers from dropped)."""
+        return self.since is not None and self.generations[0].has(bit(lease))
 
 
 def bit(lease: str) -> int:
@@ -135,7 +148,7 @@ def _generation(item: Any) -> Generation | None:
     if bits is None:
         return None
     duration = item.get("duration")
-    return Generation(bits, duration if duration == 0 else _duration(duration))
+    return Generation(bits, 0 if type(duration) is int and duration == 0 else _duration(duration))
 
 
 def _legacy_index(key: str) -> int | None:
@@ -152,16 +165,8 @@ def _legacy(notes: Mapping[str, str]) -> dict[int, int]:
     found: dict[int, int] = {}
     for key, value in notes.items():
         if (index := _legacy_index(key)) is not None:
-            found[index] = max(found.get(index, 0), _duration(_field(value, "duration")))
+            found[index] = max(found.get(index, 0), _duration(read_value(value).get("duration")))
     return found
-
-
-def _field(value: str, name: str) -> Any:
-    try:
-        item = json.loads(value)
-    except ValueError:
-        return None
-    return item.get(name) if isinstance(item, dict) else None
 
 
 def read(notes: Mapping[str, str]) -> Marks:
@@ -170,29 +175,22 @@ def read(notes: Mapping[str, str]) -> Marks:
     value = notes.get(KEY)
     if value is None:
         return Marks(None, (), legacy)
-    try:
-        item = json.loads(value)
-    except ValueError:
-        item = None
-    found = item.get("generations") if isinstance(item, dict) else None
-    since = parse_time(item.get("since")) if isinstance(item, dict) else None
+    item = read_value(value)
+    found, since = item.get("generations"), parse_time(item.get("since"))
     generations = [_generation(g) for g in found] if isinstance(found, list) else [None]
     if since is None or not 1 <= len(generations) <= GENERATIONS or None in generations:
-        return Marks(None, (Generation(_FULL, MAX_DURATION),), legacy)
+        return Marks(None, (Generation(_FULL, MAX_DURATION),), legacy, unreadable=True)
     return Marks(since, tuple(g for g in generations if g is not None), legacy)
 
 
 def marked(notes: Mapping[str, str], lease: str) -> bool:
-    """Whether ``lease``'s election is recorded as having had a Lease, in any generation."""
-    marks, index = read(notes), bit(lease)
-    return index in marks.legacy or any(g.has(index) for g in marks.generations)
+    """Whether ``lease``'s election is recorded as having had a Lease (``Marks.has``)."""
+    return read(notes).has(lease)
 
 
 def live(notes: Mapping[str, str], lease: str) -> bool:
-    """Whether ``lease``'s bit is set in the newest generation (two turnovers away from
-    being dropped)."""
-    marks = read(notes)
-    return marks.since is not None and marks.generations[0].has(bit(lease))
+    """Whether ``lease``'s bit is in the newest generation (``Marks.live``)."""
+    return read(notes).live(lease)
 
 
 def _value(since: dt.datetime, generations: list[Generation]) -> dict[str, str]:
@@ -232,7 +230,7 @@ def due(notes: Mapping[str, str], now: dt.datetime) -> bool:
     """Whether the generations are due a turnover at ``now`` (the API server's clock): the
     newest is older than ``epoch``, or the value is unreadable, or legacy marks are there."""
     marks = read(notes)
-    if marks.legacy or (marks.since is None and marks.generations):
+    if marks.legacy or marks.unreadable:
         return True
     return marks.since is not None and (now - marks.since).total_seconds() > epoch(marks)
 
@@ -249,10 +247,9 @@ def rotated(
     newest read stays newest, with those bits added (a create: nothing is dropped)."""
     marks = read(notes)
     listed = {bit(name): _duration(duration) for name, duration in present.items()}
-    fresh = EMPTY.with_bits({**listed, **marks.legacy})
     kept = list(marks.generations)
-    if carry and kept:
-        fresh, kept = kept[0].with_bits({**listed, **marks.legacy}), kept[1:]
+    base, kept = (kept[0], kept[1:]) if carry and kept else (EMPTY, kept)
+    fresh = base.with_bits({**listed, **marks.legacy})
     patch: dict[str, str | None] = dict.fromkeys(k for k in notes if _legacy_index(k) is not None)
     patch.update(_value(now, [fresh, *kept]))
     return patch

@@ -76,7 +76,8 @@ def version_of(obj: dict[str, Any] | None) -> str | None:
     return version if isinstance(version, str) and version else None
 
 
-def _read(value: str) -> dict[str, Any]:
+def read_value(value: str) -> dict[str, Any]:
+    """An annotation's JSON object, read tolerantly ({} for garbage or another type)."""
     try:
         item = json.loads(value)
     except ValueError:
@@ -106,7 +107,7 @@ def _entry(value: str, lease: str) -> tuple[str, dt.datetime] | None:
     """
     if f'"{lease}"' not in value:
         return None
-    item = _read(value)
+    item = read_value(value)
     identity, joined = item.get("identity"), parse_time(item.get("joined"))
     if item.get("lease") == lease and isinstance(identity, str) and identity and joined:
         return identity, joined
@@ -188,7 +189,7 @@ def settled(obj: dict[str, Any], now: dt.datetime, duration: float) -> bool:
 
 def duty(notes: dict[str, str]) -> tuple[str, dt.datetime | None]:
     """(holder, until) of the sweep duty; ("", None) when nobody holds it."""
-    item = _read(notes.get(DUTY, ""))
+    item = read_value(notes.get(DUTY, ""))
     holder = item.get("holder")
     return (holder, parse_time(item.get("until"))) if isinstance(holder, str) else ("", None)
 

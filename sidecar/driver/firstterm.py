@@ -101,9 +101,9 @@ class FirstTermMark(Observer):
 
         async def once(retry: bool) -> None:
             obj = await self.shared.read(cached=retry or reread, timeout=PATIENT_READ)
-            notes = roster.notes_of(obj)
-            self.marked = self.marked or marks.marked(notes, self.lease)
-            self._live = self._live or marks.live(notes, self.lease)
+            found = marks.read(roster.notes_of(obj))
+            self.marked = self.marked or found.has(self.lease)
+            self._live = self._live or found.live(self.lease)
             if self.seen_lease and not self._live:
                 await self._write_mark(obj)
 
