@@ -26,6 +26,7 @@ from typing import Any
 from kubernetes import client
 
 from sidecar.core import marks, roster
+from sidecar.core.lease import format_microtime
 from sidecar.driver.sweepduty import ExitSweep
 from sidecar.kit.logs import Logger
 from sidecar.kube.config import load
@@ -96,8 +97,8 @@ async def _fill_with_past_job_runs(store: LeaseStore, namespace: str, began: dt.
 
 def _legacy_mark(lease: str, when: dt.datetime) -> dict[str, str]:
     """A mark as sidecars wrote them before marks were bits."""
-    stamp = when.strftime("%Y-%m-%dT%H:%M:%S.%fZ")
-    value = json.dumps({"lease": lease, "since": stamp, "duration": 15}, separators=(",", ":"))
+    fields = {"lease": lease, "since": format_microtime(when), "duration": 15}
+    value = json.dumps(fields, separators=(",", ":"))
     return {f"{marks.LEGACY}{binascii.crc32(lease.encode()):08x}": value}
 
 

@@ -80,12 +80,12 @@ def test_a_bitmap_of_the_wrong_size_or_a_bit_out_of_range_is_unreadable() -> Non
 
 def test_few_bits_are_written_one_by_one_and_many_as_the_whole_bitmap() -> None:
     notes: dict[str, str] = {}
-    for i in range(5000):
+    for i in range(2200):
         _apply(notes, marks.marking(notes, f"leader-t{i}", EPOCH, 15))
-        if i in (10, 4999):
+        if i in (10, 2199):
             packed = json.loads(notes[marks.KEY])["generations"][0]["bits"]
             assert packed[0] == ("s" if i == 10 else "d"), i
-    assert all(marks.marked(notes, f"leader-t{i}") for i in range(5000))
+    assert all(marks.read(notes).has(f"leader-t{i}") for i in range(2200))
     assert len(notes[marks.KEY]) < 6000  # the whole bitmap: 4 KiB, base64
 
 
@@ -127,8 +127,9 @@ def test_the_marks_of_a_cronjob_with_one_election_per_run_stay_small_and_safe() 
             turnovers += 1
         _apply(notes, marks.marking(notes, lease, now, 15))
         biggest = max(biggest, len(notes[marks.KEY]))
+        found = marks.read(notes)
         for recent in names[max(0, run - 65) : run + 1]:
-            assert marks.marked(notes, recent), (run, recent)
+            assert found.has(recent), (run, recent)
     assert turnovers >= 50 and biggest < 4096, (turnovers, biggest)
 
 
@@ -138,5 +139,8 @@ def test_a_thousand_elections_take_a_few_kib_and_few_others_share_their_bits() -
         _apply(notes, marks.marking(notes, f"leader-t{i}", EPOCH, 15))
     assert all(marks.marked(notes, f"leader-t{i}") for i in range(1000))
     assert len(notes[marks.KEY]) < 3072  # 1,000 bits of 2 bytes, base64
-    shared = sum(marks.marked(notes, f"leader-other-{i}") for i in range(2000))
-    assert shared < 2000 * 0.05, shared  # each waits a lease once, needlessly
+    # contract §2 says 2.6 % of new names share a bit among 1,000 marked: each of those
+    # waits a lease duration once, needlessly.
+    found = marks.read(notes)
+    shared = sum(found.has(f"other-{i}") for i in range(10_000))
+    assert shared < 10_000 * 0.03, shared
