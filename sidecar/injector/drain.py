@@ -5,9 +5,10 @@ but the API server's open connections to it stay, and routes not yet updated
 still lead to it: a request meeting a closed socket (``failed calling webhook
 … EOF``, or a refused connection) would, with ``failurePolicy: Fail``, refuse
 the pod being created. So on the first SIGTERM or SIGINT the injector reports
-not ready, closes its open connections as they fall idle and answers what
-still arrives (``WebhookServer.drain``), and stops only after ``delay``; a
-second signal stops it at once.
+not ready, answers what still arrives, each connection closed right after its
+answer and none while idle (``WebhookServer.drain``), and stops only after
+``delay``, closing then the connections left unused all along; a second signal
+stops it at once.
 
 Guarantee: ``stop`` is set exactly once, ``delay`` after the first signal, or
 at the second, or at the first while nothing is served yet (nothing to drain).

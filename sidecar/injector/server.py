@@ -7,14 +7,23 @@ client config once it serves). Each ``POST /<path>`` whose path is a key of
 - a certificate given to ``use`` applies from the next TLS handshake on; the
   listener and the open connections are never restarted (kopf's own server
   restarts its listener when its files change, cutting requests in flight);
-- once ``drain`` is called, the API server's keep-alive connections to this pod
-  (pinned to it by the Service after it left the endpoints) are closed: idle
-  ones at once, busy ones after their answer, and every later answer carries
-  ``Connection: close``; the listener stays open for what still arrives by a
-  route not yet updated. So the API server's next requests go to the pods that
-  stay, and a pod created after an upgrade gets the new replicas' sidecar, not
-  this one's;
-- stopping (cancellation) waits for the requests in flight, up to ``grace``.
+- once ``drain`` is called, every answer carries ``Connection: close`` and its
+  connection closes after it. So each of the API server's keep-alive
+  connections to this pod (pinned to it by the Service after it left the
+  endpoints) carries at most one more request, and the API server's next
+  requests open new connections, which the Service sends to the pods that
+  stay; the listener stays open for what still arrives by a route not yet
+  updated, answered and closed the same way;
+- the drain closes no connection itself, idle or busy. An HTTP/1.1 server
+  closing an idle connection races the client writing its next request on it,
+  and the API server's Go client resends no POST it has written (``failed
+  calling webhook … EOF``: with ``failurePolicy: Fail`` a refused pod); an
+  answer with ``Connection: close`` has no such race. A request still arriving
+  when the drain starts is read to its end and answered;
+- stopping (cancellation) closes the listener and the connections still idle
+  (the ones the API server left unused through the whole drain: the one
+  moment a request may still be cut) and waits for the requests in flight, up
+  to ``grace``.
 """
 
 from __future__ import annotations
@@ -68,17 +77,9 @@ class WebhookServer:
         self._runner: web.AppRunner | None = None
 
     def drain(self) -> None:
-        """Close the open connections (idle ones now, busy ones after their answer) and from
-        now on each connection after its answer."""
+        """From now on, answer each request with ``Connection: close`` and close its
+        connection after the answer; no connection is closed otherwise (module docstring)."""
         self.draining = True
-        server = self._runner.server if self._runner is not None else None
-        for handler in server.connections if server is not None else ():
-            # aiohttp's own flag; unknown (another aiohttp) counts as busy, which only delays
-            # the close to after the next answer.
-            if getattr(handler, "_request_in_progress", True):
-                handler.close()
-            else:
-                handler.force_close()
 
     async def _handle(self, request: web.Request) -> web.StreamResponse:
         route = self.routes.get(request.match_info["path"])

@@ -105,8 +105,8 @@ CERT_VALIDITY = Setting(
     "cert-validity", checks.lifetime, YEAR, "(with --tls-secret) how long a serving certificate "
     "lives; a new one is issued in its last third")
 DRAIN_DELAY = Setting(
-    "drain-delay", checks.duration_or_zero, 10.0, "after SIGTERM: not ready, open connections "
-    "closed as they fall idle, and what still arrives answered this long while the pod leaves "
+    "drain-delay", checks.duration_or_zero, 10.0, "after SIGTERM: not ready, and what still "
+    "arrives answered this long, each connection closed after its answer, while the pod leaves "
     "the Service; then stop")
 CHECK_LEASE_ACCESS = Setting(
     "check-lease-access", checks.boolean, True, "refuse a pod whose ServiceAccount may not use "
