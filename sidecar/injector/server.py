@@ -14,16 +14,19 @@ client config once it serves). Each ``POST /<path>`` whose path is a key of
   requests open new connections, which the Service sends to the pods that
   stay; the listener stays open for what still arrives by a route not yet
   updated, answered and closed the same way;
-- the drain closes no connection itself, idle or busy. An HTTP/1.1 server
-  closing an idle connection races the client writing its next request on it,
-  and the API server's Go client resends no POST it has written (``failed
-  calling webhook … EOF``: with ``failurePolicy: Fail`` a refused pod); an
-  answer with ``Connection: close`` has no such race. A request still arriving
-  when the drain starts is read to its end and answered;
+- no connection is closed while idle before the stop: neither by the drain
+  nor by a keep-alive timeout (``KEEPALIVE``, longer than the API server's).
+  An HTTP/1.1 server closing an idle connection races the client writing its
+  next request on it, and the API server's Go client resends no POST it has
+  written (``failed calling webhook … EOF``: with ``failurePolicy: Fail`` a
+  refused pod); an answer with ``Connection: close`` has no such race. The
+  drain touches no busy connection either: a request still arriving when it
+  starts is read to its end and answered;
 - stopping (cancellation) closes the listener and the connections still idle
   (the ones the API server left unused through the whole drain: the one
-  moment a request may still be cut) and waits for the requests in flight, up
-  to ``grace``.
+  moment a request may still be cut, and none once the drain lasts longer
+  than the API server keeps an idle connection) and waits for the requests in
+  flight, up to ``grace``.
 """
 
 from __future__ import annotations
@@ -40,6 +43,11 @@ from aiohttp import web
 from ..kit.pem import load_chain
 
 Route = Callable[[Any], Awaitable[Any]]
+
+#: How long an idle connection is kept: longer than the API server keeps one (90 s, Go's
+#: IdleConnTimeout as client-go sets it), so the API server closes it, never this server.
+#: Set here: aiohttp's default is 3630 s in 3.14, but 75 s in older 3.x that pyproject allows.
+KEEPALIVE = 3630.0
 
 
 def tls_context() -> ssl.SSLContext:
@@ -103,7 +111,11 @@ class WebhookServer:
         app = web.Application()
         app.router.add_post("/{path}", self._handle)
         runner = web.AppRunner(
-            app, handle_signals=False, access_log=None, shutdown_timeout=self.grace
+            app,
+            handle_signals=False,
+            access_log=None,
+            shutdown_timeout=self.grace,
+            keepalive_timeout=KEEPALIVE,
         )
         await runner.setup()
         self._runner = runner

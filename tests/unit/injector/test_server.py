@@ -110,6 +110,22 @@ def test_routes_answer_others_are_404_and_connections_stay_open() -> None:
     run(test)
 
 
+def test_an_idle_connection_is_closed_by_the_api_server_not_by_this_server() -> None:
+    """Closing an idle connection races the client's next request on it (below): the API
+    server's client closes its own after 90 s idle (Go's IdleConnTimeout as client-go sets
+    it), so this server waits longer, whatever aiohttp's default."""
+
+    async def test(served: Served) -> None:
+        server, port, material = served
+        client = Client(port, material.ca_bundle)
+        await asyncio.to_thread(client.post, "/inject", {})
+        assert server._runner is not None
+        (handler,) = server._runner.server.connections
+        assert handler.keepalive_timeout > 90
+
+    run(test)
+
+
 def test_a_new_certificate_serves_the_next_handshake_without_cutting_one_open() -> None:
     async def test(served: Served) -> None:
         server, port, material = served
