@@ -66,7 +66,10 @@ class FakeLeases:
         self.gets: list[str] = []
         self.label_lists = 0  # lists by label (the sweep's), not the election's by name
         self._generation = 0
-        self._changed = asyncio.Condition()
+        #: Set, and replaced by a new one, on every change: a watch takes the one current
+        #: before it looks at the history, so a change while it yields is not missed. (A
+        #: Condition's lock left watches stuck when many were cancelled at once.)
+        self._changed = asyncio.Event()
         self._uids = itertools.count(1)
 
     # ---- the LeaseStore interface -----------------------------------------
@@ -85,8 +88,7 @@ class FakeLeases:
     async def _record(self, kind: str, obj: dict[str, Any]) -> None:
         self.history.append((self.rv, kind, copy.deepcopy(obj)))
         self._visible_at[self.rv] = asyncio.get_running_loop().time() + self.watch_latency
-        async with self._changed:
-            self._changed.notify_all()
+        self._notify()
 
     def _stamp(
         self, body: dict[str, Any], current: dict[str, Any] | None = None, verb: str = "update"
@@ -244,6 +246,7 @@ class FakeLeases:
         deadline = loop.time() + timeout_seconds
         generation = self._generation
         while True:
+            changed = self._changed
             held = None  # when the first event not yet delivered becomes visible
             for rv, kind, obj in list(self.history):
                 if rv > since and obj["metadata"]["name"] == name:
@@ -260,15 +263,18 @@ class FakeLeases:
             # At least a millisecond: the virtual clock would not move for less, and the
             # loop would spin on an event due a hair after now (a latency like 1.1 s).
             wait = max(0.001, left if held is None else min(left, held - now))
-            async with self._changed:
-                try:
-                    await asyncio.wait_for(self._changed.wait(), wait)
-                except TimeoutError:
-                    if held is None or held - now >= left:
-                        return
+            try:
+                await asyncio.wait_for(changed.wait(), wait)
+            except TimeoutError:
+                if held is None or held - now >= left:
+                    return
 
     def close(self) -> None:
         pass
+
+    def _notify(self) -> None:
+        self._changed.set()
+        self._changed = asyncio.Event()
 
     # ---- for tests ----------------------------------------------------------
     async def compact(self) -> None:
@@ -279,8 +285,7 @@ class FakeLeases:
         self.history.clear()
         self._visible_at.clear()
         self._generation += 1
-        async with self._changed:
-            self._changed.notify_all()
+        self._notify()
 
     def holder(self, name: str) -> str | None:
         obj = self.objects.get(name)
