@@ -11,7 +11,12 @@ It wraps the bare Lease (``kube.leaselock.LeaseLock``) the way client-go's
   relays (no request while it waits), and empties a hand-off nobody claimed
   (``release.release``);
 - the roster sees every Lease the watch shows, as a seat frees without any
-  change the elector tells (a candidate leaving, an entry aging).
+  change the elector tells (a candidate leaving, an entry aging);
+- a candidate the roster says no release can name (``Roster.quiet``) hears
+  only of vacancies, and reads the Lease every 55-75 % of its lease duration
+  instead (``LeaseLock.follow``): often enough that a live holder is never
+  taken for gone (it renews at least every half of it), seldom enough that a
+  crowd of such followers costs less than every write sent to each.
 
 Guarantees: every request and event passes through unchanged; what it adds
 can only make an absent Lease free sooner when the roster says no Lease was
@@ -22,6 +27,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import random
 from collections.abc import AsyncIterator, Awaitable, Callable
 
 from ..core.election import Election
@@ -36,6 +42,11 @@ from .release import Roster, release
 #: The shortest wait on the watch: see ``elector.MIN_WAIT``.
 MIN_WAIT = 0.001
 
+
+#: A quiet follower reads the Lease again after this share of its lease duration.
+CHECK_EVERY = (0.55, 0.75)
+#: The lease duration a quiet follower checks by while the Lease it saw names none.
+DEFAULT_DURATION = 15.0
 
 #: ``first_term(timeout)``: whether the election never had a Lease (``firstterm``).
 FirstTerm = Callable[[float], Awaitable[bool]]
@@ -52,6 +63,16 @@ class HandoffLock:
         self.name, self.request_timeout = lease.name, lease.request_timeout
         self._known = False  # a read has answered, or the watch told of the Lease
         self._relayed = asyncio.Event()  # set once the elector has taken an event in
+        self._duration = DEFAULT_DURATION  # the leaseDurationSeconds of the Lease last seen
+        if roster is not None:
+            roster.on_quiet = self._follow
+
+    def _follow(self) -> None:
+        quiet = self.roster is not None and self.roster.quiet()
+        self.lease.follow(self._check_in if quiet else None)
+
+    def _check_in(self) -> float:
+        return random.uniform(*CHECK_EVERY) * self._duration
 
     async def read(self, timeout: float) -> Obj | Absent:
         obj = await self.lease.read(timeout)
@@ -71,8 +92,15 @@ class HandoffLock:
         async for event in self.lease.events():
             if isinstance(event, Changed | Deleted):
                 self._known = True
-            if isinstance(event, Changed) and self.roster is not None:
-                self.roster.seen(event.obj)
+            if isinstance(event, Changed):
+                duration = (event.obj.get("spec") or {}).get("leaseDurationSeconds")
+                self._duration = (
+                    float(duration)
+                    if isinstance(duration, int) and duration > 0
+                    else DEFAULT_DURATION
+                )
+                if self.roster is not None:
+                    self.roster.seen(event.obj)
             yield event
             # The elector asks for the next event once it has taken this one in.
             self._relayed.set()

@@ -5,17 +5,19 @@ election's Lease held by another (or by nobody), it joins the election's
 roster: an annotation of that Lease (``core.roster``), written by a merge
 patch over the version it saw, dropping the oldest entries beyond ``KEEP``,
 if a seat is free (``roster.room``: a few write, not every candidate of a
-crowd) at a random moment soon after it saw one;
-a releasing leader names the candidate that joined last straight from the
-Lease it writes over, with no request (``successor``). Only the candidates of
-one election write its Lease's roster, so a namespace of hundreds of
-elections starting at once does not have all its candidates take turns at
-one shared object. After taking over from a hand-off whose named successor
+crowd) at a random moment soon after it saw one; a releasing leader names
+the candidate that joined last straight from the Lease it writes over, with
+no request (``successor``). After taking over from a hand-off whose named successor
 never claimed, it takes that name out; a stopping follower leaves first,
 before any release, so it is not named. A stopping holder whose hand-off was
 claimed does not leave: its successor takes the name out, seconds later
 (``FORGET_AFTER``), and only if it was not written again since; a holder
 whose release named nobody leaves after it.
+
+A follower that saw every seat taken and is not listed cannot be named
+(``quiet``): the lock then has it hear only of vacancies, and read the Lease
+now and then instead (``kube.leaselock.follow``); a seat it finds free there
+is joined over a fresh read, as the Lease seen may be seconds old by then.
 
 None of it decides who leads: a roster that cannot be read or written costs
 only speed (a release then names nobody).
@@ -27,11 +29,12 @@ import asyncio
 import contextlib
 import datetime as dt
 import random
+from collections.abc import Callable
 from typing import Any
 
 from ..core import backoff, roster
 from ..core.election import Event
-from ..core.lease import LeaseRecord, uid_of
+from ..core.lease import LeaseRecord, uid_of, version_number
 from ..kit import aio
 from ..kit.clock import Clock
 from ..kit.logs import Logger
@@ -50,10 +53,6 @@ FORGET_TRIES = 10
 FORGET_AFTER = (3.0, 20.0)
 #: A follower that sees a free seat joins after a random wait of up to this (seconds).
 JOIN_SPREAD = 1.0
-#: A follower that saw every seat taken joins a freed one after a random wait in this
-#: range (seconds): after the hand-off that freed it has settled, and hundreds of waiting
-#: candidates spread out instead of racing (a 409 costs each a request, and CPU).
-REFILL_AFTER = (2.0, 12.0)
 
 
 class Membership(Observer):
@@ -66,19 +65,36 @@ class Membership(Observer):
         self._joined_uid: str | None = None
         #: The Lease as last seen, which a join waiting for its moment judges room by.
         self._seen: LeaseRecord | None = None
-        self._joining = False
-        #: The version a join of ours went over and met a 409: the next one is awaited.
-        self._refused: str | None = None
-        #: This candidate saw every seat taken: others wait too, and a freed seat is
-        #: joined later and over a wider spread (``REFILL_AFTER``).
-        self._waited = False
+        #: A join is under way; every seat was seen taken (``quiet`` until it takes one).
+        self._joining = self._waited = False
+        self._refused: str | None = None  # the version a join of ours met a 409 over
         #: Our release handed off and the successor claimed: it takes our name out.
         self.handed_over = False
         #: The holder that handed off to us and stopped, and when we took over: listed until
         #: ``_forget_released`` takes it out; our release drops it meanwhile (``departed``),
         #: so a successor that stops as soon never leaves it to be named.
         self._gone: tuple[str, dt.datetime] | None = None
-        self._tasks = aio.Background("roster")
+        self._tasks, self._key = aio.Background("roster"), roster.entry_key(lease, identity)
+        #: This candidate's entry is in the Lease as last seen (or a join of it just landed).
+        self._listed = self._told_quiet = False
+        self._listed_since: int | None = None  # the version our join wrote
+        self.on_quiet: Callable[[], None] | None = None  # told when ``quiet`` changes
+
+    def quiet(self) -> bool:
+        """No release can name it (not holding, not listed, every seat seen taken)."""
+        return self._waited and not (self.holding or self._listed)
+
+    def _note_listed(self, obj: dict[str, Any]) -> None:
+        meta = obj.get("metadata") or {}
+        listed, since = self._key in (meta.get("annotations") or {}), self._listed_since
+        version = version_number(str(meta.get("resourceVersion", "")))
+        if listed or since is None or (version is not None and version > since):
+            self._listed = listed
+
+    def _tell(self) -> None:
+        if self.quiet() != self._told_quiet and self.on_quiet is not None:
+            self._told_quiet = not self._told_quiet
+            self.on_quiet()
 
     def on_state(self, view: View) -> None:
         self._consider(view.record)
@@ -86,8 +102,10 @@ class Membership(Observer):
     def seen(self, obj: dict[str, Any]) -> None:
         """Every Lease the watch shows (``handofflock``): a seat frees when a candidate
         leaves or an entry ages, which changes no state the elector tells. Once joined,
-        nothing here reads it: every follower gets every event, so no second parse."""
+        only its own entry is looked up: no second parse of every event."""
         if self._joined_uid is not None and uid_of(obj) == self._joined_uid:
+            self._note_listed(obj)
+            self._tell()
             return
         self._consider(LeaseRecord.from_object(obj))
 
@@ -95,6 +113,12 @@ class Membership(Observer):
         """Join soon if ``record``, the Lease as seen last, has a seat for this candidate."""
         self.holding = record is not None and record.holder == self.identity
         self._seen = record
+        if record is not None:
+            self._note_listed(record.raw)
+        self._begin_join(record)
+        self._tell()
+
+    def _begin_join(self, record: LeaseRecord | None) -> None:
         if record is None or self.holding or self._stopping or self._joining:
             return
         if record.uid == self._joined_uid or record.resource_version == self._refused:
@@ -141,23 +165,22 @@ class Membership(Observer):
         return roster.room(notes, self.lease, record.holder, self.identity, self.clock.wall())
 
     async def _join_soon(self) -> None:
-        """Join after a random wait (up to ``JOIN_SPREAD``; ``REFILL_AFTER`` once every
-        seat was seen taken), over the Lease as seen by then, if it still has a seat: the
-        candidates that saw the same seat free mostly see it taken by then, and write
-        nothing. A 409 waits for the watch's next version, then judges again."""
+        """Join after a random wait (up to ``JOIN_SPREAD``), over the Lease as seen by then
+        (read again, when ``quiet``: its checks are seconds apart), if it still has a seat:
+        the candidates that saw the same seat free mostly see it taken by then, and write
+        nothing. A 409 waits for the next version seen, then judges again."""
         try:
-            wait = REFILL_AFTER if self._waited else (0.0, JOIN_SPREAD)
-            await asyncio.sleep(random.uniform(*wait))
+            await asyncio.sleep(random.uniform(0.0, JOIN_SPREAD))
             seen = self._seen
             if seen is not None and not (self.holding or self._stopping):
-                await self.join(seen)
+                await self.join(seen, fresh=self.quiet())
         finally:
             self._joining = False
         self._consider(self._seen)
 
-    async def join(self, seen: LeaseRecord) -> None:
-        """List this candidate in the election's Lease, over the version ``seen``, while it
-        has a seat (``roster.room``).
+    async def join(self, seen: LeaseRecord, fresh: bool = False) -> None:
+        """List this candidate in the election's Lease, over the version ``seen`` (``fresh``:
+        read first), while it has a seat (``roster.room``).
 
         A 409 ends it: another write went first, whose event the watch brings
         (``seen``), and the candidates that raced for one seat do not all read
@@ -169,14 +192,15 @@ class Membership(Observer):
         sent: list[str] = []  # the entry of the last try
 
         async def once(retry: bool) -> None:
-            obj = await self._election_lease() if retry else seen.raw
+            obj = await self._election_lease() if retry or fresh else seen.raw
             if obj is None:
                 return
             record, notes = LeaseRecord.from_object(obj), roster.notes_of(obj)
+            if retry or fresh:
+                self._seen = record  # what the next judgement goes by, not an older sight
             found = roster.entry_of(notes, self.lease, self.identity)
             if found is not None and found[0] in sent:  # a try that got no answer was
-                self.joined = True  # applied after all: written again, it would add load
-                self._joined_uid = record.uid
+                self._listed_now(obj)  # applied after all: written again, it would add load
                 return
             if not self._room(record):
                 return
@@ -185,17 +209,24 @@ class Membership(Observer):
             patch = {**roster.stale(notes, self.lease, self.identity), **entry}
             version = roster.version_of(obj)
             try:
-                await self._patch_lease(patch, version)
+                written_obj = await self._patch_lease(patch, version)
             except NotFound:
                 return
             except Conflict:
                 self._refused = version
                 return
-            self.joined = True
-            self._joined_uid = record.uid
+            self._listed_now(written_obj)
 
         if not await written("join", self.lease, once, self.log):
             self._joined_uid = seen.uid  # refused for good (no patch): not tried again here
+
+    def _listed_now(self, obj: dict[str, Any]) -> None:
+        """Our join is in ``obj``: a release may name us from now on, and a Lease older than
+        it (a watch resumed from before it replays those) does not say otherwise."""
+        self.joined = self._listed = True
+        self._joined_uid = uid_of(obj)
+        self._listed_since = version_number(roster.version_of(obj) or "")
+        self._tell()
 
     async def _election_lease(self, timeout: float | None = PATIENT_READ) -> dict[str, Any] | None:
         """The election's Lease as the API server's watch cache has it (None when absent)."""
@@ -203,10 +234,10 @@ class Membership(Observer):
 
     async def _patch_lease(
         self, notes: dict[str, str | None], version: str | None, timeout: float | None = None
-    ) -> None:
+    ) -> dict[str, Any]:
         """Set (None: remove) annotations of the election's Lease, only over ``version``."""
         meta = {"annotations": notes, "resourceVersion": version}
-        await self.shared.store.patch(self.lease, {"metadata": meta}, timeout=timeout)
+        return await self.shared.store.patch(self.lease, {"metadata": meta}, timeout=timeout)
 
     async def forget(
         self, identity: str, timeout: float | None = None, before: dt.datetime | None = None

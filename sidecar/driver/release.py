@@ -43,6 +43,13 @@ HANDOFF_GRACE = 2.0
 class Roster(Protocol):
     """Who may be named (``membership.Membership``)."""
 
+    #: Called when ``quiet`` may have changed (``handofflock`` follows it).
+    on_quiet: Callable[[], None] | None
+
+    def quiet(self) -> bool:
+        """Whether no release can name this candidate (it need not hear of every write)."""
+        ...
+
     def successor(self, record: LeaseRecord) -> str | None:
         """Who a release written over ``record`` names; None for anyone."""
         ...

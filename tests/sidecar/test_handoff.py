@@ -21,7 +21,8 @@ from kubernetes import client
 
 from sidecar.core import roster
 from sidecar.core.lease import MANAGED_BY_LABEL, MANAGED_BY_VALUE, LeaseRecord, lease_object
-from sidecar.driver.membership import REFILL_AFTER, Membership
+from sidecar.driver.handofflock import CHECK_EVERY, DEFAULT_DURATION
+from sidecar.driver.membership import JOIN_SPREAD, Membership
 from sidecar.kit.logs import Logger
 from sidecar.kube.config import load
 from sidecar.kube.coordination import Coordination
@@ -32,6 +33,9 @@ from tests.cluster import ControlPlane
 from tests.sidecar.proc import SidecarProcess, leaders, wait_for
 
 ELECTION_LEASE = "leader-main"
+
+#: A quiet follower finds a freed seat at its next check, and joins within JOIN_SPREAD.
+REFILL_WITHIN = CHECK_EVERY[1] * DEFAULT_DURATION + JOIN_SPREAD
 
 
 def _candidates(
@@ -120,9 +124,7 @@ def test_a_handover_among_eight_costs_two_lease_writes_and_goes_to_the_last_to_j
     wait_for(lambda: leaders(procs), 10, what="a successor")
     assert old.wait(20) == 0
     time.sleep(3)  # room for a burst of claims, had there been one
-    wait_for(
-        lambda: _listed(api, namespace) == roster.SEATS + 1, REFILL_AFTER[1] + 5, what="refill"
-    )
+    wait_for(lambda: _listed(api, namespace) == roster.SEATS + 1, REFILL_WITHIN + 5, what="refill")
     writes = _writes(cluster, namespace, since)
     print(f"\nwrites to the election's Lease after the SIGTERM: {writes}")
     assert leaders(procs) == [newest.identity], writes

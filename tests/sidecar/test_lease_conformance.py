@@ -17,6 +17,7 @@ from sidecar.kube.leases import LeaseStore
 from tests.cluster import ControlPlane
 from tests.unit.lease_conformance import *  # noqa: F403  (the cases)
 from tests.unit.lease_conformance import Backend, Case
+from tests.unit.lease_conformance_quiet import *  # noqa: F403  (the cases)
 from tests.unit.lease_conformance_sweep import *  # noqa: F403  (the cases)
 
 

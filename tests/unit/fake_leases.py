@@ -20,7 +20,7 @@ import asyncio
 import copy
 import datetime as dt
 import itertools
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 from sidecar.kube.errors import ApiError, ApiUnavailable, Conflict, Gone, NotFound
@@ -231,12 +231,17 @@ class FakeLeases:
         await self._record("DELETED", gone)
 
     async def watch(
-        self, name: str, resource_version: str, timeout_seconds: int
+        self, name: str, resource_version: str, timeout_seconds: int, label_selector: str = ""
     ) -> AsyncIterator[tuple[str, dict[str, Any]]]:
+        """As the API server's: with ``label_selector`` (``key=value`` only), a write is told
+        only if the Lease matches before or after it: ADDED when it starts to match,
+        MODIFIED while it does, DELETED (the content before, the new version) when a write
+        or a deletion ends the match."""
         self._check("watch")
+        matches = _selector(label_selector)
         if not resource_version:  # the most recent: the Lease as it is, then what follows
             since = self.rv
-            if (current := self.objects.get(name)) is not None:
+            if (current := self.objects.get(name)) is not None and matches(current):
                 yield "ADDED", copy.deepcopy(current)
         else:
             since = int(resource_version)
@@ -248,14 +253,20 @@ class FakeLeases:
         while True:
             changed = self._changed
             held = None  # when the first event not yet delivered becomes visible
+            before: dict[str, Any] | None = None  # the Lease before the write looked at
             for rv, kind, obj in list(self.history):
-                if rv > since and obj["metadata"]["name"] == name:
+                if obj["metadata"]["name"] != name:
+                    continue
+                if rv > since:
                     visible_at = self._visible_at.get(rv, 0.0)
                     if visible_at > loop.time():
                         held = visible_at  # in order: nothing after it is delivered first
                         break
                     since = rv
-                    yield kind, copy.deepcopy(obj)
+                    told = _told(kind, before, obj, matches)
+                    if told is not None:
+                        yield told[0], copy.deepcopy(told[1])
+                before = None if kind == "DELETED" else obj
             now = loop.time()
             left = deadline - now
             if left <= 0 or self.down or generation != self._generation:
@@ -290,6 +301,33 @@ class FakeLeases:
     def holder(self, name: str) -> str | None:
         obj = self.objects.get(name)
         return (obj["spec"].get("holderIdentity") or None) if obj is not None else None
+
+
+def _selector(selector: str) -> Callable[[dict[str, Any]], bool]:
+    """``key=value`` (or nothing: everything), as the fake's watch understands it."""
+    if not selector:
+        return lambda obj: True
+    key, sep, value = selector.partition("=")
+    if not sep or "," in selector or "!" in key:
+        raise ValueError(f"the fake store's watch takes key=value selectors only: {selector!r}")
+    return lambda obj: ((obj.get("metadata") or {}).get("labels") or {}).get(key) == value
+
+
+def _told(
+    kind: str,
+    before: dict[str, Any] | None,
+    after: dict[str, Any],
+    matches: Callable[[dict[str, Any]], bool],
+) -> tuple[str, dict[str, Any]] | None:
+    """What a watch with ``matches`` is told of one write (None: nothing)."""
+    if kind == "DELETED":
+        return (kind, after) if matches(after) else None
+    if matches(after):
+        return ("MODIFIED" if before is not None and matches(before) else "ADDED"), after
+    if before is not None and matches(before):
+        version = after["metadata"]["resourceVersion"]
+        return "DELETED", {**before, "metadata": {**before["metadata"], "resourceVersion": version}}
+    return None
 
 
 def merge_patch(target: Any, patch: Any) -> Any:

@@ -25,8 +25,9 @@ from sidecar.core.lease import LeaseRecord, claim
 from sidecar.core.timing import Timing
 from sidecar.driver.events import HOLD_SECONDS, EventRecorder
 from sidecar.driver.firstterm import FirstTermMark
+from sidecar.driver.handofflock import CHECK_EVERY, DEFAULT_DURATION
 from sidecar.driver.label import RETRY_OFF
-from sidecar.driver.membership import FORGET_AFTER, JOIN_SPREAD, REFILL_AFTER, Membership
+from sidecar.driver.membership import FORGET_AFTER, JOIN_SPREAD, Membership
 from sidecar.driver.observer import Call, Observer, View
 from sidecar.driver.report import LogReport
 from sidecar.driver.sweepduty import DUTY_SECONDS
@@ -39,6 +40,9 @@ from tests.unit.fake_leases import FakeLeases
 EPOCH = dt.datetime(2026, 1, 1, tzinfo=dt.UTC)
 LEASE = "leader-main"
 T = TypeVar("T")
+
+#: A quiet follower finds a freed seat at its next check, and joins within JOIN_SPREAD.
+REFILL_WITHIN = CHECK_EVERY[1] * DEFAULT_DURATION + JOIN_SPREAD
 
 
 class LoopClock:
@@ -315,7 +319,7 @@ def test_a_handover_among_many_costs_two_lease_writes_and_goes_to_the_last_to_jo
         writes, conflicts = len(store.writes), store.conflicts
         assert await a.stop() == 0
         took = await until(lambda: any(f.leads() for f in followers), 15, "a follower takes over")
-        await asyncio.sleep(REFILL_AFTER[1] + 1)  # a burst of claims, had there been one; a join
+        await asyncio.sleep(REFILL_WITHIN + 1)  # a burst of claims, had there been one; a join
         successor = seated[-1]
         assert [f.identity for f in followers if f.leads()] == [successor]
         after = store.writes[writes:]
@@ -352,7 +356,7 @@ def test_a_seat_freed_by_a_follower_leaving_is_taken_by_one_that_waited(
         waiting = followers[-1].identity
         assert waiting not in _listed(store)
         await followers[0].stop()  # it leaves first thing
-        within = REFILL_AFTER[1] + 1
+        within = REFILL_WITHIN + 1
         await until(lambda: waiting in _listed(store), within, "the waiting follower joins")
         assert len(_listed(store)) == roster.SEATS
         for f in [a, *followers[1:]]:
@@ -1185,7 +1189,7 @@ class BrokenWatch(FakeLeases):
     """A store whose watch fails with a bug (not an API error) once it has run."""
 
     async def watch(  # type: ignore[override]
-        self, name: str, resource_version: str, timeout_seconds: int
+        self, name: str, resource_version: str, timeout_seconds: int, label_selector: str = ""
     ) -> AsyncIterator[tuple[str, dict[str, Any]]]:
         raise RuntimeError("a bug in the watch")
         yield  # pragma: no cover
@@ -1199,7 +1203,7 @@ class CutWatch(FakeLeases):
         self.watches = 0
 
     async def watch(  # type: ignore[override]
-        self, name: str, resource_version: str, timeout_seconds: int
+        self, name: str, resource_version: str, timeout_seconds: int, label_selector: str = ""
     ) -> AsyncIterator[tuple[str, dict[str, Any]]]:
         self.watches += 1
         return

@@ -15,6 +15,7 @@ import pytest
 from tests.unit.fake_leases import FakeLeases
 from tests.unit.lease_conformance import *  # noqa: F403  (the cases)
 from tests.unit.lease_conformance import Backend, Case
+from tests.unit.lease_conformance_quiet import *  # noqa: F403  (the cases)
 from tests.unit.lease_conformance_sweep import *  # noqa: F403  (the cases)
 
 

@@ -51,8 +51,10 @@ PACKAGE_LINES = {
 }
 #: The whole of sidecar/, package budgets and the top-level modules: 9,694 when
 #: this was written (8,006 when issue 38 was filed; the injector's own TLS of
-#: issue 37 and the holes of issue 38 since).
-TOTAL_LINES = 10_200
+#: issue 37 and the holes of issue 38 since); about 10,240 with quiet followers
+#: (issue 38: a crowd's followers watch vacancies only and read now and then,
+#: some 160 lines in the Lease lock, the hand-off lock and membership).
+TOTAL_LINES = 10_400
 
 
 def _lines(path: Path) -> int:
