@@ -74,10 +74,18 @@ class HandoffLock:
     def _check_in(self) -> float:
         return random.uniform(*CHECK_EVERY) * self._duration
 
+    def _saw(self, obj: Obj) -> None:
+        """A quiet follower's checks go by the duration its elector judges expiry by: the
+        one of the Lease last read or told (a read at start-up too)."""
+        duration = (obj.get("spec") or {}).get("leaseDurationSeconds")
+        ok = isinstance(duration, int) and duration > 0
+        self._duration = float(duration) if ok else DEFAULT_DURATION  # type: ignore[arg-type]
+
     async def read(self, timeout: float) -> Obj | Absent:
         obj = await self.lease.read(timeout)
         known, self._known = self._known, True
         if obj is not None:
+            self._saw(obj)
             return obj
         first = not known and self.first_term is not None and await self.first_term(timeout)
         return Absent(first_term=first)
@@ -93,12 +101,7 @@ class HandoffLock:
             if isinstance(event, Changed | Deleted):
                 self._known = True
             if isinstance(event, Changed):
-                duration = (event.obj.get("spec") or {}).get("leaseDurationSeconds")
-                self._duration = (
-                    float(duration)
-                    if isinstance(duration, int) and duration > 0
-                    else DEFAULT_DURATION
-                )
+                self._saw(event.obj)
                 if self.roster is not None:
                     self.roster.seen(event.obj)
             yield event

@@ -184,8 +184,8 @@ class LeaseLock:
                 elif switched in done:
                     return
                 found = await self.store.get(self.name, timeout=self.request_timeout, cached=True)
-                check_at = loop.time() + self._next_check()
                 yield ("MODIFIED", found) if found is not None else ("ABSENT", {})
+                check_at = loop.time() + self._next_check()  # by what this check showed
         finally:
             switched.cancel()
             pending.cancel()

@@ -16,8 +16,11 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from sidecar.core import roster
 from sidecar.core.lease import claim
+from sidecar.driver import handofflock
 from sidecar.driver.handofflock import CHECK_EVERY, DEFAULT_DURATION, HandoffLock
 from sidecar.driver.membership import JOIN_SPREAD, Membership
 from sidecar.kit.logs import Logger
@@ -157,5 +160,28 @@ def test_a_lease_older_than_our_join_does_not_make_us_quiet_again() -> None:
         m.seen(freed)  # replayed by the full watch: older than the join
         assert not m.quiet() and told == [True, False]
         await m.before_release()
+
+    run(scenario)
+
+
+def test_a_quiet_follower_reads_by_the_duration_of_the_lease_it_read(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Its reads go by the Lease's own duration, the one its elector judges expiry by, from
+    the first read on: a follower that went quiet at start-up (every seat already taken)
+    and read by a longer default claimed a live holder's Lease after its duration (on the
+    real server, a 3 s lease: tests/sidecar/test_handoff.py)."""
+    monkeypatch.setattr(handofflock, "DEFAULT_DURATION", 4 * DEFAULT_DURATION)
+
+    async def scenario() -> None:
+        store = FakeLeases()
+        crowd = await _crowd(store, tmp_path, 6)
+        writes, conflicts = len(store.writes), store.conflicts
+        late = [await Candidate(f"late{i}", store, tmp_path).start() for i in range(3)]
+        await asyncio.sleep(5 * DEFAULT_DURATION)
+        assert store.writes[writes:] == [w for w in store.writes[writes:] if w[1] == "a"]
+        assert store.conflicts == conflicts
+        for c in [*crowd, *late]:
+            await c.stop()
 
     run(scenario)
