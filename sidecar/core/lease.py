@@ -85,6 +85,11 @@ def _is_int(value: Any) -> TypeGuard[int]:
     return isinstance(value, int) and not isinstance(value, bool)
 
 
+def valid_duration(value: Any) -> int | None:
+    """``leaseDurationSeconds`` as a claim is judged by: None when it is not 1..MAX_DURATION."""
+    return value if _is_int(value) and 1 <= value <= MAX_DURATION else None
+
+
 @dataclass(frozen=True)
 class LeaseRecord:
     """What the election needs from a Lease object, read tolerantly."""
@@ -115,7 +120,7 @@ class LeaseRecord:
             problems.append(f"holderIdentity is not a string: {holder!r:.60}")
             holder = None
         duration = spec.get("leaseDurationSeconds")
-        if duration is not None and not (_is_int(duration) and 1 <= duration <= MAX_DURATION):
+        if duration is not None and valid_duration(duration) is None:
             problems.append(f"leaseDurationSeconds {duration!r:.30} is outside 1..{MAX_DURATION}")
             duration = None
         times = {key: parse_time(spec.get(key)) for key in ("acquireTime", "renewTime")}

@@ -31,7 +31,7 @@ import random
 from collections.abc import AsyncIterator, Awaitable, Callable
 
 from ..core.election import Election
-from ..core.lease import LeaseRecord
+from ..core.lease import LeaseRecord, valid_duration
 from ..kit.clock import Clock
 from ..kit.logs import Logger
 from ..kube.leaselock import Changed, Deleted, LeaseLock
@@ -77,9 +77,8 @@ class HandoffLock:
     def _saw(self, obj: Obj) -> None:
         """A quiet follower's checks go by the duration its elector judges expiry by: the
         one of the Lease last read or told (a read at start-up too)."""
-        duration = (obj.get("spec") or {}).get("leaseDurationSeconds")
-        ok = isinstance(duration, int) and duration > 0
-        self._duration = float(duration) if ok else DEFAULT_DURATION  # type: ignore[arg-type]
+        duration = valid_duration((obj.get("spec") or {}).get("leaseDurationSeconds"))
+        self._duration = float(duration) if duration is not None else DEFAULT_DURATION
 
     async def read(self, timeout: float) -> Obj | Absent:
         obj = await self.lease.read(timeout)
