@@ -97,7 +97,7 @@ def wire(
         observers.append(recorder)
     observers.append(published)
     elector = Elector(
-        HandoffLock(LeaseLock(store, lease), membership, mark.first_term),
+        HandoffLock(LeaseLock(store, lease), membership, mark.first_term, timing.lease_duration),
         identity=identity,
         election=settings.election,
         lease=lease,

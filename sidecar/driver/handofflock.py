@@ -45,7 +45,8 @@ MIN_WAIT = 0.001
 
 #: A quiet follower reads the Lease again after this share of its lease duration.
 CHECK_EVERY = (0.55, 0.75)
-#: The lease duration a quiet follower checks by while the Lease it saw names none.
+#: The lease duration a quiet follower checks by while the Lease it saw names none, unless
+#: told its candidate's own (``default_duration``: the one its elector then judges by).
 DEFAULT_DURATION = 15.0
 
 #: ``first_term(timeout)``: whether the election never had a Lease (``firstterm``).
@@ -54,16 +55,22 @@ FirstTerm = Callable[[float], Awaitable[bool]]
 
 class HandoffLock:
     """``lease`` with the hand-off of ``roster`` (none: a release names nobody), and the
-    first term that ``first_term`` tells (none: an absent Lease is always waited out)."""
+    first term that ``first_term`` tells (none: an absent Lease is always waited out).
+    ``default_duration`` is the lease duration a Lease naming none is judged by."""
 
     def __init__(
-        self, lease: LeaseLock, roster: Roster | None, first_term: FirstTerm | None = None
+        self,
+        lease: LeaseLock,
+        roster: Roster | None,
+        first_term: FirstTerm | None = None,
+        default_duration: float = DEFAULT_DURATION,
     ) -> None:
         self.lease, self.roster, self.first_term = lease, roster, first_term
         self.name, self.request_timeout = lease.name, lease.request_timeout
         self._known = False  # a read has answered, or the watch told of the Lease
         self._relayed = asyncio.Event()  # set once the elector has taken an event in
-        self._duration = DEFAULT_DURATION  # the leaseDurationSeconds of the Lease last seen
+        self._default = default_duration
+        self._duration = default_duration  # the leaseDurationSeconds of the Lease last seen
         if roster is not None:
             roster.on_quiet = self._follow
 
@@ -78,7 +85,7 @@ class HandoffLock:
         """A quiet follower's checks go by the duration its elector judges expiry by: the
         one of the Lease last read or told (a read at start-up too)."""
         duration = valid_duration((obj.get("spec") or {}).get("leaseDurationSeconds"))
-        self._duration = float(duration) if duration is not None else DEFAULT_DURATION
+        self._duration = float(duration) if duration is not None else self._default
 
     async def read(self, timeout: float) -> Obj | Absent:
         obj = await self.lease.read(timeout)

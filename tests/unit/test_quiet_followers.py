@@ -25,7 +25,7 @@ from sidecar.driver.handofflock import CHECK_EVERY, DEFAULT_DURATION, HandoffLoc
 from sidecar.driver.membership import JOIN_SPREAD, Membership
 from sidecar.kit.logs import Logger
 from sidecar.kube.coordination import Coordination
-from sidecar.kube.leaselock import VACANCIES
+from sidecar.kube.leaselock import VACANCIES, LeaseLock
 from tests.unit.fake_leases import FakeLeases
 from tests.unit.test_driver import LEASE, Candidate, LoopClock, _listed, run, until
 
@@ -185,3 +185,19 @@ def test_a_quiet_follower_reads_by_the_duration_of_the_lease_it_read(
             await c.stop()
 
     run(scenario)
+
+
+@pytest.mark.parametrize("duration", [None, 0, "15"])
+def test_a_lease_naming_no_valid_duration_is_read_by_the_candidates_own(
+    duration: object,
+) -> None:
+    """A Lease whose duration is absent or invalid is judged expired by the candidate's
+    own ``--lease-duration`` (``Sighting``); its quiet reads go by that one too, not by a
+    default that may be longer than the lease (a 3 s lease read every 8 to 11 s lets a
+    quiet follower claim a holder it never read alive)."""
+    lock = HandoffLock(LeaseLock(FakeLeases(), LEASE), None, None, 3.0)
+    lock._saw({"spec": {"holderIdentity": "a", "leaseDurationSeconds": duration}})
+    checks = [lock._check_in() for _ in range(200)]
+    assert all(CHECK_EVERY[0] * 3.0 <= c <= CHECK_EVERY[1] * 3.0 for c in checks)
+    lock._saw({"spec": {"holderIdentity": "a", "leaseDurationSeconds": 7}})
+    assert all(c <= CHECK_EVERY[1] * 7 for c in [lock._check_in() for _ in range(50)])
