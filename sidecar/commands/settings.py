@@ -49,6 +49,9 @@ LABEL_LEADER = Setting("label-leader", checks.boolean, False,
 RELEASE = Setting("release", checks.one_of(("auto", "now", "after-valid-until")), "auto",
     "when a stopping sidecar releases its Lease: auto (in a pod: at once when the pod is being "
     "deleted, its app stopped first; else after the last valid_until), now, or after-valid-until")
+ACK_FILE: Setting[str | None] = Setting("ack-file", str, None,
+    "a file the app writes a term's fencing_token into once it stopped acting on it: "
+    "ends that term's drain, as POST /drained does", "none")
 KILL_GRACE: Setting[float | None] = Setting("kill-grace", checks.duration, None,
     "SIGTERM the command this long before valid_until, SIGKILL at it; less than half the "
     "renew deadline", f"a quarter of the renew deadline, at most {defaults.KILL_GRACE:g}s")
@@ -63,7 +66,8 @@ OUTPUT = Setting("output", str, "table", "how to print the Leases", short="-o", 
 ALL_NAMESPACES = switch("all-namespaces", "the managed Leases of every namespace", "-A")
 WATCH = switch("watch", "then print each change, like kubectl get -w", "-w")
 LOCK_PORT = replace(PORT, default=0)
-RUN: Table = (ELECTION, IDENTITY, *TIMING, STATE_DIR, PORT, *CONNECTION, LABEL_LEADER, RELEASE)
+RUN: Table = (ELECTION, IDENTITY, *TIMING, STATE_DIR, PORT, *CONNECTION, LABEL_LEADER, RELEASE,
+    ACK_FILE)
 LOCK: Table = (
     ELECTION, replace(IDENTITY, shown=f"{IDENTITY.shown}, then -<pid>"), *TIMING,
     replace(STATE_DIR, shown="a temporary directory, removed at exit"), LOCK_PORT, *CONNECTION,
@@ -101,6 +105,8 @@ class RunSettings:
     #: ``--release`` (contract §5): ``auto`` asks about ``pod`` ($POD_NAME; outside a pod: now)
     release: str = "auto"
     pod: str | None = None
+    #: ``--ack-file``: where the app may acknowledge a drain (contract §4; None: HTTP only)
+    ack_file: Path | None = None
 
 
 def run_settings(src: Source, lock: bool = False) -> RunSettings:
@@ -120,6 +126,7 @@ def run_settings(src: Source, lock: bool = False) -> RunSettings:
         log_level=src.get(options.LOG_LEVEL),
         release="now" if lock else src.get(RELEASE),  # lock's command is gone first
         pod=pod,
+        ack_file=None if lock or not (ack := src.get(ACK_FILE)) else Path(ack),
     )
     label = not lock and src.get(LABEL_LEADER)
     if label and not pod:  # the pod to label is this one

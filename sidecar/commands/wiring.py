@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..driver.apppublisher import AppPublisher
+from ..driver.drain import Drain
 from ..driver.elector import Elector
 from ..driver.events import EventRecorder
 from ..driver.firstterm import FirstTermMark
@@ -68,13 +69,15 @@ def wire(
     shared = Coordination(store, namespace, log, clock)
     mark = FirstTermMark(shared, lease, identity, clock, log, timing.lease_duration)
     membership = Membership(shared, lease, identity, clock, log)
-    published = AppPublisher(settings.state_dir, settings.port, metrics.render, log)
+    drain = Drain(log, settings.ack_file)
+    published = AppPublisher(settings.state_dir, settings.port, metrics.render, drain, log)
     lock = None
     release = settings.release if settings.pod or settings.release != "auto" else "now"
-    release_timing = ReleaseTiming(release, pod_deleting, clock, log)
+    release_timing = ReleaseTiming(release, pod_deleting, drain, clock, log)
     observers: list[Observer] = [
         LogReport(log, lease, namespace, timing, offset=lambda: store.clock_offset),
         metrics,
+        drain,  # before the publisher: a new term's state carries no old drain
         release_timing.asking,  # first of the shutdown's steps (driver.releasetiming)
     ]
     if put_label is not None and settings.label_pod:

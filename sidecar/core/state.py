@@ -25,6 +25,9 @@ class State:
     renewed_at: str | None
     valid_until: str | None
     updated_at: str
+    #: The end of the last term under way (contract §4, the drain): its ``token``, the
+    #: ``until`` it may be acted on and the ``reason``; the app may acknowledge it sooner.
+    drain: dict[str, Any] | None = None
 
     def as_dict(self) -> dict[str, Any]:
         """The fields in order; all are str, int, bool or None, so a shallow copy (not

@@ -13,44 +13,57 @@ last (contract §4, §5).
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
 from pathlib import Path
 
+from ..core.state import State
 from ..kit.logs import Logger
 from ..publish.changes import Changes
 from ..publish.http import StatusServer
 from ..publish.statefile import StateDirError, StateFile
+from .drain import Drain
 from .observer import Control, Observer, View
 
 
 class AppPublisher(Observer):
-    def __init__(self, state_dir: Path, port: int, metrics: Callable[[], str], log: Logger):
+    def __init__(
+        self, state_dir: Path, port: int, metrics: Callable[[], str], drain: Drain, log: Logger
+    ):
         self.file, self.port, self.metrics, self.log = StateFile(state_dir), port, metrics, log
+        self.drain = drain
         self.changes: Changes | None = None
         self._told_leading = False
         self.server: StatusServer | None = None
 
     async def start(self, control: Control) -> None:
         """The first "not leader", then the port; raises ``StateDirError`` or ``OSError``."""
-        state = control.view().state
+        state = self._told(control.view().state)
         self.file.check_writable()
         self.file.write(state, force=True)
         self.changes = Changes(state)
+        self.drain.on_notice = lambda: self.on_state(control.view())
         if self.port:
-            live, healthy = (lambda: control.view().state), control.healthy
+            live, healthy = (lambda: self._told(control.view().state)), control.healthy
             self.server = StatusServer(
-                self.port, live, healthy, self.metrics, self.log, self.changes
+                self.port, live, healthy, self.metrics, self.log, self.changes, self.drain
             )
             await self.server.start()
+
+    def _told(self, state: State) -> State:
+        """``state`` with the drain under way, if any (``drain``)."""
+        notice = self.drain.notice
+        return state if notice is None else dataclasses.replace(state, drain=notice)
 
     def on_state(self, view: View) -> None:
         if self._hand_off_to_pass_over(view):
             return
-        self._told_leading = view.state.is_leader
+        state = self._told(view.state)
+        self._told_leading = state.is_leader
         if self.changes is not None:
-            self.changes.offer(view.state)
+            self.changes.offer(state)
         try:
-            self.file.write(view.state)
+            self.file.write(state)
             self.log.forget("statefile")
         except StateDirError as err:
             self.log.once("statefile", "error", str(err) + "; readers must rely on valid_until")

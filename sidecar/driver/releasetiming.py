@@ -21,17 +21,22 @@ answer does not show came after this stop began (a liveness kill, an in-place
 update), and the app may run on. Not the app containers' status: the kubelet
 writes their end only once the whole pod has stopped, this sidecar included,
 so during a deletion it still says "running" whatever the app did.
+
+While it holds the release back, the app is told so (``drain``) and may end
+the wait early by saying it has stopped acting (``drain.Drain``).
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import math
 from collections.abc import Awaitable, Callable
 
 from ..kit.clock import Clock
 from ..kit.logs import Logger
 from ..kube.errors import ApiError
+from .drain import Drain
 from .observer import Observer, View
 
 #: ``deleting(timeout)``: whether this pod is being deleted (``kube.api.PodLabel.deleting``).
@@ -45,8 +50,11 @@ UNKNOWN = (
 
 
 class ReleaseTiming(Observer):
-    def __init__(self, policy: str, deleting: Deleting | None, clock: Clock, log: Logger):
+    def __init__(
+        self, policy: str, deleting: Deleting | None, drain: Drain, clock: Clock, log: Logger
+    ):
         self.policy, self.deleting, self.clock, self.log = policy, deleting, clock, log
+        self.drain = drain
         #: The last ``valid_until`` published, on the monotonic clock (-inf: none yet).
         self.until = -math.inf
         self._answer: asyncio.Future[bool] | None = None
@@ -72,11 +80,18 @@ class ReleaseTiming(Observer):
             return
         if answer is not None and await answer:
             return
+        if self.drain.acknowledged:
+            return
         self.log.info(
-            "the app may still act on the last valid_until; releasing once it has passed",
+            "the app may still act on the last valid_until; releasing once it has passed "
+            "or the app acknowledges (POST /drained)",
             wait_seconds=round(left, 3),
         )
-        await asyncio.sleep(max(0.0, self.until - self.clock.monotonic()))
+        self.drain.begin("stopping")
+        left = max(0.0, self.until - self.clock.monotonic())
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(left):
+                await self.drain.wait()
 
     async def _app_stopped(self) -> bool:
         """Whether this pod is being deleted (its app containers stopped before this one)."""

@@ -74,6 +74,12 @@ class Served:
         await writer.drain()
         return Client(reader, writer)
 
+    async def post(self, target: str, host: str = "127.0.0.1") -> Client:
+        reader, writer = await asyncio.open_connection(host, self.port)
+        writer.write(f"POST {target} HTTP/1.1\r\nHost: x\r\nContent-Length: 0\r\n\r\n".encode())
+        await writer.drain()
+        return Client(reader, writer)
+
     async def idle(self, host: str) -> Client:
         """A connection that never sends a whole request."""
         reader, writer = await asyncio.open_connection(host, self.port)
@@ -290,5 +296,36 @@ def test_flush_tells_every_reading_subscriber_and_closes_one_that_does_not_read(
         assert b'"is_leader":false' not in received  # it lost its stream instead
         stuck_reader.close()
         del stuck
+
+    served(test)
+
+
+class Acknowledgements:
+    """Records what ``POST /drained`` passes on (the drain's own rules: ``test_drain``)."""
+
+    def __init__(self) -> None:
+        self.tokens: list[str | None] = []
+
+    def acknowledge(self, token: str | None) -> tuple[int, str]:
+        self.tokens.append(token)
+        return 200, "acknowledged"
+
+
+def test_a_drain_is_acknowledged_from_the_pod_itself_only() -> None:
+    """``POST /drained`` from loopback reaches the drain; from another address it is refused
+    (403) and reaches nothing: only the pod's own app may say it has stopped acting."""
+    outside = this_hosts_address()
+
+    async def test(s: Served) -> None:
+        s.server.drain = acks = Acknowledgements()
+        inside = await s.post("/drained?token=7")
+        assert await inside.status() == 200
+        assert b"acknowledged" in await inside.read_until(b"acknowledged")
+        assert await (await s.post("/drained?token=8", host=outside)).status() == 403
+        assert await (await s.post("/drained")).status() == 200
+        assert acks.tokens == ["7", None]
+        assert await (await s.request("/drained?token=7")).status() == 405
+        assert await (await s.post("/leader")).status() == 405
+        assert acks.tokens == ["7", None]
 
     served(test)
