@@ -58,6 +58,15 @@ class PodSettings:
     def state_file(self) -> str:
         return f"{self.state_dir}/state.json"
 
+    @property
+    def ack_dir(self) -> str:
+        """Where the app may write ``ack_file`` (the state directory is read-only to it)."""
+        return f"{self.state_dir}-ack"
+
+    @property
+    def ack_file(self) -> str:
+        return f"{self.ack_dir}/drained"
+
 
 def show(value: object, limit: int = 80) -> str:
     """A value as it would appear in YAML, quoted and cut, safe to echo back."""

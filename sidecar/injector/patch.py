@@ -7,8 +7,12 @@ container, ``restartPolicy: Always``), so the app stops before the Lease is
 released; its settings are spelled out as flags, readable in the pod's YAML.
 
 Idempotent: a pod that already has a container named ``grelmicro-sidecar`` is
-never given a second one; only app containers lacking the mount or the env
+never given a second one; only app containers lacking a mount or the env
 (added by a later webhook) are completed, and deciding again yields no change.
+
+Two volumes: the state directory (read-only to the app) and, beside it, the
+ack directory, the one place the app writes (a drain's acknowledgement,
+contract §4), read-only to the sidecar.
 """
 
 from __future__ import annotations
@@ -33,6 +37,7 @@ from .annotations import (
 
 CONTAINER_NAME = "grelmicro-sidecar"
 VOLUME_NAME = "leader-election"
+ACK_VOLUME = "leader-election-ack"
 PORT_NAME = "leader-http"
 #: The image's own ``USER 65532:65532`` (the Dockerfile). The sidecar names no UID or GID of
 #: its own (contract §8): it runs as the pod's, as one a namespace policy assigns at
@@ -115,6 +120,7 @@ def sidecar_container(
             f"--retry-period={format_duration(timing.retry_period)}",
             f"--state-dir={settings.state_dir}",
             f"--port={settings.port}",
+            f"--ack-file={settings.ack_file}",
             *(["--label-leader"] if settings.label_leader else []),
         ],
         "env": [
@@ -131,7 +137,10 @@ def sidecar_container(
             "readOnlyRootFilesystem": True, "allowPrivilegeEscalation": False,
             "capabilities": {"drop": ["ALL"]}, "seccompProfile": {"type": "RuntimeDefault"},
         },
-        "volumeMounts": [{"name": VOLUME_NAME, "mountPath": settings.state_dir}],
+        "volumeMounts": [
+            {"name": VOLUME_NAME, "mountPath": settings.state_dir},
+            {"name": ACK_VOLUME, "mountPath": settings.ack_dir, "readOnly": True},
+        ],
         "terminationMessagePolicy": "FallbackToLogsOnError",
     }
     # fmt: on
@@ -142,44 +151,56 @@ def sidecar_container(
     return container
 
 
+def _app_mounts(settings: PodSettings) -> list[dict[str, Any]]:
+    """What an app container mounts: the state, read-only; the ack directory, to write."""
+    return [
+        {"name": VOLUME_NAME, "mountPath": settings.state_dir, "readOnly": True},
+        {"name": ACK_VOLUME, "mountPath": settings.ack_dir},
+    ]
+
+
 def _completed(container: Any, settings: PodSettings) -> dict[str, Any] | None:
-    """An app container with the read-only mount and the env added; None when it has both
-    (or is not an app container)."""
+    """An app container with the mounts and the env added; None when it has them all (or is
+    not an app container)."""
     if not isinstance(container, Mapping) or _name(container) == CONTAINER_NAME:
         return None
     mounts, env = _dicts(container.get("volumeMounts")), _dicts(container.get("env"))
     names = {str(e.get("name")) for e in env}
-    has_mount = any(m.get("name") == VOLUME_NAME for m in mounts)
+    mounted = {m.get("name") for m in mounts}
+    missing_mounts = [m for m in _app_mounts(settings) if m["name"] not in mounted]
+    url = f"http://127.0.0.1:{settings.port}"
     wanted = {
         "LEADER_ELECTION_STATE_FILE": settings.state_file,
-        "LEADER_ELECTION_URL": f"http://127.0.0.1:{settings.port}/leader",
+        "LEADER_ELECTION_URL": f"{url}/leader",
+        "LEADER_ELECTION_ACK_FILE": settings.ack_file,
+        "LEADER_ELECTION_DRAINED_URL": f"{url}/drained",
     }  # a value the pod already sets wins
     missing_env = [{"name": k, "value": v} for k, v in wanted.items() if k not in names]
-    if has_mount and not missing_env:
+    if not missing_mounts and not missing_env:
         return None
     out = dict(container)
-    if not has_mount:
-        mount = {"name": VOLUME_NAME, "mountPath": settings.state_dir, "readOnly": True}
-        out["volumeMounts"] = [*mounts, mount]
+    if missing_mounts:
+        out["volumeMounts"] = [*mounts, *missing_mounts]
     if missing_env:
         out["env"] = [*env, *missing_env]
     return out
 
 
-def _conflicts(settings: PodSettings, containers: list[Any], has_volume: bool) -> list[str]:
+def _conflicts(settings: PodSettings, containers: list[Any], taken: list[str]) -> list[str]:
     """What in the pod would make the injected one fail to be accepted or to run."""
-    problems = []
-    if has_volume:
-        problems.append(
-            f"the pod already has a volume named {VOLUME_NAME!r} (the injector adds its own); "
-            "rename that volume"
-        )
+    problems = [
+        f"the pod already has a volume named {name!r} (the injector adds its own); "
+        "rename that volume"
+        for name in taken
+    ]
+    ours = {settings.state_dir: "state directory", settings.ack_dir: "ack directory"}
     for c in _dicts(containers):
         for m in _dicts(c.get("volumeMounts")):
-            if (str(m.get("mountPath", "")).rstrip("/") or "/") == settings.state_dir:
+            path = str(m.get("mountPath", "")).rstrip("/") or "/"
+            if path in ours:
                 problems.append(
                     f"container {_name(c)!r} already mounts {m.get('name')!r} at "
-                    f"{settings.state_dir}, where the sidecar's state directory goes; "
+                    f"{path}, where the sidecar's {ours[path]} goes; "
                     f"set annotation {STATE_DIR} to another path"
                 )
         for p in _dicts(c.get("ports")):
@@ -239,21 +260,26 @@ def _decide(pod: Mapping[str, Any], spec: SidecarSpec, opted_in: bool = False) -
     inits = _list(pod_spec, "initContainers")
     present = any(_name(c) == CONTAINER_NAME for c in containers + inits)
     volumes = _list(pod_spec, "volumes")
-    has_volume = any(_name(v) == VOLUME_NAME for v in volumes)
+    taken = [n for n in (VOLUME_NAME, ACK_VOLUME) if any(_name(v) == n for v in volumes)]
 
     changes: dict[str, Any] = {}
     if not present:
-        problems = _conflicts(settings, containers + inits, has_volume)
+        problems = _conflicts(settings, containers + inits, taken)
         if problems:
             return Decision("denied", message="; ".join(problems), settings=settings)
         changes["/spec/initContainers"] = [sidecar_container(settings, spec, pod_spec), *inits]
     completed = [_completed(c, settings) or c for c in containers]
     if any(new is not old for new, old in zip(completed, containers, strict=True)):
         changes["/spec/containers"] = completed
-    if not has_volume:
-        # state.json is well under 1 KiB; the limit keeps a runaway writer from eating node memory.
-        volume = {"name": VOLUME_NAME, "emptyDir": {"medium": "Memory", "sizeLimit": "1Mi"}}
-        changes["/spec/volumes"] = [*volumes, volume]
+    # state.json is well under 1 KiB, an acknowledgement a few bytes; the limit keeps a
+    # runaway writer from eating node memory.
+    new = [
+        {"name": name, "emptyDir": {"medium": "Memory", "sizeLimit": "1Mi"}}
+        for name in (VOLUME_NAME, ACK_VOLUME)
+        if name not in taken
+    ]
+    if new:
+        changes["/spec/volumes"] = [*volumes, *new]
 
     if not changes:
         return Decision("unchanged", settings=settings)

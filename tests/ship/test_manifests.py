@@ -42,7 +42,13 @@ from tests.sidecar.proc import SidecarProcess
 pytestmark = pytest.mark.timeout(180)
 EXAMPLES = MANIFESTS / "examples"
 SCRIPT = EXAMPLES / "leader-only-work.sh"
-STATE_ENV = ("LEADER_ELECTION_STATE_FILE", "LEADER_ELECTION_URL")
+STATE_ENV = (
+    "LEADER_ELECTION_STATE_FILE",
+    "LEADER_ELECTION_URL",
+    "LEADER_ELECTION_ACK_FILE",
+    "LEADER_ELECTION_DRAINED_URL",
+)
+OURS = ("leader-election", "leader-election-ack")
 
 
 def _example(name: str, kind: str = "Deployment") -> dict[str, Any]:
@@ -66,10 +72,10 @@ def test_manual_sidecar_is_exactly_what_the_injector_adds() -> None:
     }
     plain_spec = plain["spec"]
     del plain_spec["initContainers"]
-    plain_spec["volumes"] = [v for v in plain_spec["volumes"] if v["name"] != "leader-election"]
+    plain_spec["volumes"] = [v for v in plain_spec["volumes"] if v["name"] not in OURS]
     for c in plain_spec["containers"]:
         c["env"] = [e for e in c.get("env", []) if e["name"] not in STATE_ENV]
-        c["volumeMounts"] = [m for m in c.get("volumeMounts", []) if m["name"] != "leader-election"]
+        c["volumeMounts"] = [m for m in c.get("volumeMounts", []) if m["name"] not in OURS]
 
     decision = decide(plain, SidecarSpec(image=sidecar["image"]))
     assert decision.outcome == "injected", decision.message

@@ -10,6 +10,7 @@ import pytest
 from sidecar.core.timing import Timing
 from sidecar.injector.annotations import default_election, read_settings
 from sidecar.injector.patch import (
+    ACK_VOLUME,
     CONTAINER_NAME,
     VOLUME_NAME,
     SidecarSpec,
@@ -41,16 +42,25 @@ def test_injects_a_native_sidecar_first_with_everything_spelled_out() -> None:
     assert sc["args"][:2] == ["run", "--election=solo"]
     assert "readinessProbe" not in sc
     assert out["spec"]["volumes"] == [
-        {"name": VOLUME_NAME, "emptyDir": {"medium": "Memory", "sizeLimit": "1Mi"}}
+        {"name": VOLUME_NAME, "emptyDir": {"medium": "Memory", "sizeLimit": "1Mi"}},
+        {"name": ACK_VOLUME, "emptyDir": {"medium": "Memory", "sizeLimit": "1Mi"}},
     ]
     app = out["spec"]["containers"][0]
     assert app["volumeMounts"] == [
-        {"name": VOLUME_NAME, "mountPath": "/var/run/leader-election", "readOnly": True}
+        {"name": VOLUME_NAME, "mountPath": "/var/run/leader-election", "readOnly": True},
+        {"name": ACK_VOLUME, "mountPath": "/var/run/leader-election-ack"},
     ]
     assert {e["name"]: e["value"] for e in app["env"]} == {
         "LEADER_ELECTION_STATE_FILE": "/var/run/leader-election/state.json",
         "LEADER_ELECTION_URL": "http://127.0.0.1:4040/leader",
+        "LEADER_ELECTION_ACK_FILE": "/var/run/leader-election-ack/drained",
+        "LEADER_ELECTION_DRAINED_URL": "http://127.0.0.1:4040/drained",
     }
+    # The sidecar reads the acknowledgement where the app writes it, and cannot write there.
+    assert "--ack-file=/var/run/leader-election-ack/drained" in sc["args"]
+    assert {"name": ACK_VOLUME, "mountPath": "/var/run/leader-election-ack", "readOnly": True} in (
+        sc["volumeMounts"]
+    )
     assert "volumeMounts" not in out["spec"]["initContainers"][1]  # regular init containers
 
 
@@ -73,7 +83,12 @@ def test_app_env_the_pod_already_sets_wins() -> None:
     p["spec"]["containers"][0]["env"] = [{"name": "LEADER_ELECTION_URL", "value": "mine"}]
     out = patched(p, decide(p, SPEC))
     env = out["spec"]["containers"][0]["env"]
-    assert [e["name"] for e in env] == ["LEADER_ELECTION_URL", "LEADER_ELECTION_STATE_FILE"]
+    assert [e["name"] for e in env] == [
+        "LEADER_ELECTION_URL",
+        "LEADER_ELECTION_STATE_FILE",
+        "LEADER_ELECTION_ACK_FILE",
+        "LEADER_ELECTION_DRAINED_URL",
+    ]
     assert env[0]["value"] == "mine"
 
 
@@ -201,6 +216,16 @@ def test_timing_rule_names_where_each_value_came_from() -> None:
                 volumeMounts=[{"name": "data", "mountPath": "/var/run/leader-election/"}]
             ),
             f"set annotation {P}state-dir",
+        ),
+        (
+            lambda s: s["volumes"].append({"name": ACK_VOLUME, "emptyDir": {}}),
+            f"already has a volume named '{ACK_VOLUME}'",
+        ),
+        (
+            lambda s: s["containers"][0].update(
+                volumeMounts=[{"name": "data", "mountPath": "/var/run/leader-election-ack"}]
+            ),
+            "where the sidecar's ack directory goes",
         ),
         (
             lambda s: s["containers"][0].update(ports=[{"containerPort": 4040}]),
