@@ -281,15 +281,18 @@ class Election:
         same = record.resource_version == self.written_version
         return record if settled and (same or newer) else None
 
-    def resign(self) -> None:
-        """Stop claiming leadership now (shutdown); nothing is written here."""
+    def resign(self, reason: str = "shutting down") -> None:
+        """Stop claiming now, until ``rejoin`` (shutdown, a hand-over); nothing is written here."""
         if self.leading:
-            self._step_down("shutting down")
+            self._step_down(reason)
         self.resigned = True
 
+    def rejoin(self) -> None:
+        """Claim again by the usual rules (the Lease free, or ours never answered)."""
+        self.resigned = False
+
     def _step_down(self, reason: str) -> None:
-        self.leading = False
-        self.fencing_token = None
+        self.leading, self.fencing_token = False, None
         self.events.append(Event("stepped_down", reason))
 
     def drain_events(self) -> list[Event]:

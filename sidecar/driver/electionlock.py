@@ -57,6 +57,14 @@ class ElectionLock(Protocol):
         """What happens to the Lease, for as long as the elector listens."""
         ...
 
-    async def release(self, election: Election, clock: Clock, log: Logger, budget: float) -> None:
-        """Give up ``election``'s claim, if the Lease still holds one, within ``budget`` s."""
+    async def release(
+        self,
+        election: Election,
+        clock: Clock,
+        log: Logger,
+        budget: float,
+        successor: str | None = None,
+    ) -> None:
+        """Give up ``election``'s claim, if the Lease still holds one, within ``budget`` s;
+        naming ``successor`` when given (a transfer), else whom the lock chooses."""
         ...

@@ -17,8 +17,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import functools
-import math
 import random
 from collections.abc import Awaitable, Callable, Coroutine, Sequence
 from typing import Any
@@ -28,9 +26,10 @@ from ..core.timing import Timing
 from ..kit import aio
 from ..kit.clock import Clock
 from ..kit.logs import Logger
-from ..kube.errors import ApiError, Conflict, NotFound
+from ..kube.errors import ApiError
 from ..kube.leaselock import Changed, Deleted, Failed, Healthy
-from .electionlock import Absent, ElectionLock
+from . import requests
+from .electionlock import ElectionLock
 from .observer import Call, Observer, Observers, View
 
 #: Release and after-release steps, well inside the default 30 s grace period.
@@ -66,6 +65,7 @@ class Elector:
         self.observers, self.log = Observers(observers), log
         self._wake, self._leading, self._stop = asyncio.Event(), asyncio.Event(), asyncio.Event()
         self._tasks: list[asyncio.Task[Any]] = []  # the elector's three, then spawned ones
+        self._releasing = asyncio.Lock()
 
     # ---- Control (what observers may ask) -----------------------------------
     def view(self) -> View:
@@ -81,6 +81,35 @@ class Elector:
         task = asyncio.create_task(work, name=name)
         self._tasks.append(task)
         return task
+
+    async def hand_over(
+        self, successor: str | None, reason: str, drained: Callable[[float], Awaitable[None]]
+    ) -> bool:
+        """Leadership off this candidate while it runs on: the step-down told first, then
+        ``drained(seconds left of its last valid_until)``, then the release naming
+        ``successor`` (None: the roster's choice). It claims nothing after, until ``stand``.
+        False when it did not lead (nothing done)."""
+        now = self.clock.monotonic()
+        until = self.election.valid_until(now)
+        if until is None or self._stop.is_set():
+            return False
+        self.election.resign(reason)
+        self._publish()
+        await drained(until - now)
+        async with self._releasing:  # never beside the shutdown's release
+            await self.lock.release(self.election, self.clock, self.log, SHUTDOWN_BUDGET, successor)
+        return True
+
+    def stand(self, candidate: bool, reason: str = "") -> None:
+        """Whether this candidate may claim (a leader that may not steps down at once)."""
+        if self._stop.is_set():
+            return
+        if candidate:
+            self.election.rejoin()
+        else:
+            self.election.resign(reason)
+        self._publish()
+        self._wake.set()
 
     def resign_now(self) -> None:
         """Say "not leader" at once and synchronously (a second signal, then exit)."""
@@ -118,58 +147,20 @@ class Elector:
             action = self.election.next_action(self.clock.monotonic())
             self._publish()
             if isinstance(action, Read):
-                await self._read()
+                await requests.read(*self._requests(), self._request_timeout())
             elif isinstance(action, Write):
-                await self._write(action)
+                await requests.write(*self._requests(), action, self._request_timeout())
             elif isinstance(action, Wait):
                 await self._wait(action.until)
             self._publish()
+
+    def _requests(self) -> tuple[ElectionLock, Election, Observers, Clock]:
+        return self.lock, self.election, self.observers, self.clock
 
     def _request_timeout(self) -> float:
         now, timeout = self.clock.monotonic(), self.lock.request_timeout
         valid = self.election.valid_until(now)
         return timeout if valid is None else min(timeout, max(0.05, valid - now))
-
-    async def _read(self) -> None:
-        try:
-            obj = await self.lock.read(self._request_timeout())
-        except ApiError as err:
-            self.observers.on_call(Call("read", err))
-            self.election.on_error(self.clock.monotonic(), err.retry_after)
-            return
-        self.observers.on_call(Call("read"))
-        if isinstance(obj, Absent):
-            self.election.on_read(None, self.clock.monotonic(), first_term=obj.first_term)
-        else:
-            self.election.on_read(obj, self.clock.monotonic())
-
-    async def _write(self, action: Write) -> None:
-        kind = "create" if action.create else action.purpose
-        started = self.clock.monotonic()
-        timeout = self._request_timeout()
-        try:
-            if action.create:
-                obj = await self.lock.create(action.body, timeout)
-            else:
-                obj = await self.lock.replace(action.body, timeout)
-        except Conflict:
-            self.election.on_conflict(self.clock.monotonic())
-            return
-        except NotFound as err:
-            if action.create:  # a create cannot miss the Lease: the namespace is missing
-                self.observers.on_call(Call("create", err))
-                # Not transient: retry at the slowest backoff step from the start.
-                self.election.on_error(self.clock.monotonic(), retry_after=math.inf)
-            else:
-                self.election.on_not_found(self.clock.monotonic())
-            return
-        except ApiError as err:
-            self.observers.on_call(Call(kind, err))
-            self.election.on_error(self.clock.monotonic(), err.retry_after)
-            return
-        now = self.clock.monotonic()
-        self.election.on_written(obj, started, now)
-        self.observers.on_call(Call(kind, seconds=now - started))
 
     async def _wait(self, until: float) -> None:
         timeout = until - self.clock.monotonic()
@@ -227,9 +218,10 @@ class Elector:
         loop, watch, watchdog = self._tasks[:3]
         await aio.cancel([loop, watchdog], TASK_STOP_SECONDS, self.log)
         await self.observers.before_release()
-        released = functools.partial(
-            self.lock.release, self.election, self.clock, self.log, SHUTDOWN_BUDGET
-        )
+
+        async def released() -> None:
+            async with self._releasing:
+                await self.lock.release(self.election, self.clock, self.log, SHUTDOWN_BUDGET)
 
         async def unwatch() -> None:  # the release followed the hand-off on it
             await aio.cancel([watch], TASK_STOP_SECONDS, self.log)

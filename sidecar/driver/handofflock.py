@@ -114,7 +114,14 @@ class HandoffLock:
             # The elector asks for the next event once it has taken this one in.
             self._relayed.set()
 
-    async def release(self, election: Election, clock: Clock, log: Logger, budget: float) -> None:
+    async def release(
+        self,
+        election: Election,
+        clock: Clock,
+        log: Logger,
+        budget: float,
+        successor: str | None = None,
+    ) -> None:
         async def seen(moved: Callable[[LeaseRecord], bool], seconds: float) -> bool:
             """Whether the watch shows the Lease deleted, or a record that has ``moved``,
             within ``seconds`` (the election takes in what the watch shows)."""
@@ -131,4 +138,4 @@ class HandoffLock:
                     async with asyncio.timeout(max(left, MIN_WAIT)):
                         await self._relayed.wait()
 
-        await release(self.lease, election, clock, log, budget, self.roster, seen)
+        await release(self.lease, election, clock, log, budget, self.roster, seen, successor)

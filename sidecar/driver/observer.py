@@ -27,7 +27,7 @@ from __future__ import annotations
 import asyncio
 import datetime as dt
 import math
-from collections.abc import Coroutine
+from collections.abc import Awaitable, Callable, Coroutine
 from dataclasses import dataclass
 from typing import Any, Literal, Protocol
 
@@ -90,13 +90,19 @@ class Control(Protocol):
     """What an observer may ask of the elector: ``view``, the election now (computed at the
     call, from the live state and the clock); ``healthy``, liveness (every task of the elector
     and every spawned task still runs); ``stop``, the graceful shutdown (contract §5);
-    ``spawn``, to run ``work`` for the process's life (its end before shutdown is a bug, exit 1).
+    ``spawn``, to run ``work`` for the process's life (its end before shutdown is a bug, exit 1);
+    ``hand_over``, leadership off this candidate while it runs on (step down, ``drained``, a
+    release naming ``successor``; False when it did not lead); ``stand``, whether it may claim.
     """
 
     def view(self) -> View: ...
     def healthy(self) -> bool: ...
     def stop(self) -> None: ...
     def spawn(self, work: Coroutine[Any, Any, None], name: str) -> asyncio.Task[None]: ...
+    async def hand_over(
+        self, successor: str | None, reason: str, drained: Callable[[float], Awaitable[None]]
+    ) -> bool: ...
+    def stand(self, candidate: bool, reason: str = "") -> None: ...
 
 
 class Observer:

@@ -84,8 +84,10 @@ async def release(
     budget: float,
     roster: Roster | None,
     seen: Seen,
+    successor: str | None = None,
 ) -> None:
-    """Vacate (or hand off, to whom ``named`` gives) our own claim, if the Lease still holds one.
+    """Vacate (or hand off, to ``successor`` or whom the roster names) our own claim, if the
+    Lease still holds one.
 
     Logs what it did; no request waits past ``budget`` seconds from now.
     """
@@ -100,7 +102,7 @@ async def release(
             record = await _releasable(lock, election, left(), log)
             if record is None:
                 return
-        who = roster.successor(record) if roster is not None else None
+        who = successor or (roster.successor(record) if roster is not None else None)
         gone = roster.departed(record) if roster is not None else []
         body = vacate(record, now=clock.wall(), successor=who, without=gone)
         try:
