@@ -28,12 +28,14 @@ from ..driver.observer import Observer
 from ..driver.releasetiming import ReleaseTiming
 from ..driver.report import LogReport
 from ..driver.sweepduty import ExitSweep
+from ..driver.transfer import Transfer
 from ..kit.clock import Clock
 from ..kit.logs import Logger
 from ..kube.api import Post
 from ..kube.coordination import Coordination
 from ..kube.leaselock import LeaseLock
 from ..kube.leases import LeaseStore
+from ..publish.http import Action
 from ..publish.statefile import STATE_FILE
 from .settings import LockSettings, RunSettings
 
@@ -70,7 +72,12 @@ def wire(
     mark = FirstTermMark(shared, lease, identity, clock, log, timing.lease_duration)
     membership = Membership(shared, lease, identity, clock, log)
     drain = Drain(log, settings.ack_file)
-    published = AppPublisher(settings.state_dir, settings.port, metrics.render, drain, log)
+    transfer = Transfer(drain, log)
+    actions: dict[str, Action] = {
+        "/drained": lambda asked: drain.acknowledge(asked.get("token")),
+        "/transfer": lambda asked: transfer.request(asked.get("to")),
+    }
+    published = AppPublisher(settings.state_dir, settings.port, metrics.render, drain, log, actions)
     lock = None
     release = settings.release if settings.pod or settings.release != "auto" else "now"
     release_timing = ReleaseTiming(release, pod_deleting, drain, clock, log)
@@ -78,6 +85,7 @@ def wire(
         LogReport(log, lease, namespace, timing, offset=lambda: store.clock_offset),
         metrics,
         drain,  # before the publisher: a new term's state carries no old drain
+        transfer,
         release_timing.asking,  # first of the shutdown's steps (driver.releasetiming)
     ]
     if put_label is not None and settings.label_pod:

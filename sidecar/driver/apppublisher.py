@@ -20,7 +20,7 @@ from pathlib import Path
 from ..core.state import State
 from ..kit.logs import Logger
 from ..publish.changes import Changes
-from ..publish.http import StatusServer
+from ..publish.http import Action, StatusServer
 from ..publish.statefile import StateDirError, StateFile
 from .drain import Drain
 from .observer import Control, Observer, View
@@ -28,10 +28,16 @@ from .observer import Control, Observer, View
 
 class AppPublisher(Observer):
     def __init__(
-        self, state_dir: Path, port: int, metrics: Callable[[], str], drain: Drain, log: Logger
+        self,
+        state_dir: Path,
+        port: int,
+        metrics: Callable[[], str],
+        drain: Drain,
+        log: Logger,
+        actions: dict[str, Action] | None = None,
     ):
         self.file, self.port, self.metrics, self.log = StateFile(state_dir), port, metrics, log
-        self.drain = drain
+        self.drain, self.actions = drain, actions
         self.changes: Changes | None = None
         self._told_leading = False
         self.server: StatusServer | None = None
@@ -46,7 +52,7 @@ class AppPublisher(Observer):
         if self.port:
             live, healthy = (lambda: self._told(control.view().state)), control.healthy
             self.server = StatusServer(
-                self.port, live, healthy, self.metrics, self.log, self.changes, self.drain
+                self.port, live, healthy, self.metrics, self.log, self.changes, self.actions
             )
             await self.server.start()
 

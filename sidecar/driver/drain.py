@@ -73,6 +73,17 @@ class Drain(Observer):
         self.notice = {"token": self.token, "until": self.until, "reason": reason}
         self.on_notice()
 
+    async def until_acknowledged(self, reason: str, seconds: float) -> None:
+        """The whole drain of a hand-over: told, then until acknowledged or ``seconds`` have
+        passed (what is left of the term's valid_until), then no longer told."""
+        if seconds > 0 and not self.acknowledged:
+            self.begin(reason)
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(seconds):
+                    await self.wait()
+        self.notice = None
+        self.on_notice()
+
     @property
     def acknowledged(self) -> bool:
         return self._acked.is_set()

@@ -1,5 +1,6 @@
 """The local HTTP endpoints: ``/healthz``, ``/leader``, ``/status``, ``/metrics``, ``/events``,
-and ``POST /drained`` (from the pod itself only: the app ends a drain, contract §4).
+and the actions the pod itself may ask on loopback (``POST /drained``: the app ends a drain;
+``POST /transfer``: leadership moved on request; contract §4).
 
 Every answer is computed at request time from the election's live state and
 the monotonic clock, never from a cached flag, so ``/leader`` turns 503 the
@@ -17,7 +18,7 @@ import contextlib
 import functools
 import json
 from collections.abc import Callable, Coroutine
-from typing import Any, Protocol
+from typing import Any
 from urllib.parse import parse_qs
 
 import h11
@@ -31,10 +32,9 @@ from .notify import Answer, Notifications, Waiter
 StateFn = Callable[[], State]
 
 
-class Acknowledger(Protocol):
-    """What answers ``POST /drained?token=N`` (``driver.drain.Drain``)."""
-
-    def acknowledge(self, token: str | None) -> tuple[int, str]: ...
+#: What a ``POST /<path>?<query>`` asks: the query's last value of each key in, the status and
+#: one line out (``driver.drain.Drain.acknowledge``, ``driver.transfer.Transfer.request``).
+Action = Callable[[dict[str, str]], tuple[int, str]]
 
 
 # Bounds that keep a flood of connections from taking the sidecar down (contract §4):
@@ -45,8 +45,10 @@ REQUEST_DEADLINE = 5.0
 MAX_REQUEST_BYTES = 16 * 1024
 TOO_LARGE = b"HTTP/1.1 431 Request Header Fields Too Large\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
 NOT_RUNNING = b"election loop not running\n"
-NOT_FOUND = b"not found: try /leader, /status, /events, /healthz, /metrics or POST /drained\n"
-NOT_LOCAL = b"only the pod's own containers may end a drain: POST /drained on loopback\n"
+NOT_FOUND = (
+    b"not found: try /leader, /status, /events, /healthz, /metrics; POST /drained, /transfer\n"
+)
+NOT_LOCAL = b"only the pod's own containers may ask this: POST on loopback\n"
 CLOSING = (h11.MUST_CLOSE, h11.CLOSED)
 #: The status port listens on IPv4 and IPv6 everywhere (IPv6 only where the kernel has it).
 EVERY_INTERFACE = ("0.0.0.0", "::")
@@ -61,10 +63,10 @@ class StatusServer:
         metrics: Callable[[], str],
         log: Logger,
         changes: Changes,
-        drain: Acknowledger | None = None,
+        actions: dict[str, Action] | None = None,
     ):
         self.port, self.state, self.healthy, self.metrics = port, state, healthy, metrics
-        self.log, self.changes, self.drain = log, changes, drain
+        self.log, self.changes, self.actions = log, changes, actions or {}
         self.notify = Notifications(changes)
         self.server: asyncio.Server | None = None
         # Open connections (whether from loopback), and those waiting for the bytes of a
@@ -96,8 +98,8 @@ class StatusServer:
     def answer(self, method: str, path: str) -> Answer:
         """(status, content type, body) for one request."""
         path = path.split("?", 1)[0]
-        if path == "/drained":
-            return 405, "text/plain", b"method not allowed: POST /drained?token=<fencing_token>\n"
+        if path in self.actions:
+            return 405, "text/plain", f"method not allowed: POST {path}\n".encode()
         if method not in ("GET", "HEAD"):
             return 405, "text/plain", b"method not allowed\n"
         if path == "/healthz":
@@ -115,13 +117,11 @@ class StatusServer:
             return 200, "text/event-stream", b""
         return 404, "text/plain", NOT_FOUND
 
-    def _acknowledge(self, query: str, local: bool) -> Answer:
+    def _act(self, action: Action, query: str, local: bool) -> Answer:
         if not local:
             return 403, "text/plain", NOT_LOCAL
-        if self.drain is None:
-            return 404, "text/plain", NOT_FOUND
-        token = parse_qs(query).get("token", [None])[-1]
-        status, line = self.drain.acknowledge(token)
+        asked = {key: values[-1] for key, values in parse_qs(query).items()}
+        status, line = action(asked)
         return status, "text/plain", (line + "\n").encode()
 
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
@@ -235,8 +235,8 @@ class StatusServer:
 
         if _is_stream(request):
             answer = self.notify.too_many(who.local)
-        elif path == "/drained" and method == "POST":
-            answer = self._acknowledge(query, who.local)
+        elif path in self.actions and method == "POST":
+            answer = self._act(self.actions[path], query, who.local)
         elif path == "/leader" and method in ("GET", "HEAD"):
             seen = _header(request, b"if-none-match")
             answer = await self.notify.conditional(query, seen, wait)

@@ -34,8 +34,10 @@ PACKAGE_LINES = {
     # What runs the election in a pod: the elector and everything beside it
     # (hand-off lock, membership, first-term mark, release, lock's guard and
     # command, label, events, the sweep duty, metrics). 2,687 when this was written;
-    # 3,030 with the drain of issue 39 (the app's acknowledgement, 120 lines).
-    "driver": 3_100,
+    # 3,030 with the drain of issue 39 (the app's acknowledgement, 120 lines);
+    # 3,202 with its planned transfer (the hand-over, 80 lines; the loop's requests
+    # moved out of the elector into their own module, which kept it under 250).
+    "driver": 3_250,
     # The API access: HTTP client, kubeconfig and in-cluster config, Leases, the
     # coordination Lease's reads and writes, and the sweep's rules, which the
     # sidecar, `cleanup` and the injector share. 1,606 when this was written.
@@ -55,8 +57,9 @@ PACKAGE_LINES = {
 #: issue 37 and the holes of issue 38 since); about 10,240 with quiet followers
 #: (issue 38: a crowd's followers watch vacancies only and read now and then,
 #: some 160 lines in the Lease lock, the hand-off lock and membership); 10,474
-#: with the drain of issue 39 (the acknowledgement, its route and its volume).
-TOTAL_LINES = 10_550
+#: with the drain of issue 39 (the acknowledgement, its route and its volume);
+#: 10,657 with its planned transfer.
+TOTAL_LINES = 10_700
 
 
 def _lines(path: Path) -> int:

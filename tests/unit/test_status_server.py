@@ -317,7 +317,8 @@ def test_a_drain_is_acknowledged_from_the_pod_itself_only() -> None:
     outside = this_hosts_address()
 
     async def test(s: Served) -> None:
-        s.server.drain = acks = Acknowledgements()
+        acks = Acknowledgements()
+        s.server.actions = {"/drained": lambda asked: acks.acknowledge(asked.get("token"))}
         inside = await s.post("/drained?token=7")
         assert await inside.status() == 200
         assert b"acknowledged" in await inside.read_until(b"acknowledged")

@@ -1,0 +1,145 @@
+"""A planned transfer (contract §2): the leader hands over to a chosen candidate on request.
+
+The real elector and observers as ``run`` wires them, on the fake store and
+looptime's virtual clock (``test_driver``); what the apps see is read from the
+real state files, every 10 ms, so an overlap of two leaders would be seen.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+from tests.unit.fake_leases import FakeLeases
+from tests.unit.test_driver import Candidate, had_sidecars, run, until
+
+
+def _ask(c: Candidate, path: str, **query: str) -> tuple[int, str]:
+    """What ``POST <path>?<query>`` from the pod itself gets (the route's own test: http)."""
+    assert c.sidecar.published.actions is not None
+    return c.sidecar.published.actions[path](query)
+
+
+async def _three(tmp_path: Path) -> list[Candidate]:
+    store = had_sidecars(FakeLeases())
+    a = await Candidate("a", store, tmp_path).start()
+    await until(a.leads, 16, "a leads")
+    others = []
+    for name in ("b", "c"):
+        others.append(await Candidate(name, store, tmp_path).start())
+        await asyncio.sleep(2)  # listed in join order
+    return [a, *others]
+
+
+class Overlaps:
+    """Watches the state files every 10 ms: instants at which two candidates said they lead."""
+
+    def __init__(self, candidates: list[Candidate]) -> None:
+        self.candidates, self.seen = candidates, 0
+        self.task = asyncio.create_task(self._watch())
+
+    async def _watch(self) -> None:
+        while True:
+            if sum(c.leads() for c in self.candidates) > 1:
+                self.seen += 1
+            await asyncio.sleep(0.01)
+
+
+def test_a_transfer_moves_leadership_to_the_named_candidate_at_the_acknowledgement(
+    tmp_path: Path,
+) -> None:
+    async def scenario() -> None:
+        a, b, c = await _three(tmp_path)
+        overlaps = Overlaps([a, b, c])
+        token = a.state()["fencing_token"]
+        status, line = _ask(a, "/transfer", to="b")
+        assert status == 202, line
+        await until(lambda: a.state().get("drain") is not None, 1, "the drain told")
+        assert a.state()["drain"]["reason"] == "transfer to b"
+        assert a.state()["is_leader"] is False
+        await asyncio.sleep(1)
+        assert not b.leads() and not c.leads(), "taken over before the drain ended"
+        loop = asyncio.get_running_loop()
+        acked = loop.time()
+        assert _ask(a, "/drained", token=str(token))[0] == 200
+        await until(b.leads, 2, "b leads after the acknowledgement")
+        assert loop.time() - acked < 0.5
+        assert b.state()["fencing_token"] > token
+        await until(lambda: a.state().get("drain") is None, 1, "the drain over")
+        await asyncio.sleep(30)  # a stays a follower: b renews
+        assert b.leads() and not a.leads() and not c.leads()
+        assert overlaps.seen == 0
+        for x in (a, b, c):
+            assert await x.stop() == 0
+
+    run(scenario)
+
+
+def test_without_a_target_or_an_acknowledgement_it_moves_at_valid_until(tmp_path: Path) -> None:
+    """No ``to``: the candidate a release would name (the last listed). No acknowledgement:
+    the move waits for the last valid_until, as a stopping leader's release does."""
+
+    async def scenario() -> None:
+        a, b, c = await _three(tmp_path)
+        overlaps = Overlaps([a, b, c])
+        loop = asyncio.get_running_loop()
+        asked = loop.time()
+        assert _ask(a, "/transfer")[0] == 202
+        await until(c.leads, 12, "c (joined last) leads")
+        assert 3 < loop.time() - asked < 11  # a renewed within the last 5 s: valid 5-10 s more
+        assert not b.leads() and overlaps.seen == 0
+        for x in (a, b, c):
+            assert await x.stop() == 0
+
+    run(scenario)
+
+
+def test_the_former_leader_is_a_candidate_again(tmp_path: Path) -> None:
+    async def scenario() -> None:
+        a, b, c = await _three(tmp_path)
+        token = a.state()["fencing_token"]
+        assert _ask(a, "/transfer", to="b")[0] == 202
+        await until(lambda: a.state().get("drain") is not None, 1, "the drain told")
+        _ask(a, "/drained", token=str(token))
+        await until(b.leads, 2, "b leads")
+        assert await c.stop() == 0
+        assert await b.stop() == 0  # its release names a: listed again, the only one left
+        await until(a.leads, 3, "a leads again")
+        assert a.state()["fencing_token"] > token
+        assert await a.stop() == 0
+
+    run(scenario)
+
+
+def test_refusals_change_nothing_and_say_why(tmp_path: Path) -> None:
+    async def scenario() -> None:
+        a, b, c = await _three(tmp_path)
+        status, line = _ask(b, "/transfer", to="c")
+        assert status == 409 and "does not lead" in line and "a does" in line, line
+        status, line = _ask(a, "/transfer", to="a")
+        assert status == 409 and "already leads" in line, line
+        status, line = _ask(a, "/transfer", to="nobody-here")
+        assert status == 409 and "not a candidate" in line and "b, c" in line, line
+        await asyncio.sleep(20)
+        assert a.leads(), "a refused transfer moved leadership"
+        assert _ask(a, "/transfer", to="b")[0] == 202
+        status, line = _ask(a, "/transfer", to="c")
+        assert status == 409, line  # one at a time (a no longer leads, or a move is under way)
+        await until(b.leads, 12, "b leads")
+        for x in (a, b, c):
+            assert await x.stop() == 0
+
+    run(scenario)
+
+
+def test_a_lone_leader_has_nobody_to_transfer_to(tmp_path: Path) -> None:
+    async def scenario() -> None:
+        store = had_sidecars(FakeLeases())
+        a = await Candidate("a", store, tmp_path).start()
+        await until(a.leads, 16, "a leads")
+        status, line = _ask(a, "/transfer")
+        assert status == 409 and "no other candidate" in line, line
+        assert a.leads()
+        assert await a.stop() == 0
+
+    run(scenario)
