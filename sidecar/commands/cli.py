@@ -1,4 +1,4 @@
-"""``grelmicro-sidecar run|lock|injector|status|cleanup``: argv in, exit code out (contract §7).
+"""``grelmicro-sidecar run|lock|injector|status|cleanup|transfer``: argv in, exit code out (contract §7).
 
 ``run``, ``lock`` (module ``run``) and ``injector`` are imported only when they run: ``run``
 never pays for kopf. ``status`` and ``cleanup`` live here: the kubeconfig loaded as kubectl
@@ -17,7 +17,7 @@ from typing import Any
 
 from .. import __version__
 from ..core.defaults import PROG
-from ..core.lease import LeaseRecord, election_of
+from ..core.lease import LeaseRecord, election_of, lease_name
 from ..kit import options
 from ..kit.logs import Logger
 from ..kit.options import SIDECAR_ENV, Parser, SettingsError, Source, add_settings, env_note
@@ -27,7 +27,8 @@ from ..kube.leases import LeaseStore
 from ..kube.sweep import SELECTOR, Sightings, sweep
 from . import fail
 from . import main as main  # the console script, also as ``python -m sidecar.commands.cli``
-from .settings import ALL_NAMESPACES, COMMANDS, OUTPUT, WATCH
+from .settings import ALL_NAMESPACES, COMMANDS, OUTPUT, TO, WAIT, WATCH
+from .transfer import transfer as move
 
 COLUMNS = {"ELECTION": "election", "LEASE": "lease", "HOLDER": "holder",  # header: row key
            "TRANSITIONS": "lease_transitions", "RENEWED": "renewed_ago",
@@ -47,6 +48,8 @@ def build_parser() -> argparse.ArgumentParser:
         add_settings(p, table)
         if name == "lock":
             p.add_argument("cmd", nargs=argparse.REMAINDER, metavar="-- CMD [ARG ...]")
+        if name == "transfer":
+            p.add_argument("election_name", metavar="ELECTION", help="the election's name")
     sub.add_parser(
         "injector", help="run the admission webhook that injects the sidecar", add_help=False
     )
@@ -66,6 +69,8 @@ def command(argv: list[str], environ: Mapping[str, str]) -> int:
             from .run import lock, run
 
             return run(src) if args.command == "run" else lock(src)
+        if args.command == "transfer":
+            return transfer(src)
         return status(src) if args.command == "status" else cleanup(src)
     except SettingsError as err:  # a UsageError too, which names the program already
         print(str(err) if str(err).startswith(PROG) else f"{PROG}: {err}", file=sys.stderr)
@@ -76,8 +81,10 @@ def command(argv: list[str], environ: Mapping[str, str]) -> int:
 
 def kubectl_plugin() -> int:
     """``kubectl grelmicro status|cleanup ...``: kubectl finds ``kubectl-grelmicro`` on PATH."""
-    if sys.argv[1:2] not in (["status"], ["cleanup"], ["-h"], ["--help"]):
-        print("usage: kubectl grelmicro status|cleanup [flags] (see --help)", file=sys.stderr)
+    if sys.argv[1:2] not in (["status"], ["cleanup"], ["transfer"], ["-h"], ["--help"]):
+        print(
+            "usage: kubectl grelmicro status|cleanup|transfer [flags] (see --help)", file=sys.stderr
+        )
         return 2
     return main(sys.argv[1:])
 
@@ -147,6 +154,20 @@ def cleanup(src: Source) -> int:
         return fail(f"{lost} (the warnings above say why); {why}", 1)
 
     return _on_leases(src, go, "cleanup failed in")
+
+
+def transfer(src: Source) -> int:
+    election, to, timeout = src.args.election_name, src.get(TO), src.get(WAIT)
+    src.get(options.LOG_LEVEL)
+    try:
+        lease_name(election)
+    except ValueError as err:
+        return fail(f"election {election!r}: {err}", 2)
+
+    async def go(store: LeaseStore, namespace: str) -> int:
+        return await move(store, election, to, timeout)
+
+    return _on_leases(src, go, f"cannot transfer {election} in")
 
 
 def _on_leases(src: Source, go: Go, failed: str, every: bool = False, ctrl_c: int = 130) -> int:

@@ -65,6 +65,10 @@ OUTPUT = Setting("output", str, "table", "how to print the Leases", short="-o", 
     argparse={"choices": ("table", "wide", "json", "yaml")})
 ALL_NAMESPACES = switch("all-namespaces", "the managed Leases of every namespace", "-A")
 WATCH = switch("watch", "then print each change, like kubectl get -w", "-w")
+TO: Setting[str | None] = Setting("to", str, None,
+    "the pod to hand leadership to; it must be a listed candidate",
+    "the candidate a release would name", env=False, argparse={"metavar": "POD"})
+WAIT = Setting("timeout", checks.duration, 30.0, "how long to wait for the move", env=False)
 LOCK_PORT = replace(PORT, default=0)
 RUN: Table = (ELECTION, IDENTITY, *TIMING, STATE_DIR, PORT, *CONNECTION, LABEL_LEADER, RELEASE,
     ACK_FILE)
@@ -75,6 +79,7 @@ LOCK: Table = (
 )
 STATUS: Table = (*CONNECTION, *KUBECTL, OUTPUT, ALL_NAMESPACES, WATCH)
 CLEANUP: Table = (*KUBECTL, *CONNECTION, options.MARGIN)
+TRANSFER: Table = (TO, WAIT, *KUBECTL, *CONNECTION)
 #: name: (help, description, table)
 COMMANDS: dict[str, tuple[str, str, Table]] = {
     "run": ("take part in an election and publish the result", "", RUN),
@@ -85,6 +90,10 @@ COMMANDS: dict[str, tuple[str, str, Table]] = {
         "Exit: the command's code; 75 when leadership was lost under it; 2 bad usage.", LOCK),
     "status": ("show the managed Leases of a namespace", "", STATUS),
     "cleanup": ("delete expired managed Leases of a namespace, once", "", CLEANUP),
+    "transfer": ("move an election's leadership to another candidate, and wait",
+        "Ask ELECTION's leader to hand over (to --to, or to the candidate a release would "
+        "name), then wait until another candidate leads. Needs get and patch on leases.",
+        TRANSFER),
 }
 # fmt: on
 

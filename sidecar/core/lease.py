@@ -23,6 +23,9 @@ LEASE_PREFIX = "leader-"
 API_VERSION = "coordination.k8s.io/v1"
 #: On a release that names a successor: who released (contract §2, hand-off).
 HANDOFF_ANNOTATION = "leader-election.grelmicro.io/handoff-from"
+#: A request to the holder to hand over (contract §2, transfer): for one term, so the claim
+#: that begins the next term and every release drop it.
+TRANSFER_ANNOTATION = "leader-election.grelmicro.io/transfer"
 
 
 def lease_name(election: str) -> str:
@@ -208,6 +211,8 @@ def claim(
     obj, stamp = _base(record, name, namespace), format_microtime(now)
     renew = record is not None and record.holder == identity and not acquire
     acquired = record.acquire_time if record is not None and renew else None
+    if not renew:
+        _dict(obj["metadata"].get("annotations")).pop(TRANSFER_ANNOTATION, None)
     obj["spec"].update(
         holderIdentity=identity,
         leaseDurationSeconds=lease_duration,
@@ -229,7 +234,7 @@ def vacate(
     emptied, or, with ``successor``, named, with the hand-off marker saying who released;
     the annotations named in ``without`` left out."""
     obj = _base(record, record.name, record.namespace)
-    for key in without:
+    for key in (*without, TRANSFER_ANNOTATION):
         _dict(obj["metadata"].get("annotations")).pop(key, None)
     spec = {"holderIdentity": successor or "", "leaseDurationSeconds": 1}
     obj["spec"].update(spec, renewTime=format_microtime(now), leaseTransitions=record.transitions)

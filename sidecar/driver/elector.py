@@ -187,6 +187,8 @@ class Elector:
             now = self.clock.monotonic()
             if isinstance(event, Changed):
                 self.election.observe(event.obj, now)
+                if (record := self.election.record) is not None:
+                    self.observers.on_lease(record)
             elif isinstance(event, Deleted):
                 self.election.observe_deleted(event.obj, now)
             elif isinstance(event, Failed | Healthy):

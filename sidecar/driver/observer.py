@@ -12,6 +12,8 @@ a new feature is one observer and one line of wiring. The elector guarantees:
   ``on_state`` of the step that caused it;
 - ``on_call`` gets the end of every API request of the elector, failed or not,
   and the watch's first answer after a failure (the API works again);
+- ``on_lease`` gets every version of the Lease the watch shows, after the
+  election has taken it in;
 - at shutdown, after the forced "not leader": every ``before_release`` (in
   order; where an observer makes sure nobody acts on this leadership any more,
   since the release lets a successor lead at once), then the release (unless
@@ -120,6 +122,10 @@ class Observer:
     def on_call(self, call: Call) -> None:
         """An API request of the elector ended."""
 
+    def on_lease(self, record: LeaseRecord) -> None:
+        """The watch showed a new version of the Lease (annotations too: a request to the
+        holder), once the election has taken it in."""
+
     async def before_release(self) -> None:
         """Shutdown, "not leader" published: make sure nobody acts on it any more."""
 
@@ -145,6 +151,10 @@ class Observers(list[Observer]):
     def on_event(self, event: Event, view: View) -> None:
         for observer in self:
             observer.on_event(event, view)
+
+    def on_lease(self, record: LeaseRecord) -> None:
+        for observer in self:
+            observer.on_lease(record)
 
     def on_state(self, view: View, force: bool = False) -> None:
         """Tell ``view`` if its state differs from the last one told, or when ``force``d."""

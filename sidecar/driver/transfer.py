@@ -1,6 +1,9 @@
 """A planned transfer (contract §2, transfer): leadership moved on request, as safely as any hand-off.
 
-Asked from the pod itself (``POST /transfer[?to=<pod>]`` on the status port).
+Asked from the pod itself (``POST /transfer[?to=<pod>]`` on the status port),
+or from anywhere the API reaches (``kubectl grelmicro transfer``, which writes
+the request into the Lease: ``TRANSFER_ANNOTATION``, naming the holder's term,
+so a request never moves a later term).
 Only the leader moves its leadership, and only to a candidate the election's
 roster lists (a running sidecar that joined), not to itself; without ``to``,
 to the one a release would name anyway. The move is a hand-over
@@ -17,8 +20,11 @@ state show as it happens.
 from __future__ import annotations
 
 import functools
+import json
+from typing import Any
 
 from ..core import roster
+from ..core.lease import TRANSFER_ANNOTATION, LeaseRecord
 from ..kit.aio import Background
 from ..kit.logs import Logger
 from .drain import Drain, Verdict
@@ -30,6 +36,7 @@ class Transfer(Observer):
         self.drain, self.log = drain, log
         self.control: Control | None = None
         self._moves = Background("transfer")
+        self._taken: str | None = None  # the Lease's request last acted on
 
     async def start(self, control: Control) -> None:
         self.control = control
@@ -68,5 +75,38 @@ class Transfer(Observer):
         await self.control.hand_over(to, reason, drained)
         self.control.stand(True)
 
+    def on_lease(self, record: LeaseRecord) -> None:
+        """A request written into the Lease, for this holder's term: taken once."""
+        note = record.raw.get("metadata", {}).get("annotations", {}) or {}
+        raw = note.get(TRANSFER_ANNOTATION) if isinstance(note, dict) else None
+        if raw is None or raw == self._taken or self.control is None:
+            return
+        if not self.control.view().state.is_leader:
+            return
+        self._taken = raw
+        asked = _request(raw)
+        spec = record.raw.get("spec") or {}
+        if asked is None:
+            self.log.warning(UNREADABLE, lease=record.name, request=str(raw)[:80])
+            return
+        if asked.get("term") != spec.get("acquireTime"):
+            return  # for another term: a leftover (the next claim drops it)
+        to = asked.get("to") or None
+        status, line = self.request(to if isinstance(to, str) else None)
+        if status != 202:
+            self.log.warning(f"transfer refused: {line}", lease=record.name)
+
     async def after_release(self) -> None:
         self._moves.cancel()
+
+
+UNREADABLE = "a transfer request on the Lease is not readable; kubectl grelmicro transfer writes it"
+
+
+def _request(raw: Any) -> dict[str, Any] | None:
+    """``{"to": <pod or "">, "term": <acquireTime>}``, or None when it is not that."""
+    try:
+        asked = json.loads(raw) if isinstance(raw, str) else None
+    except ValueError:
+        return None
+    return asked if isinstance(asked, dict) else None

@@ -8,10 +8,16 @@ real state files, every 10 ms, so an overlap of two leaders would be seen.
 from __future__ import annotations
 
 import asyncio
+import json
+import re
 from pathlib import Path
 
+import pytest
+
+from sidecar.commands.transfer import transfer as move
+from sidecar.core.lease import TRANSFER_ANNOTATION
 from tests.unit.fake_leases import FakeLeases
-from tests.unit.test_driver import Candidate, had_sidecars, run, until
+from tests.unit.test_driver import LEASE, Candidate, had_sidecars, run, until
 
 
 def _ask(c: Candidate, path: str, **query: str) -> tuple[int, str]:
@@ -141,5 +147,61 @@ def test_a_lone_leader_has_nobody_to_transfer_to(tmp_path: Path) -> None:
         assert status == 409 and "no other candidate" in line, line
         assert a.leads()
         assert await a.stop() == 0
+
+    run(scenario)
+
+
+def test_kubectl_grelmicro_transfer_moves_leadership_through_the_lease(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The command writes its request into the Lease for the holder's term, the holder's
+    sidecar sees it on its watch and hands over, and the command says who leads now."""
+
+    async def scenario() -> None:
+        a, b, c = await _three(tmp_path)
+        store = a.sidecar.elector.lock.lease.store  # type: ignore[attr-defined]
+        assert await move(store, "main", "b", 30) == 0
+        await until(b.leads, 1, "b leads")
+        assert re.search(r"^main: a -> b in \d+\.\d\ds$", capsys.readouterr().out, re.M)
+        for x in (a, b, c):
+            assert await x.stop() == 0
+
+    run(scenario)
+
+
+def test_kubectl_grelmicro_transfer_refuses_in_one_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    async def scenario() -> None:
+        a, b, c = await _three(tmp_path)
+        store = a.sidecar.elector.lock.lease.store  # type: ignore[attr-defined]
+        assert await move(store, "other", None, 5) == 1
+        assert await move(store, "main", "zed", 5) == 1
+        assert await move(store, "main", "a", 5) == 1
+        err = capsys.readouterr().err.splitlines()
+        assert "no election other in namespace ns" in err[0]
+        assert "zed is not a candidate of main" in err[1] and "(listed: b, c)" in err[1]
+        assert "a already leads main" in err[2]
+        assert len(err) == 3
+        await asyncio.sleep(20)
+        assert a.leads()
+        for x in (a, b, c):
+            assert await x.stop() == 0
+
+    run(scenario)
+
+
+def test_a_request_for_an_earlier_term_moves_nothing(tmp_path: Path) -> None:
+    """A request names the holder's term: one left from an earlier term is ignored."""
+
+    async def scenario() -> None:
+        a, b, c = await _three(tmp_path)
+        store = a.sidecar.elector.lock.lease.store  # type: ignore[attr-defined]
+        stale = json.dumps({"to": "b", "term": "2025-01-01T00:00:00.000000Z"})
+        await store.patch(LEASE, {"metadata": {"annotations": {TRANSFER_ANNOTATION: stale}}})
+        await asyncio.sleep(20)
+        assert a.leads() and not b.leads()
+        for x in (a, b, c):
+            assert await x.stop() == 0
 
     run(scenario)
