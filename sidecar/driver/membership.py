@@ -32,7 +32,7 @@ import random
 from collections.abc import Callable
 from typing import Any
 
-from ..core import backoff, roster
+from ..core import roster
 from ..core.election import Event
 from ..core.lease import LeaseRecord, uid_of, version_number
 from ..kit import aio
@@ -40,13 +40,12 @@ from ..kit.clock import Clock
 from ..kit.logs import Logger
 from ..kube.coordination import PATIENT_READ, Coordination
 from ..kube.errors import ApiError, Conflict, NotFound
+from . import rosterwrites
 from .observer import Observer, View
 from .rosterwrites import written
 
 #: How long a stopping candidate waits to leave the roster before its release goes ahead.
 LEAVE_BUDGET = 1.0
-#: Tries of a leave or forget that meets other writes of the roster (409s).
-FORGET_TRIES = 10
 #: A new leader takes the name of the holder that handed off to it out of the roster after
 #: a delay drawn from this range (seconds): a mass rollout's leavers write the shared
 #: object spread over it, after the handovers, not all in the same moment.
@@ -242,26 +241,8 @@ class Membership(Observer):
     async def forget(
         self, identity: str, timeout: float | None = None, before: dt.datetime | None = None
     ) -> None:
-        """Take ``identity`` out of the election's Lease (it left, or was named and never
-        claimed; with ``before``, only an entry that joined before then: not a rejoin); raises
-        ``errors``. Over the version read (from the watch cache), so an entry written since
-        is judged again; read again after a short jittered wait on a 409 (a renewal, another
-        candidate joining or leaving), ``FORGET_TRIES`` times at most."""
-        key = roster.entry_key(self.lease, identity)
-        for attempt in range(1, FORGET_TRIES + 1):
-            obj = await self._election_lease(timeout)
-            found = roster.entry_of(roster.notes_of(obj), self.lease, identity)
-            if obj is None or found is None or (before is not None and found[1] >= before):
-                return
-            try:
-                await self._patch_lease({key: None}, roster.version_of(obj), timeout)
-                return
-            except NotFound:
-                return
-            except Conflict:
-                if attempt == FORGET_TRIES:
-                    raise
-                await asyncio.sleep(backoff.delay(attempt, 0.05, 0.8, jitter=(0.0, 1.0)))
+        """Take ``identity`` out of the election's Lease (``rosterwrites.forget``)."""
+        await rosterwrites.forget(self.shared.store, self.lease, identity, timeout, before)
 
     def successor(self, record: LeaseRecord) -> str | None:
         """Who a release written over ``record`` names (the release asks): the candidate

@@ -13,12 +13,14 @@ says what it costs: none of these writes decides who leads.
 from __future__ import annotations
 
 import asyncio
+import datetime as dt
 from collections.abc import Awaitable, Callable
 from typing import Literal
 
-from ..core import backoff
+from ..core import backoff, roster
 from ..kit.logs import Logger
-from ..kube.errors import ApiError, ApiUnavailable, Conflict
+from ..kube.errors import ApiError, ApiUnavailable, Conflict, NotFound
+from ..kube.leases import LeaseStore
 
 #: A write that met another (409) is tried again after up to this, doubling to ``RETRY_MAX``.
 CONFLICT_FIRST = 0.5
@@ -26,6 +28,8 @@ CONFLICT_FIRST = 0.5
 RETRY_FIRST, RETRY_MAX = 2.0, 120.0
 #: The share of each wait drawn at random.
 JITTER = (0.1, 1.0)
+#: Tries of a leave or forget that meets other writes of the roster (409s).
+FORGET_TRIES = 10
 
 What = Literal["join", "mark"]
 COST: dict[What, str] = {
@@ -68,3 +72,33 @@ def _refused(what: What, where: str, err: ApiError, log: Logger) -> None:
     else:
         message = f"could not {what} the election in Lease {where} yet; retrying with backoff"
         log.once(f"roster:{what}:retry", "warning", message, lease=where, error=str(err))
+
+
+async def forget(
+    store: LeaseStore,
+    lease: str,
+    identity: str,
+    timeout: float | None = None,
+    before: dt.datetime | None = None,
+) -> None:
+    """Take ``identity`` out of ``lease``'s roster (it left, or was named and never claimed;
+    with ``before``, only an entry that joined before then: not a rejoin); raises
+    ``ApiError``. Over the version read (from the watch cache), so an entry written since
+    is judged again; read again after a short jittered wait on a 409 (a renewal, another
+    candidate joining or leaving), ``FORGET_TRIES`` times at most."""
+    key = roster.entry_key(lease, identity)
+    for attempt in range(1, FORGET_TRIES + 1):
+        obj = await store.get(lease, timeout=timeout, cached=True)
+        found = roster.entry_of(roster.notes_of(obj), lease, identity)
+        if obj is None or found is None or (before is not None and found[1] >= before):
+            return
+        meta = {"annotations": {key: None}, "resourceVersion": roster.version_of(obj)}
+        try:
+            await store.patch(lease, {"metadata": meta}, timeout=timeout)
+            return
+        except NotFound:
+            return
+        except Conflict:
+            if attempt == FORGET_TRIES:
+                raise
+            await asyncio.sleep(backoff.delay(attempt, 0.05, 0.8, jitter=(0.0, 1.0)))
