@@ -12,6 +12,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from ..core import defaults
+from ..core.healthpolicy import HealthPolicy
 from ..core.lease import lease_name
 from ..core.timing import Timing
 from ..kit import checks, options
@@ -52,6 +53,26 @@ RELEASE = Setting("release", checks.one_of(("auto", "now", "after-valid-until"))
 ACK_FILE: Setting[str | None] = Setting("ack-file", str, None,
     "a file the app writes a term's fencing_token into once it stopped acting on it: "
     "ends that term's drain, as POST /drained does", "none")
+HEALTH_URL: Setting[str | None] = Setting("health-url", checks.loopback_url, None,
+    "the app's health endpoint on loopback; while it fails, this pod neither leads nor is "
+    "named (200-399 is healthy)", "none: health is not followed")
+HEALTH_FILE: Setting[str | None] = Setting("health-file", str, None,
+    "a file the app touches while healthy; health is followed as for --health-url", "none")
+HEALTH_FILE_AGE = Setting("health-file-age", checks.duration, 10.0,
+    "how recently the app must have touched --health-file")
+HEALTH_PERIOD = Setting("health-period", checks.duration, 2.0, "how often health is checked")
+HEALTH_TIMEOUT = Setting("health-timeout", checks.duration, 1.0, "a check's time limit")
+HEALTH_FAILURES = Setting("health-failures", checks.count, 3,
+    "failed checks in a row that make the app unhealthy")
+HEALTH_SUCCESSES = Setting("health-successes", checks.count, 2,
+    "passed checks in a row that make it healthy again")
+HEALTH_HOLD = Setting("health-hold", checks.duration, 30.0,
+    "how long a leader leads before its app's health can move leadership: at most one "
+    "move per this, however health flaps")
+WHEN_NONE_HEALTHY = Setting("when-none-healthy", checks.one_of(("keep", "nobody")), "keep",
+    "an unhealthy leader with no other candidate listed: keep leading, or step down")
+HEALTH: Table = (HEALTH_URL, HEALTH_FILE, HEALTH_FILE_AGE, HEALTH_PERIOD, HEALTH_TIMEOUT,
+    HEALTH_FAILURES, HEALTH_SUCCESSES, HEALTH_HOLD, WHEN_NONE_HEALTHY)
 KILL_GRACE: Setting[float | None] = Setting("kill-grace", checks.duration, None,
     "SIGTERM the command this long before valid_until, SIGKILL at it; less than half the "
     "renew deadline", f"a quarter of the renew deadline, at most {defaults.KILL_GRACE:g}s")
@@ -71,7 +92,7 @@ TO: Setting[str | None] = Setting("to", str, None,
 WAIT = Setting("timeout", checks.duration, 30.0, "how long to wait for the move", env=False)
 LOCK_PORT = replace(PORT, default=0)
 RUN: Table = (ELECTION, IDENTITY, *TIMING, STATE_DIR, PORT, *CONNECTION, LABEL_LEADER, RELEASE,
-    ACK_FILE)
+    ACK_FILE, *HEALTH)
 LOCK: Table = (
     ELECTION, replace(IDENTITY, shown=f"{IDENTITY.shown}, then -<pid>"), *TIMING,
     replace(STATE_DIR, shown="a temporary directory, removed at exit"), LOCK_PORT, *CONNECTION,
@@ -116,6 +137,36 @@ class RunSettings:
     pod: str | None = None
     #: ``--ack-file``: where the app may acknowledge a drain (contract §4; None: HTTP only)
     ack_file: Path | None = None
+    #: ``--health-*`` (contract §2, health); None: the app's health is not followed
+    health: Health | None = None
+
+
+@dataclass(frozen=True)
+class Health:
+    url: str | None
+    file: Path | None
+    file_age: float
+    policy: HealthPolicy
+
+
+def _health(src: Source) -> Health | None:
+    url, file = src.get(HEALTH_URL), src.get(HEALTH_FILE)
+    if url and file:
+        raise SettingsError(
+            f"{src.where('health-url')} and {src.where('health-file')} are both set: "
+            "health is one check; keep one"
+        )
+    if not (url or file):
+        return None
+    policy = HealthPolicy(
+        period=src.get(HEALTH_PERIOD),
+        failures=src.get(HEALTH_FAILURES),
+        successes=src.get(HEALTH_SUCCESSES),
+        timeout=src.get(HEALTH_TIMEOUT),
+        hold=src.get(HEALTH_HOLD),
+        when_none=src.get(WHEN_NONE_HEALTHY),
+    )
+    return Health(url or None, Path(file) if file else None, src.get(HEALTH_FILE_AGE), policy)
 
 
 def run_settings(src: Source, lock: bool = False) -> RunSettings:
@@ -136,6 +187,7 @@ def run_settings(src: Source, lock: bool = False) -> RunSettings:
         release="now" if lock else src.get(RELEASE),  # lock's command is gone first
         pod=pod,
         ack_file=None if lock or not (ack := src.get(ACK_FILE)) else Path(ack),
+        health=None if lock else _health(src),
     )
     label = not lock and src.get(LABEL_LEADER)
     if label and not pod:  # the pod to label is this one

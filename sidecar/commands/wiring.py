@@ -20,6 +20,7 @@ from ..driver.elector import Elector
 from ..driver.events import EventRecorder
 from ..driver.firstterm import FirstTermMark
 from ..driver.handofflock import HandoffLock
+from ..driver.health import AppHealth, Check, file_check, http_check
 from ..driver.label import LeaderLabel
 from ..driver.lockcommand import LockCommand
 from ..driver.membership import Membership
@@ -64,6 +65,7 @@ def wire(
     put_label: PutLabel | None = None,
     pod_deleting: Callable[[float], Awaitable[bool]] | None = None,
     command: LockSettings | None = None,
+    health_check: Check | None = None,
 ) -> Sidecar:
     clock = clock or Clock()
     identity, lease, timing = settings.identity, settings.lease, settings.timing
@@ -95,6 +97,16 @@ def wire(
             command.command, command.kill_grace, Path(settings.state_dir) / STATE_FILE, log
         )
         observers.append(lock)
+    if (health := settings.health) is not None:
+        if health_check is not None:  # given (tests drive the app's health by hand)
+            check = health_check
+        elif health.url is not None:
+            check = http_check(health.url)
+        else:
+            assert health.file is not None  # one of the two (``settings._health``)
+            check = file_check(health.file, health.file_age)
+        app = AppHealth(check, health.policy, membership, drain, clock, log, metrics.judged)
+        observers.append(app)
     observers += [
         release_timing,
         mark,

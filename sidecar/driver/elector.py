@@ -30,7 +30,7 @@ from ..kube.errors import ApiError
 from ..kube.leaselock import Changed, Deleted, Failed, Healthy
 from . import requests
 from .electionlock import ElectionLock
-from .observer import Call, Observer, Observers, View
+from .observer import HANDED_OVER, Call, Observer, Observers, View
 
 #: Release and after-release steps, well inside the default 30 s grace period.
 SHUTDOWN_BUDGET = 10.0
@@ -66,6 +66,8 @@ class Elector:
         self._wake, self._leading, self._stop = asyncio.Event(), asyncio.Event(), asyncio.Event()
         self._tasks: list[asyncio.Task[Any]] = []  # the elector's three, then spawned ones
         self._releasing = asyncio.Lock()
+        self._aside: set[str] = set()  # why this candidate may not claim now (``stand``)
+        self._running = False
 
     # ---- Control (what observers may ask) -----------------------------------
     def view(self) -> View:
@@ -87,12 +89,14 @@ class Elector:
     ) -> bool:
         """Leadership off this candidate while it runs on: the step-down told first, then
         ``drained(seconds left of its last valid_until)``, then the release naming
-        ``successor`` (None: the roster's choice). It claims nothing after, until ``stand``.
+        ``successor`` (None: the roster's choice). It claims nothing after, until
+        ``stand(True, HANDED_OVER)``.
         False when it did not lead (nothing done)."""
         now = self.clock.monotonic()
         until = self.election.valid_until(now)
         if until is None or self._stop.is_set():
             return False
+        self._aside.add(HANDED_OVER)
         self.election.resign(reason)
         self._publish()
         await drained(until - now)
@@ -100,16 +104,19 @@ class Elector:
             await self.lock.release(self.election, self.clock, self.log, SHUTDOWN_BUDGET, successor)
         return True
 
-    def stand(self, candidate: bool, reason: str = "") -> None:
-        """Whether this candidate may claim (a leader that may not steps down at once)."""
+    def stand(self, candidate: bool, why: str) -> None:
+        """Whether this candidate may claim, as far as ``why`` goes: it claims only when no
+        reason holds it back (a leader held back steps down at once, for ``why``)."""
+        (self._aside.discard if candidate else self._aside.add)(why)
         if self._stop.is_set():
             return
-        if candidate:
-            self.election.rejoin()
+        if self._aside:
+            self.election.resign(why)
         else:
-            self.election.resign(reason)
-        self._publish()
-        self._wake.set()
+            self.election.rejoin()
+        if self._running:  # before ``run``, the first state published says it
+            self._publish()
+            self._wake.set()
 
     def resign_now(self) -> None:
         """Say "not leader" at once and synchronously (a second signal, then exit)."""
@@ -122,6 +129,7 @@ class Elector:
 
     async def run(self) -> int:
         """The election until ``stop`` (0) or a task's end, which is a bug (1)."""
+        self._running = True
         self._tasks[:0] = [
             asyncio.create_task(self._loop(), name="election"),
             asyncio.create_task(self._watch(), name="watch"),

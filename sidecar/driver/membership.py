@@ -59,6 +59,7 @@ class Membership(Observer):
         self.shared, self.lease, self.identity = shared, lease, identity
         self.clock, self.log = clock, log
         self.joined = self.holding = self._stopping = False
+        self.out = False  # out of the roster while it may not lead (``stand``)
         #: The uid of the Lease this candidate joined: a Lease created again holds no
         #: entries, so it joins again; one that dropped our entry keeps it out.
         self._joined_uid: str | None = None
@@ -118,7 +119,7 @@ class Membership(Observer):
         self._tell()
 
     def _begin_join(self, record: LeaseRecord | None) -> None:
-        if record is None or self.holding or self._stopping or self._joining:
+        if record is None or self.holding or self._stopping or self._joining or self.out:
             return
         if record.uid == self._joined_uid or record.resource_version == self._refused:
             return
@@ -139,6 +140,19 @@ class Membership(Observer):
         elif over.holder == self.identity and over.handoff_from != self.identity:
             self._gone = (over.handoff_from, self.clock.wall())
             self._tasks.spawn(self._forget_released(*self._gone))
+
+    async def stand(self, candidate: bool) -> None:
+        """Out of the roster while this candidate may not lead (its app unhealthy: no release
+        names it), back in once it may."""
+        self.out = not candidate
+        if candidate:
+            self._joined_uid = None  # our leave dropped the entry: join again
+            self._consider(self._seen)
+        elif self.joined:
+            self.joined = False
+            with contextlib.suppress(ApiError, TimeoutError):
+                async with asyncio.timeout(LEAVE_BUDGET):
+                    await self.forget(self.identity)
 
     def handed_off(self, successor: str) -> None:
         """Our release named ``successor`` and it claimed: leaving is its to do (``on_event``)."""

@@ -18,8 +18,11 @@ from ..core.election import Event
 from ..core.timing import Timing
 from ..kube.skew import Offset
 from ..publish.exposition import Exposition, Histogram, Labels
+from .health import UNHEALTHY
 from .observer import Call, Control, Observer, View
 
+#: The step-down reasons of a hand-over (``transfer``, ``health``).
+HANDOVER_REASONS = ("transfer to ", UNHEALTHY)
 RENEW_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
 
 
@@ -66,6 +69,10 @@ class Metrics(Observer):
         self.api_errors: Counter[str] = Counter()
         #: This node's clock minus the API server's, once measured.
         self.clock_skew: float | None = None
+        #: The app's health as last judged (``health``); None: not followed, or no verdict yet.
+        self.app_healthy: bool | None = None
+        #: Leaderships handed over while the sidecar ran on, by why.
+        self.handovers: Counter[str] = Counter({"transfer": 0, "app_unhealthy": 0})
 
     async def start(self, control: Control) -> None:
         self.lease_unchanged = lambda: control.view().unchanged_for
@@ -77,6 +84,10 @@ class Metrics(Observer):
 
     def on_event(self, event: Event, view: View) -> None:
         self.acquisitions += event.kind == "leading"
+        if event.kind == "stepped_down" and event.detail.startswith(HANDOVER_REASONS):
+            self.handovers[
+                "transfer" if event.detail.startswith("transfer") else "app_unhealthy"
+            ] += 1
 
     def on_call(self, call: Call) -> None:
         if call.error is not None:
@@ -85,6 +96,10 @@ class Metrics(Observer):
             self.renews.observe(call.seconds)
         if (offset := self.offset()) is not None:
             self.clock_skew = offset.estimate
+
+    def judged(self, healthy: bool) -> None:
+        """The app's health was judged (``health.AppHealth``)."""
+        self.app_healthy = healthy
 
     def count_swept(self) -> None:
         self.swept += 1
@@ -120,6 +135,14 @@ class Metrics(Observer):
             ("gauge", "grelmicro_sidecar_lease_unchanged_seconds", _rounded(self.lease_unchanged()),
              "Seconds since this candidate last saw the Lease change (a write, or found gone), "
              "on its monotonic clock; NaN before."),
+            ("gauge", "grelmicro_sidecar_app_healthy",
+             math.nan if self.app_healthy is None else int(self.app_healthy),
+             "Whether the app's health check passes (1) or not (0); NaN when not followed or "
+             "not judged yet."),
+            ("counter", "grelmicro_sidecar_handovers_total",
+             [({**name, "reason": why}, n) for why, n in sorted(self.handovers.items())],
+             "Leaderships this candidate handed over while running on: a transfer, or its "
+             "app unhealthy."),
             ("gauge", "process_start_time_seconds", [({}, round(self.started, 3))],
              "Start time of the process since unix epoch in seconds."),
         ]

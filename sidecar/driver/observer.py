@@ -38,6 +38,9 @@ from ..core.lease import LeaseRecord, format_microtime
 from ..core.state import State
 from ..kube.errors import ApiError
 
+#: What holds a candidate back after ``Control.hand_over``, until ``stand(True, HANDED_OVER)``.
+HANDED_OVER = "handed over"
+
 
 @dataclass(frozen=True)
 class View:
@@ -104,7 +107,7 @@ class Control(Protocol):
     async def hand_over(
         self, successor: str | None, reason: str, drained: Callable[[float], Awaitable[None]]
     ) -> bool: ...
-    def stand(self, candidate: bool, reason: str = "") -> None: ...
+    def stand(self, candidate: bool, why: str) -> None: ...
 
 
 class Observer:

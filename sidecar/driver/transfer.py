@@ -28,7 +28,7 @@ from ..core.lease import TRANSFER_ANNOTATION, LeaseRecord
 from ..kit.aio import Background
 from ..kit.logs import Logger
 from .drain import Drain, Verdict
-from .observer import Control, Observer
+from .observer import HANDED_OVER, Control, Observer
 
 
 class Transfer(Observer):
@@ -73,7 +73,7 @@ class Transfer(Observer):
         assert self.control is not None
         drained = functools.partial(self.drain.until_acknowledged, reason)
         await self.control.hand_over(to, reason, drained)
-        self.control.stand(True)
+        self.control.stand(True, HANDED_OVER)
 
     def on_lease(self, record: LeaseRecord) -> None:
         """A request written into the Lease, for this holder's term: taken once."""

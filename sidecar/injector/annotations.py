@@ -22,7 +22,7 @@ from ..core.defaults import STATE_DIR as DEFAULT_STATE_DIR
 from ..core.durations import format_duration
 from ..core.lease import election_of, lease_name
 from ..core.timing import Timing
-from ..kit.checks import Invalid, duration, exact_boolean
+from ..kit.checks import Invalid, count, duration, exact_boolean, loopback_url, one_of
 from ..kit.checks import port as port_check
 
 PREFIX = "leader-election.grelmicro.io/"
@@ -34,6 +34,15 @@ KNOWN = tuple(
     )
 )  # fmt: skip
 INJECT, NAME, _, _, _, STATE_DIR, PORT, GATE_READINESS, LABEL_LEADER = KNOWN
+#: The app's health (contract §2, health): each becomes the sidecar's flag of that name, but
+#: ``health-file: "true"``, which has the app touch ``healthy`` in its ack directory.
+HEALTH: dict[str, Callable[[str], object]] = {
+    "health-url": loopback_url, "health-file": exact_boolean, "health-file-age": duration,
+    "health-period": duration, "health-timeout": duration, "health-failures": count,
+    "health-successes": count, "health-hold": duration,
+    "when-none-healthy": one_of(("keep", "nobody")),
+}  # fmt: skip
+KNOWN += tuple(PREFIX + key for key in HEALTH)
 #: A namespace label asking for the sidecar in every pod of the namespace (as Istio's
 #: ``istio-injection=enabled``); a pod opts out with ``inject: "false"`` (contract §6).
 NAMESPACE_LABEL, NAMESPACE_ENABLED = PREFIX + "inject", "enabled"
@@ -53,6 +62,8 @@ class PodSettings:
     port: int
     gate_readiness: bool
     label_leader: bool = False
+    #: The ``--health-*`` flags the pod asks for (none: its app's health is not followed).
+    health_args: tuple[str, ...] = ()
 
     @property
     def state_file(self) -> str:
@@ -66,6 +77,12 @@ class PodSettings:
     @property
     def ack_file(self) -> str:
         return f"{self.ack_dir}/drained"
+
+    @property
+    def health_file(self) -> str | None:
+        """What the app touches while healthy, when the pod asks for ``health-file``."""
+        asked = any(a.startswith("--health-file=") for a in self.health_args)
+        return f"{self.ack_dir}/healthy" if asked else None
 
 
 def show(value: object, limit: int = 80) -> str:
@@ -198,6 +215,29 @@ def read_settings(pod: Mapping[str, Any], defaults: Timing) -> PodSettings | lis
     port = _read(notes, PORT, port_check, DEFAULT_PORT, problems)[0]
     gate = _read(notes, GATE_READINESS, exact_boolean, False, problems)[0]
     label = _read(notes, LABEL_LEADER, exact_boolean, False, problems)[0]
+    health = _health_args(notes, f"{state_dir}-ack/healthy", problems)
     if problems or election is None:
         return problems
-    return PodSettings(election[0], election[1], timing, state_dir, port, gate, label)
+    return PodSettings(election[0], election[1], timing, state_dir, port, gate, label, health)
+
+
+def _health_args(
+    notes: Mapping[str, str], health_file: str, problems: list[str]
+) -> tuple[str, ...]:
+    """The sidecar's ``--health-*`` flags from the pod's health annotations (``HEALTH``)."""
+    args, checks = [], ("health-url", "health-file")
+    for key, check in HEALTH.items():
+        value, given = _read(notes, PREFIX + key, check, None, problems)
+        if given and key == "health-file":
+            args += [f"--health-file={health_file}"] if value else []
+        elif given:
+            args.append(f"--{key}={notes[PREFIX + key].strip()}")
+    chosen = [a for a in args if a.split("=", 1)[0][2:] in checks]
+    if len(chosen) > 1:
+        problems.append(f"annotations {PREFIX}health-url and {PREFIX}health-file: keep one")
+    elif args and not chosen:
+        problems.append(
+            f"annotations {PREFIX}health-*: set {PREFIX}health-url or {PREFIX}health-file "
+            "too, or they follow nothing"
+        )
+    return tuple(args)

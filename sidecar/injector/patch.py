@@ -121,6 +121,7 @@ def sidecar_container(
             f"--state-dir={settings.state_dir}",
             f"--port={settings.port}",
             f"--ack-file={settings.ack_file}",
+            *settings.health_args,
             *(["--label-leader"] if settings.label_leader else []),
         ],
         "env": [
@@ -174,6 +175,7 @@ def _completed(container: Any, settings: PodSettings) -> dict[str, Any] | None:
         "LEADER_ELECTION_URL": f"{url}/leader",
         "LEADER_ELECTION_ACK_FILE": settings.ack_file,
         "LEADER_ELECTION_DRAINED_URL": f"{url}/drained",
+        **({"LEADER_ELECTION_HEALTH_FILE": settings.health_file} if settings.health_file else {}),
     }  # a value the pod already sets wins
     missing_env = [{"name": k, "value": v} for k, v in wanted.items() if k not in names]
     if not missing_mounts and not missing_env:

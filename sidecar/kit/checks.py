@@ -90,6 +90,27 @@ def one_of(choices: Sequence[str]) -> Callable[[str], str]:
     return _rule("one of " + ", ".join(choices), choices.__contains__, str)
 
 
+#: A count of 1 to 100 (a probe's failures or successes in a row).
+count = _rule("a whole number from 1 to 100", lambda w: w.isdigit() and 1 <= int(w) <= 100, int)
+
+
+def loopback_url(raw: str) -> str:
+    """An http:// URL on this pod's loopback (the app's health endpoint)."""
+    from urllib.parse import urlsplit
+
+    try:
+        parts = urlsplit(raw.strip())
+        parts.port  # noqa: B018 (a bad port raises here)
+    except ValueError:
+        parts = None
+    if parts is None or parts.scheme != "http" or parts.hostname not in LOOPBACK:
+        raise Invalid("an http:// URL on loopback, such as http://127.0.0.1:8080/healthz")
+    return raw.strip()
+
+
+LOOPBACK = ("127.0.0.1", "localhost", "::1")
+
+
 def log_level(raw: str) -> str:
     return one_of(defaults.LOG_LEVELS)(raw.lower())
 

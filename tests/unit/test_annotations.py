@@ -76,6 +76,25 @@ values = {
     ),
     PREFIX + "gate-readiness": st.sampled_from(["true", "false", "True", "yes", ""]),
     PREFIX + "label-leader": st.sampled_from(["true", "false", "on", ""]),
+    PREFIX + "health-url": st.sampled_from(
+        [
+            "http://127.0.0.1:8080/healthz",
+            "http://localhost/h?x=1",
+            "http://[::1]:99/x",
+            "https://127.0.0.1/",
+            "http://10.0.0.1/",
+            "http://127.0.0.1:99999/",
+            "",
+        ]
+    ),
+    PREFIX + "health-file": st.sampled_from(["true", "false", "yes", ""]),
+    PREFIX + "health-file-age": durations,
+    PREFIX + "health-period": durations,
+    PREFIX + "health-timeout": durations,
+    PREFIX + "health-hold": durations,
+    PREFIX + "health-failures": st.sampled_from(["1", "3", "100", "0", "101", "x", ""]),
+    PREFIX + "health-successes": st.sampled_from(["1", "2", "0", "-1"]),
+    PREFIX + "when-none-healthy": st.sampled_from(["keep", "nobody", "Keep", ""]),
 }
 random_notes = st.fixed_dictionaries({}, optional=values)
 
@@ -141,6 +160,11 @@ def test_what_the_injector_accepts_the_sidecar_accepts(annotations: dict[str, st
     if PREFIX + "port" in annotations:
         assert got.port == int(annotations[PREFIX + "port"])
         assert container["ports"][0]["containerPort"] == got.port
+    url = annotations.get(PREFIX + "health-url")
+    if url is not None:
+        assert got.health is not None and got.health.url == url
+    if annotations.get(PREFIX + "health-failures") and got.health is not None:
+        assert got.health.policy.failures == int(annotations[PREFIX + "health-failures"])
     mounts = [m["mountPath"] for m in container["volumeMounts"]]
     assert str(got.state_dir) in mounts
     assert got.identity == "p" and got.lease.startswith("leader-")

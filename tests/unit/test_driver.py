@@ -9,6 +9,7 @@ What the application would see is read from the real state file.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import datetime as dt
 import io
 import json
@@ -18,14 +19,16 @@ from typing import Any, TypeVar
 
 import looptime
 
-from sidecar.commands.settings import RunSettings
+from sidecar.commands.settings import Health, RunSettings
 from sidecar.commands.wiring import PutLabel, wire
 from sidecar.core import marks, roster
+from sidecar.core.healthpolicy import HealthPolicy
 from sidecar.core.lease import LeaseRecord, claim
 from sidecar.core.timing import Timing
 from sidecar.driver.events import HOLD_SECONDS, EventRecorder
 from sidecar.driver.firstterm import FirstTermMark
 from sidecar.driver.handofflock import CHECK_EVERY, DEFAULT_DURATION
+from sidecar.driver.health import Check
 from sidecar.driver.label import RETRY_OFF
 from sidecar.driver.membership import FORGET_AFTER, JOIN_SPREAD, Membership
 from sidecar.driver.observer import Call, Observer, View
@@ -84,10 +87,16 @@ class Candidate:
         put_label: PutLabel | None = None,
         release: str = "now",
         pod_deleting: Callable[[float], Coroutine[Any, Any, bool]] | None = None,
+        health: tuple[HealthPolicy, Check] | None = None,
     ) -> None:
         self.identity = identity
+        run_settings = settings(identity, tmp / identity, put_label is not None, release)
+        if health is not None:
+            run_settings = dataclasses.replace(
+                run_settings, health=Health("http://127.0.0.1:1/", None, 10.0, health[0])
+            )
         self.sidecar = wire(
-            settings(identity, tmp / identity, label=put_label is not None, release=release),
+            run_settings,
             "ns",
             store,  # type: ignore[arg-type]
             Logger("error"),
@@ -95,6 +104,7 @@ class Candidate:
             post_event=post_event,
             put_label=put_label,
             pod_deleting=pod_deleting,
+            health_check=health[1] if health is not None else None,
         )
         self.elector = self.sidecar.elector
         self.state_path = tmp / identity / "state.json"

@@ -304,3 +304,46 @@ def test_an_opted_in_namespace_injects_pods_without_the_annotation_and_skips_fal
     )
     # Outside an opted-in namespace an odd value is no request at all, as before.
     assert decide(pod({P + "inject": "yes"}, name="p"), SPEC).outcome == "skipped"
+
+
+def test_health_annotations_become_the_sidecars_flags() -> None:
+    """Each health annotation is the flag of its name, checked as the flag is; health-file
+    has the app touch a file in its ack directory, which the sidecar can read."""
+    p = pod(
+        {
+            P + "health-url": "http://127.0.0.1:8080/healthz",
+            P + "health-period": "1s",
+            P + "when-none-healthy": "nobody",
+        },
+        name="x",
+    )
+    sc = patched(p, decide(p, SPEC))["spec"]["initContainers"][0]
+    assert sc["args"][-3:] == [
+        "--health-url=http://127.0.0.1:8080/healthz",
+        "--health-period=1s",
+        "--when-none-healthy=nobody",
+    ]
+    p = pod({P + "health-file": "true"}, name="x")
+    out = patched(p, decide(p, SPEC))
+    assert (
+        "--health-file=/var/run/leader-election-ack/healthy"
+        in (out["spec"]["initContainers"][0]["args"])
+    )
+    env = {e["name"]: e["value"] for e in out["spec"]["containers"][0]["env"]}
+    assert env["LEADER_ELECTION_HEALTH_FILE"] == "/var/run/leader-election-ack/healthy"
+
+
+@pytest.mark.parametrize(
+    ("notes", "needle"),
+    [
+        ({"health-url": "http://10.0.0.1/healthz"}, "an http:// URL on loopback"),
+        ({"health-failures": "0"}, "a whole number from 1 to 100"),
+        ({"health-period": "2s"}, "or they follow nothing"),
+        ({"health-url": "http://127.0.0.1/h", "health-file": "true"}, "keep one"),
+        ({"when-none-healthy": "maybe"}, "one of keep, nobody"),
+    ],
+)
+def test_bad_health_annotations_are_denied_with_the_fix(notes: dict[str, str], needle: str) -> None:
+    p = pod({P + k: v for k, v in notes.items()}, name="x")
+    decision = decide(p, SPEC)
+    assert decision.outcome == "denied" and needle in decision.message, decision.message
