@@ -1,4 +1,4 @@
-"""The command line (``run``, ``lock``, ``status``, ``cleanup``, the door to ``injector``):
+"""The command line (``run``, ``lock``, ``status``, ``cleanup``, ``transfer``, the door to ``injector``):
 settings in, exit code out; the only package that builds and wires objects (``wiring``)."""
 
 from __future__ import annotations

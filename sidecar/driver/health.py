@@ -76,7 +76,8 @@ class AppHealth(Observer):
             try:
                 async with asyncio.timeout(self.policy.timeout):
                     ok = await self.check()
-            except (TimeoutError, OSError, ValueError):
+            except Exception as err:  # whatever a check meets is a failed check, never a crash
+                self.log.debug("health check failed", error=repr(err))
                 ok = False
             await self._judge(ok)
             await asyncio.sleep(self.policy.period)

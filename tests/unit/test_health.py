@@ -63,6 +63,12 @@ def test_an_unhealthy_leader_hands_over_to_a_healthy_follower(tmp_path: Path) ->
         await asyncio.sleep(60)
         assert b.leads() and not a.leads() and not c.leads()  # c's app is unhealthy
         assert overlaps.seen == 0
+        told = a.sidecar.metrics.render()
+        assert 'grelmicro_sidecar_app_healthy{name="leader-main"} 0' in told
+        assert (
+            'grelmicro_sidecar_handovers_total{name="leader-main",reason="app_unhealthy"} 1' in told
+        )
+        assert 'grelmicro_sidecar_handovers_total{name="leader-main",reason="transfer"} 0' in told
         for x in (a, b, c):
             assert await x.stop() == 0
 
