@@ -30,17 +30,19 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from tests.e2e.conftest import Cluster
 
-# POSIX sh, curl, sed, date: present in curlimages/curl and in our Debian stand-in.
-OBSERVER_SCRIPT = r"""
-trap 'exit 0' TERM
-while true; do
+# POSIX sh, curl, sed, date: present in curlimages/curl and in our Debian stand-in. One view:
+# ask, then log the line ``parse`` reads; the answer stays in ``$out`` for what comes next.
+ASK_AND_LOG = r"""
   s=$(date +%s.%N)
   out=$(curl -s -m 1 -w '\n%{http_code}' "$LEADER_ELECTION_URL" 2>/dev/null)
   r=$(date +%s.%N)
   code=$(printf '%s\n' "$out" | tail -n 1)
   token=$(printf '%s\n' "$out" | sed -n 's/.*"fencing_token": *\([0-9][0-9]*\).*/\1/p' | head -n 1)
   echo "view $s $r ${code:-000} ${token:--}"
-  sleep 0.2
+"""
+OBSERVER_SCRIPT = f"""
+trap 'exit 0' TERM
+while true; do{ASK_AND_LOG}  sleep 0.2
 done
 """
 

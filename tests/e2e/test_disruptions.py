@@ -19,7 +19,7 @@ from sidecar.injector.patch import CONTAINER_NAME, VOLUME_NAME
 from tests.cluster.node import Node
 from tests.e2e.conftest import Cluster, wait_for
 from tests.e2e.observer import Views, handovers, overlaps
-from tests.e2e.test_election import LEASE_SECONDS, _deploy, _rfc3339, leaders, lease, pods
+from tests.e2e.test_election import LEASE_SECONDS, _rfc3339, deploy, leaders, lease, pods
 
 
 def _pod(e2e: Cluster, namespace: str, name: str) -> dict[str, Any]:
@@ -36,7 +36,7 @@ def test_a_sidecar_killed_through_the_runtime_is_restarted_and_rejoins(
     e2e: Cluster, workload_namespace: str, local_node: Node
 ) -> None:
     ns = workload_namespace
-    _deploy(e2e, ns, "worker", replicas=2)
+    deploy(e2e, ns, "worker", replicas=2)
     leader = wait_for(lambda: leaders(e2e, ns, "worker"), 60, "a leader")[0]
     before = _sidecar_status(_pod(e2e, ns, leader))
     with Views(e2e, ns, "worker").recording() as views:
@@ -77,7 +77,7 @@ def test_a_pod_frozen_past_its_lease_never_overlaps_its_successor(
     e2e: Cluster, workload_namespace: str, local_node: Node
 ) -> None:
     ns = workload_namespace
-    _deploy(e2e, ns, "worker", replicas=2)
+    deploy(e2e, ns, "worker", replicas=2)
     frozen = wait_for(lambda: leaders(e2e, ns, "worker"), 60, "a leader")[0]
     uid = _pod(e2e, ns, frozen)["metadata"]["uid"]
     state_file = local_node.pod_volume(uid, VOLUME_NAME) / "state.json"

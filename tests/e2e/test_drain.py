@@ -12,14 +12,13 @@ act, and within a few seconds of the notice instead of at the deadline.
 
 from __future__ import annotations
 
-import json
 import sys
 import time
 
 from sidecar.injector.patch import CONTAINER_NAME
 from tests.cluster.node import Node
 from tests.e2e.conftest import Cluster, wait_for
-from tests.e2e.test_election import deployment, leaders, pods
+from tests.e2e.test_election import deploy, leaders, pods
 
 # POSIX sh, sed, awk, GNU date: in the app image (a Debian stand-in on our node).
 DRAINING_APP = r"""
@@ -53,10 +52,7 @@ def test_an_app_that_acknowledges_the_drain_hands_over_at_once(
     e2e: Cluster, workload_namespace: str, local_node: Node
 ) -> None:
     ns = workload_namespace
-    spec = deployment("draining", replicas=2)
-    spec["spec"]["template"]["spec"]["containers"][0]["command"] = ["sh", "-c", DRAINING_APP]
-    e2e.kubectl("apply", "-n", ns, "-f", "-", input=json.dumps(spec))
-    e2e.kubectl("rollout", "status", "-n", ns, "deployment/draining", "--timeout=180s")
+    deploy(e2e, ns, "draining", DRAINING_APP, replicas=2)
     leader = wait_for(lambda: leaders(e2e, ns, "draining"), 60, "a leader")[0]
     (other,) = [
         p["metadata"]["name"] for p in pods(e2e, ns, "draining") if p["metadata"]["name"] != leader

@@ -126,8 +126,22 @@ def leaders(e2e: Cluster, namespace: str, name: str) -> list[str]:
     return out
 
 
-def _deploy(e2e: Cluster, namespace: str, name: str, **kwargs: Any) -> None:
-    e2e.kubectl("apply", "-n", namespace, "-f", "-", input=json.dumps(deployment(name, **kwargs)))
+def deploy(
+    e2e: Cluster,
+    namespace: str,
+    name: str,
+    script: str | None = None,
+    env: dict[str, str] | None = None,
+    **kwargs: Any,
+) -> None:
+    """``deployment(name, **kwargs)`` applied and rolled out; its app runs ``script`` (default:
+    the observer's) with ``env``."""
+    spec = deployment(name, **kwargs)
+    app = spec["spec"]["template"]["spec"]["containers"][0]
+    if script is not None:
+        app["command"] = ["sh", "-c", script]
+    app["env"] = [{"name": k, "value": v} for k, v in (env or {}).items()]
+    e2e.kubectl("apply", "-n", namespace, "-f", "-", input=json.dumps(spec))
     e2e.kubectl("rollout", "status", "-n", namespace, f"deployment/{name}", "--timeout=180s")
 
 
@@ -136,7 +150,7 @@ def test_annotated_deployment_elects_exactly_one_leader_seen_from_the_apps(
 ) -> None:
     ns = workload_namespace
     started = time.monotonic()
-    _deploy(e2e, ns, "worker")
+    deploy(e2e, ns, "worker")
     for pod in pods(e2e, ns, "worker"):
         names = [c["name"] for c in pod["spec"].get("initContainers", [])]
         assert names == ["grelmicro-sidecar"], names
@@ -178,7 +192,7 @@ def test_deleting_the_leader_pod_releases_and_a_successor_leads(
     e2e: Cluster, workload_namespace: str
 ) -> None:
     ns = workload_namespace
-    _deploy(e2e, ns, "worker")
+    deploy(e2e, ns, "worker")
     old = wait_for(lambda: leaders(e2e, ns, "worker"), 60, "a leader")[0]
     before = lease(e2e, ns)["spec"]
     with Views(e2e, ns, "worker").recording() as views:
@@ -235,7 +249,7 @@ def test_rollout_restart_completes_with_one_leader_at_a_time(
 ) -> None:
     """Default strategy, readiness not gated: every pod is Ready, so the rollout runs through."""
     ns = workload_namespace
-    _deploy(e2e, ns, "worker")
+    deploy(e2e, ns, "worker")
     first = wait_for(lambda: leaders(e2e, ns, "worker"), 60, "a leader")[0]
     old_pods = {p["metadata"]["name"] for p in pods(e2e, ns, "worker")}
     token_before = lease(e2e, ns)["spec"].get("leaseTransitions", 0)

@@ -10,17 +10,15 @@ exec``), and with ``FLAP`` set, only in every other half-second (which ones, by 
 
 from __future__ import annotations
 
-import json
 import os
 import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import Any
 
 from tests.e2e.conftest import Cluster, wait_for
-from tests.e2e.observer import Views, handovers, overlaps
-from tests.e2e.test_election import deployment, leaders, pods
+from tests.e2e.observer import ASK_AND_LOG, Views, handovers, overlaps
+from tests.e2e.test_election import deploy, leaders, pods
 
 # POSIX sh, curl, sed, date: in our Debian stand-in.
 MOVING_APP = r"""
@@ -33,30 +31,20 @@ while true; do
       touch "$LEADER_ELECTION_HEALTH_FILE"
     fi
   fi
-  s=$(date +%s.%N)
-  out=$(curl -s -m 1 -w '\n%{http_code}' "$LEADER_ELECTION_URL" 2>/dev/null)
-  r=$(date +%s.%N)
-  code=$(printf '%s\n' "$out" | tail -n 1)
-  token=$(printf '%s\n' "$out" | sed -n 's/.*"fencing_token": *\([0-9][0-9]*\).*/\1/p' | head -n 1)
-  echo "view $s $r ${code:-000} ${token:--}"
-  drain=$(printf '%s\n' "$out" | sed -n 's/^ *"token": *\([0-9][0-9]*\).*/\1/p' | head -n 1)
+@ASK_AND_LOG@  drain=$(printf '%s\n' "$out" | sed -n 's/^ *"token": *\([0-9][0-9]*\).*/\1/p' | head -n 1)
   if [ -n "$drain" ] && [ "$drain" != "$acked" ]; then
     curl -s -m 1 -X POST "$LEADER_ELECTION_DRAINED_URL?token=$drain" >/dev/null
     acked=$drain
   fi
   sleep 0.1
 done
-"""
+""".replace("@ASK_AND_LOG@", ASK_AND_LOG.lstrip("\n"))
 P = "leader-election.grelmicro.io/"
 
 
 def _workload(e2e: Cluster, ns: str, name: str, notes: dict[str, str], flap: bool = False) -> None:
-    spec: dict[str, Any] = deployment(name, replicas=3, annotations=notes)
-    app = spec["spec"]["template"]["spec"]["containers"][0]
-    app["command"] = ["sh", "-c", MOVING_APP]
-    app["env"] = [{"name": "FLAP", "value": "1"}] if flap else []
-    e2e.kubectl("apply", "-n", ns, "-f", "-", input=json.dumps(spec))
-    e2e.kubectl("rollout", "status", "-n", ns, f"deployment/{name}", "--timeout=180s")
+    env = {"FLAP": "1"} if flap else {}
+    deploy(e2e, ns, name, MOVING_APP, env, replicas=3, annotations=notes)
 
 
 def _plugin(e2e: Cluster, *args: str) -> subprocess.CompletedProcess[str]:

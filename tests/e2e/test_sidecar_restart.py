@@ -11,7 +11,6 @@ first app's last act.
 
 from __future__ import annotations
 
-import json
 import sys
 import time
 
@@ -20,7 +19,7 @@ import pytest
 from sidecar.injector.patch import CONTAINER_NAME
 from tests.cluster.node import Node
 from tests.e2e.conftest import Cluster, wait_for
-from tests.e2e.test_election import deployment, leaders, pods
+from tests.e2e.test_election import deploy, leaders, pods
 
 # POSIX sh, sed, awk, GNU date: in the app image (a Debian stand-in on our node).
 ACTING_APP = r"""
@@ -51,10 +50,7 @@ def test_a_sidecar_stopped_under_its_running_app_never_lets_a_successor_act_besi
     e2e: Cluster, workload_namespace: str, local_node: Node, signal: str
 ) -> None:
     ns = workload_namespace
-    spec = deployment("acting", replicas=2)
-    spec["spec"]["template"]["spec"]["containers"][0]["command"] = ["sh", "-c", ACTING_APP]
-    e2e.kubectl("apply", "-n", ns, "-f", "-", input=json.dumps(spec))
-    e2e.kubectl("rollout", "status", "-n", ns, "deployment/acting", "--timeout=180s")
+    deploy(e2e, ns, "acting", ACTING_APP, replicas=2)
     leader = wait_for(lambda: leaders(e2e, ns, "acting"), 60, "a leader")[0]
     (other,) = [
         p["metadata"]["name"] for p in pods(e2e, ns, "acting") if p["metadata"]["name"] != leader
