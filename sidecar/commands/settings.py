@@ -157,6 +157,12 @@ def _health(src: Source) -> Health | None:
             "health is one check; keep one"
         )
     if not (url or file):
+        tuned = [s.flag for s in HEALTH[2:] if src.raw(s.flag)]
+        if tuned:
+            raise SettingsError(
+                f"{src.where(tuned[0])} without --health-url or --health-file follows nothing; "
+                "set one of them, or drop it"
+            )
         return None
     policy = HealthPolicy(
         period=src.get(HEALTH_PERIOD),

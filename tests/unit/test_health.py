@@ -11,6 +11,9 @@ from __future__ import annotations
 import asyncio
 from pathlib import Path
 
+import pytest
+
+from sidecar.commands.cli import command
 from sidecar.core.healthpolicy import HealthPolicy
 from tests.unit.fake_leases import FakeLeases
 from tests.unit.test_driver import Candidate, had_sidecars, run, until
@@ -171,3 +174,21 @@ def test_a_candidate_claims_only_once_its_app_has_passed_its_checks(tmp_path: Pa
         assert await b.stop() == 0
 
     run(scenario)
+
+
+@pytest.mark.parametrize(
+    ("flags", "said"),
+    [
+        (["--health-url=http://10.0.0.1/healthz"], "expected an http:// URL on loopback"),
+        (["--health-url=http://127.0.0.1/h", "--health-file=/tmp/h"], "keep one"),
+        (["--health-period=1s"], "--health-period without --health-url or --health-file"),
+        (["--health-url=http://127.0.0.1/h", "--health-failures=0"], "from 1 to 100"),
+        (["--health-url=http://127.0.0.1/h", "--when-none-healthy=any"], "one of keep, nobody"),
+    ],
+)
+def test_bad_health_flags_say_what_is_wrong_in_one_line(
+    flags: list[str], said: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert command(["run", "--election=main", *flags], {}) == 2
+    err = capsys.readouterr().err
+    assert said in err and err.count("\n") == 1, err

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from sidecar.commands.cli import command
 from sidecar.commands.transfer import transfer as move
 from sidecar.core.lease import TRANSFER_ANNOTATION
 from tests.unit.fake_leases import FakeLeases
@@ -205,3 +206,20 @@ def test_a_request_for_an_earlier_term_moves_nothing(tmp_path: Path) -> None:
             assert await x.stop() == 0
 
     run(scenario)
+
+
+@pytest.mark.parametrize(
+    ("argv", "said"),
+    [
+        (["transfer"], "the following arguments are required: ELECTION"),
+        (["transfer", "main", "--to"], "argument --to: expected one argument"),
+        (["transfer", "main", "--timeout=soon"], "--timeout='soon' is not valid; expected"),
+        (["transfer", "main", "--kubeconfig=/nonexistent"], "cannot read kubeconfig /nonexistent"),
+    ],
+)
+def test_bad_transfer_command_lines_say_what_is_wrong_in_one_line(
+    argv: list[str], said: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert command(argv, {}) == 2
+    err = capsys.readouterr().err
+    assert said in err and err.count("\n") == 1, err
