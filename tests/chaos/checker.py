@@ -248,13 +248,18 @@ class Report:
 # ---- the analysis ------------------------------------------------------------
 
 
-def claims_of(versions: Iterable[FileVersion], lazy: Collection[str] = ()) -> list[Claim]:
+def claims_of(
+    versions: Iterable[FileVersion], lazy: Collection[str] = (), acks: Iterable[Any] = ()
+) -> list[Claim]:
     """Claim intervals of one or many sidecars, by the rule in the module docstring.
 
     ``lazy``: sidecars whose app re-reads the file only now and then, so it may
     act on a claiming version until that version's ``valid_until`` whatever
     the sidecar wrote after it (a restart's "not leader" included): their
-    claims are not cut at the next version."""
+    claims are not cut at the next version. ``acks``: (``who``, ``token``,
+    ``at``) of apps that said they stopped acting on a term (a drain's
+    acknowledgement): a lazy claim of that term ends there."""
+    stopped = {(a.who, a.token): a.at for a in acks}
     by_who: dict[str, list[FileVersion]] = {}
     for v in versions:
         by_who.setdefault(v.who, []).append(v)
@@ -267,6 +272,7 @@ def claims_of(versions: Iterable[FileVersion], lazy: Collection[str] = ()) -> li
             end = v.valid_until
             if i + 1 < len(seq) and v.who not in lazy:
                 end = min(end, seq[i + 1].updated_at)
+            end = min(end, stopped.get((v.who, v.fencing_token), end))
             if end > v.updated_at:
                 out.append(Claim(v.who, v.updated_at, end, v))
     out.sort(key=lambda c: c.start)
@@ -519,11 +525,12 @@ def check(
     gaps_until: float | None = None,
     lazy: Collection[str] = (),
     untokened: Collection[str] = (),
+    acks: Iterable[Any] = (),
 ) -> Report:
     """Judge a run. Leaderless gaps are counted up to ``gaps_until`` (the start of
     the final shutdown, after which nobody is meant to lead), violations to ``end``.
     ``lazy``: see ``claims_of``; ``untokened``: see ``fencing``."""
-    claims = claims_of(versions, lazy)
+    claims = claims_of(versions, lazy, acks)
     restores = [(f.start, f.end) for f in faults if f.kind == "restore"]
     violations = (
         overlaps(claims) + probe_conflicts(claims, probes) + fencing(claims, restores, untokened)

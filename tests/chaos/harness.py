@@ -23,6 +23,11 @@ one fault at a time, with a quiet spell after each, from this menu:
 ``churn``           roster churn: for several seconds candidates under new names start
                     and others stop for good (SIGTERM, or SIGKILL), every 0.5-2 s, the
                     leader among them now and then; the population stays about N
+``transfer``        the leader's app asks ``POST /transfer`` (``moves.py``), and
+                    acknowledges the drain half the time
+``unhealthy``       the leader's app fails its health checks for a few seconds
+``ack-hang``        a transfer acknowledged at once, then its sidecar SIGSTOPped past
+                    the lease (frozen mid-hand-over) and resumed
 ``restore``         (long run only) back up etcd's data, let the election move on,
                     restore it: resourceVersions go back (no ``--bump-revision``)
 ``restore-bump``    (long run only) the same restore with the revision bumped past the
@@ -71,6 +76,7 @@ from tests.sidecar.proc import SidecarProcess
 from tests.skew import skewed_clock
 
 from .checker import Fault, Report, acquisitions_of, check, claims_of, handovers_of, parse_ts
+from .moves import Ack, HealthApp, drain_token, post
 from .proxy import FaultProxy, proxy_loop
 from .recorder import Recorder, Target
 
@@ -89,6 +95,9 @@ KINDS = (
     "flood",
     "skew",
     "churn",
+    "transfer",
+    "unhealthy",
+    "ack-hang",
 )
 #: Restoring the shared CI cluster would take other tests' objects back in time.
 LONG_KINDS = (*KINDS, "restore", "restore-bump", "lease-rollback")
@@ -211,6 +220,8 @@ class ChaosRun:
         assert old < sidecars and (old == 0 or old_command), "old sidecars need a command"
         self.old: set[str] = set()
         self.lazy: set[str] = set()
+        self.apps: dict[str, HealthApp] = {}  # today's candidates' apps (``moves``)
+        self.acks: list[Ack] = []
         self.lazy_apps = lazy_apps
         self.population = sidecars
         self.old_count, self.old_command = old, old_command
@@ -240,6 +251,10 @@ class ChaosRun:
         kubeconfig.write_text(json.dumps(doc))
         self.proxies[who] = proxy
         extra = self.timings.flags
+        if old_command is None:
+            if who not in self.apps:
+                self.apps[who] = HealthApp()
+            extra = (*extra, *self.apps[who].flags)
         if self.lazy_apps and old_command is None:
             extra = (*extra, "--release=after-valid-until")
             self.lazy.add(who)
@@ -331,10 +346,10 @@ class ChaosRun:
         self._check_alive()
 
     def _handovers(self) -> int:
-        return handovers_of(claims_of(self.recorder.snapshot(), self.lazy))
+        return handovers_of(claims_of(self.recorder.snapshot(), self.lazy, self.acks))
 
     def _acquisitions(self) -> int:
-        return acquisitions_of(claims_of(self.recorder.snapshot(), self.lazy))
+        return acquisitions_of(claims_of(self.recorder.snapshot(), self.lazy, self.acks))
 
     def finish(self) -> Outcome:
         """Heal everything, require a leader, stop every sidecar gracefully, and judge."""
@@ -379,7 +394,10 @@ class ChaosRun:
             gaps_until=shutdown_started,
             lazy=self.lazy,
             untokened=self.old,
+            acks=self.acks,
         )
+        for app in self.apps.values():
+            app.close()
         return Outcome(
             report=report,
             crashes=self.crashes,
@@ -405,6 +423,8 @@ class ChaosRun:
         self.recorder.stop()
         for proxy in self.proxies.values():
             proxy.close()
+        for app in self.apps.values():
+            app.close()
         self.loop.close()
 
     # ---- faults ----------------------------------------------------------------
@@ -420,7 +440,7 @@ class ChaosRun:
             target = (
                 leader if leader in candidates and rng.random() < bias else rng.choice(candidates)
             )
-        elif kind == "partition":
+        elif kind in ("partition", "transfer", "unhealthy", "ack-hang"):
             target = leader or self._wait_leader() or rng.choice(list(self.procs))
         elif kind == "deleted-paused":
             # The witness takes no process fault: then a follower sleeps through it.
@@ -550,6 +570,16 @@ class ChaosRun:
             self._restart(target, 0.0)
         elif kind == "churn":
             detail = self._churn(rng.uniform(*self.churn_seconds))
+        elif kind in ("transfer", "ack-hang"):
+            detail = self._transfer(target, hang=kind == "ack-hang")
+        elif kind == "unhealthy":
+            app = self.apps.get(target)
+            hold = rng.uniform(1.5, 6.0)
+            if app is not None:
+                app.healthy = False
+                time.sleep(hold)
+                app.healthy = True
+            detail = f"{hold:.1f}s" if app is not None else "an older sidecar: no app checked"
         elif kind == "reset":
             self.proxies[target].set("reset")
             time.sleep(rng.uniform(0.2, 1.0))
@@ -562,6 +592,33 @@ class ChaosRun:
         self.faults.append(fault)
         self.say(f"fault {kind:9} on {target:7} {fault.end - fault.start:5.1f}s {fault.detail}")
         return fault
+
+    def _transfer(self, leader: str, hang: bool) -> str:
+        """The leader's app asks for a transfer; it acknowledges the drain half the time
+        (always with ``hang``, which then freezes the sidecar past the lease)."""
+        proc, rng = self.procs[leader], self.rng
+        if leader in self.old:
+            return "an older sidecar: no transfer"
+        others = [w for w in self.procs if w != leader]
+        to = rng.choice(others) if others and rng.random() < 0.5 else None
+        status = post(proc.port, "/transfer" + (f"?to={to}" if to else ""))
+        detail = f"to {to or 'the next'}: {status}"
+        if status != 202:
+            return detail
+        if hang or rng.random() < 0.5:
+            token = drain_token(str(proc.state_dir / "state.json"), 2 * self.timings.renew)
+            if token is not None:
+                self.acks.append(Ack(leader, token, time.time()))
+                detail += f", acknowledged ({post(proc.port, f'/drained?token={token}')})"
+        if hang:
+            pause = self.timings.lease + rng.uniform(0.5, 2.0)
+            proc.signal(signal.SIGSTOP)
+            time.sleep(pause)
+            proc.signal(signal.SIGCONT)
+            detail += f", then frozen {pause:.1f}s"
+        else:
+            time.sleep(self.timings.renew + 0.5)  # the move, whether acknowledged or not
+        return detail
 
     def _churn(self, hold: float) -> str:
         """Pods come and go for ``hold`` seconds: the roster's joins and leaves meet the handovers.

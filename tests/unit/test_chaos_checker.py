@@ -15,6 +15,7 @@ from tests.chaos.checker import (
     gaps_of,
     trends_of,
 )
+from tests.chaos.moves import Ack
 
 T = 1_000_000.0  # an arbitrary wall-clock origin
 
@@ -169,6 +170,16 @@ def test_a_lazy_apps_claim_runs_to_valid_until_whatever_the_sidecar_writes_next(
     lazy = run(versions, lazy={"a"})
     (violation,) = lazy.violations
     assert violation.kind == "file/file" and abs(violation.width - 0.5) < 1e-6
+
+
+def test_an_acknowledged_drain_ends_a_lazy_apps_claim_of_that_term_only() -> None:
+    # a's app, lazy, acknowledged at 1.2 the end of its term 1 (a transfer's drain): b may
+    # lead from 1.5. An acknowledgement of another term (2) cuts nothing.
+    versions = [v("a", 0, True, 2), v("a", 1.0, False), v("b", 1.5, True, 3.5, token=2)]
+    acked = run(versions, lazy={"a"}, acks=[Ack("a", 1, T + 1.2)])
+    assert acked.violations == []
+    other = run(versions, lazy={"a"}, acks=[Ack("a", 2, T + 1.2)])
+    assert [x.kind for x in other.violations] == ["file/file"]
 
 
 def test_an_older_versions_tokens_are_left_out_of_the_fencing_order_and_counted() -> None:
