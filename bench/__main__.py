@@ -138,6 +138,11 @@ def run(plan: Plan, only: set[str] | None) -> dict[str, Any]:
         with cleanup_on_exit():
             if wanted("handover"):
                 res["graceful_handover"] = graceful(plan, keys, workdir, creds)
+            if wanted("transfer"):
+                from . import transfer
+
+                _log(f"planned transfer, acknowledged drain, sidecar: {plan.handover_count} ...")
+                res["transfer"] = transfer.measure(workdir, creds, plan.handover_count)
             if wanted("failover"):
                 res["crash_failover"] = crash(plan, keys, workdir, creds)
             if wanted("steady"):
@@ -502,8 +507,10 @@ def targets(res: dict[str, Any]) -> list[dict[str, Any]]:
             fp["rss_mb_leader"] <= peer["rss_mb_leader"],
         )
     from .targets import against_clientgo
+    from .transfer import targets as transfer_targets
 
     out += against_clientgo(res)
+    out += transfer_targets(res)
     loads = (res.get("pods") or {}).get("workloads") or {}
     ours = loads.get("sidecar") or {}
     for key, who in (("clientgo", "client-go"), ("grelmicro", "grelmicro")):

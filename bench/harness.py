@@ -111,6 +111,7 @@ class Candidate:
     def __post_init__(self) -> None:
         self.state_dir = self.workdir / "state" / self.impl.key / self.identity
         self.log_path = self.workdir / "logs" / self.impl.key / f"{self.identity}.log"
+        self.port = free_port()  # the sidecar's status port (``bench.transfer`` posts there)
 
     @property
     def user(self) -> str:
@@ -122,7 +123,7 @@ class Candidate:
             return [
                 str(SIDECAR_BIN), "run", f"--election={self.election}", f"--namespace={ns}",
                 f"--identity={self.identity}", f"--kubeconfig={kc}", f"--state-dir={sd}",
-                f"--port={free_port()}",
+                f"--port={self.port}",
             ]  # fmt: skip
         if self.impl.key == "clientgo":
             return [
