@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import os
 import subprocess
-import time
 import urllib.request
 from collections.abc import Callable
 from pathlib import Path
@@ -18,20 +17,20 @@ from typing import Any
 from tests import accounts
 from tests.cluster import ControlPlane
 from tests.sidecar.proc import BIN, SOURCE, SidecarProcess, leaders, wait_for
+from tests.sidecar.test_handoff import _names
 
 Spawn = Callable[..., SidecarProcess]
 #: The verbs docs/operations.md grants to whoever runs the command.
 TRANSFER_VERBS = ["get", "patch"]
 
 
-def _three(spawn: Spawn) -> list[SidecarProcess]:
+def _three(spawn: Spawn, api: Any, namespace: str) -> list[SidecarProcess]:
+    """pod-a leads, pod-b and pod-c follow and are listed in the roster (a transfer's targets)."""
     a = spawn("pod-a")
     wait_for(a.leads, 30, what="pod-a to lead")
-    others = []
-    for name in ("pod-b", "pod-c"):
-        others.append(spawn(name))
-        wait_for(lambda p=others[-1]: (p.state() or {}).get("holder") == "pod-a", 20, what=name)
-        time.sleep(0.5)  # listed in join order
+    others = [spawn(name) for name in ("pod-b", "pod-c")]
+    wanted = ["pod-b", "pod-c"]
+    wait_for(lambda: sorted(_names(api, namespace)) == wanted, 20, what="pod-b and pod-c listed")
     return [a, *others]
 
 
@@ -54,7 +53,7 @@ def _command(*args: str, kubeconfig: Path, namespace: str) -> subprocess.Complet
 def test_the_command_moves_leadership_to_the_named_pod(
     spawn: Spawn, api: Any, cluster: ControlPlane, namespace: str, tmp_path: Path
 ) -> None:
-    procs = _three(spawn)
+    procs = _three(spawn, api, namespace)
     kubeconfig = _operator(api, cluster, namespace, tmp_path)
 
     refused = _command("main", "--to=pod-z", kubeconfig=kubeconfig, namespace=namespace)
@@ -68,8 +67,10 @@ def test_the_command_moves_leadership_to_the_named_pod(
     wait_for(lambda: leaders(procs) == ["pod-b"], 5, what="pod-b alone leads")
 
 
-def test_the_leaders_app_moves_leadership_on_loopback(spawn: Spawn) -> None:
-    a, b, c = _three(spawn)
+def test_the_leaders_app_moves_leadership_on_loopback(
+    spawn: Spawn, api: Any, namespace: str
+) -> None:
+    a, b, c = _three(spawn, api, namespace)
     url = f"http://127.0.0.1:{a.port}/transfer?to=pod-c"
     with urllib.request.urlopen(urllib.request.Request(url, method="POST"), timeout=2) as answer:
         assert answer.status == 202
