@@ -101,6 +101,7 @@ def test_deployment_pods_get_one_sidecar_with_annotation_settings(
             "--retry-period=3s",
             "--state-dir=/run/leader",
             "--port=4100",
+            "--ack-file=/run/leader-ack/drained",
         ]
         env = {e.name: e.value_from.field_ref.field_path for e in sc.env}
         assert env == {"POD_NAME": "metadata.name", "POD_NAMESPACE": "metadata.namespace"}
@@ -120,14 +121,24 @@ def test_deployment_pods_get_one_sidecar_with_annotation_settings(
             for m in sc.volume_mounts
             if m.name == "leader-election"
         ] == [("leader-election", "/run/leader", False)]
-        volumes = [v for v in pod.spec.volumes if v.name == "leader-election"]
-        assert len(volumes) == 1 and volumes[0].empty_dir is not None
+        # The ack directory: the app writes there, the sidecar only reads (contract §4, the drain).
+        assert [
+            (m.name, m.mount_path, bool(m.read_only))
+            for m in sc.volume_mounts
+            if m.name == "leader-election-ack"
+        ] == [("leader-election-ack", "/run/leader-ack", True)]
+        for name in ("leader-election", "leader-election-ack"):
+            volumes = [v for v in pod.spec.volumes if v.name == name]
+            assert len(volumes) == 1 and volumes[0].empty_dir is not None, name
         for app in pod.spec.containers:
-            mounts = [(m.name, m.mount_path, m.read_only) for m in app.volume_mounts or []]
+            mounts = [(m.name, m.mount_path, bool(m.read_only)) for m in app.volume_mounts or []]
             assert ("leader-election", "/run/leader", True) in mounts, app.name
+            assert ("leader-election-ack", "/run/leader-ack", False) in mounts, app.name
             app_env = {e.name: e.value for e in app.env or []}
             assert app_env["LEADER_ELECTION_STATE_FILE"] == "/run/leader/state.json"
             assert app_env["LEADER_ELECTION_URL"] == "http://127.0.0.1:4100/leader"
+            assert app_env["LEADER_ELECTION_ACK_FILE"] == "/run/leader-ack/drained"
+            assert app_env["LEADER_ELECTION_DRAINED_URL"] == "http://127.0.0.1:4100/drained"
         worker = next(c for c in pod.spec.containers if c.name == "worker")
         assert {e.name for e in worker.env} >= {"A"}  # the app's own env is kept
 
@@ -144,6 +155,7 @@ def test_defaults_and_no_readiness_gate(api: Any, namespace: str, webhook: Regis
         "--retry-period=2s",
         "--state-dir=/var/run/leader-election",
         "--port=4040",
+        "--ack-file=/var/run/leader-election-ack/drained",
     ]
     assert sc.readiness_probe is None
 

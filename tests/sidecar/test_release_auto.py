@@ -102,9 +102,10 @@ def test_a_deletion_that_comes_after_the_sidecar_began_to_stop_does_not_release_
 
         time.sleep(1)
         assert holder(api, namespace) == "a", "released at once: the app may still act"
-        assert "the app may still act on the last valid_until; releasing once it has passed" in (
-            a.messages()
-        )
+        assert (
+            "the app may still act on the last valid_until; releasing once it has passed "
+            "or the app acknowledges (POST /drained)"
+        ) in a.messages()
         assert a.wait(30) == 0
         assert holder(api, namespace) == ""  # released once valid_until passed
     finally:
