@@ -1,18 +1,18 @@
 """Health-driven candidacy against the real API server, in real processes (contract §2, health).
 
-Each sidecar checks its own "app": an HTTP server in this test whose answer
-(200 or 503) the test sets, on loopback, as ``--health-url`` asks.
+Each sidecar checks its own "app": an HTTP server on loopback whose answer
+(200 or 503) the test sets (``tests.chaos.moves.HealthApp``, the chaos run's
+apps), as ``--health-url`` asks.
 """
 
 from __future__ import annotations
 
-import http.server
-import threading
 import time
 from collections.abc import Callable, Iterator
 
 import pytest
 
+from tests.chaos.moves import HealthApp
 from tests.sidecar.proc import FAST, SidecarProcess, leaders, wait_for
 
 Spawn = Callable[..., SidecarProcess]
@@ -21,45 +21,19 @@ HEALTH = ("--health-period=500ms", "--health-failures=2", "--health-successes=1"
 HOLD = "--health-hold=1s"
 
 
-class App(http.server.ThreadingHTTPServer):
-    """``GET /healthz``: 200 while ``healthy``, else 503."""
-
-    healthy = True
-
-    def __init__(self) -> None:
-        app = self
-
-        class Handler(http.server.BaseHTTPRequestHandler):
-            def do_GET(self) -> None:
-                self.send_response(200 if app.healthy else 503)
-                self.send_header("Content-Length", "0")
-                self.end_headers()
-
-            def log_message(self, *args: object) -> None:
-                pass
-
-        super().__init__(("127.0.0.1", 0), Handler)
-        threading.Thread(target=self.serve_forever, daemon=True).start()
-
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.server_address[1]}/healthz"
-
-
 @pytest.fixture
-def apps() -> Iterator[dict[str, App]]:
-    made = {name: App() for name in ("pod-a", "pod-b")}
+def apps() -> Iterator[dict[str, HealthApp]]:
+    made = {name: HealthApp() for name in ("pod-a", "pod-b")}
     yield made
     for app in made.values():
-        app.shutdown()
-        app.server_close()
+        app.close()
 
 
 def test_leadership_leaves_an_unhealthy_app_and_comes_back_once_healthy(
-    spawn: Spawn, apps: dict[str, App]
+    spawn: Spawn, apps: dict[str, HealthApp]
 ) -> None:
     def candidate(name: str) -> SidecarProcess:
-        return spawn(name, extra=(*FAST, *HEALTH, HOLD, f"--health-url={apps[name].url}"))
+        return spawn(name, extra=(*FAST, *HEALTH, HOLD, apps[name].flags[0]))
 
     a = candidate("pod-a")
     wait_for(a.leads, 30, what="pod-a to lead")
@@ -83,8 +57,8 @@ def test_leadership_leaves_an_unhealthy_app_and_comes_back_once_healthy(
     assert "the app is unhealthy: standing aside" in a.messages()
 
 
-def test_a_pod_whose_app_fails_never_leads(spawn: Spawn, apps: dict[str, App]) -> None:
+def test_a_pod_whose_app_fails_never_leads(spawn: Spawn, apps: dict[str, HealthApp]) -> None:
     apps["pod-a"].healthy = False
-    a = spawn("pod-a", extra=(*FAST, *HEALTH, f"--health-url={apps['pod-a'].url}"))
+    a = spawn("pod-a", extra=(*FAST, *HEALTH, apps["pod-a"].flags[0]))
     time.sleep(6)
     assert not a.leads() and (a.state() or {}).get("holder") is None
