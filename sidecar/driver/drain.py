@@ -66,7 +66,7 @@ class Drain(Observer):
                 self.notice = None
             self.token, self.until = state.fencing_token, state.valid_until
 
-    def begin(self, reason: str) -> None:
+    def _begin(self, reason: str) -> None:
         """Tell the app the term ``token`` ends at ``until`` or at its acknowledgement."""
         if self.token is None or self.notice is not None:
             return
@@ -74,13 +74,14 @@ class Drain(Observer):
         self.on_notice()
 
     async def until_acknowledged(self, reason: str, seconds: float) -> None:
-        """The whole drain of a hand-over: told, then until acknowledged or ``seconds`` have
-        passed (what is left of the term's valid_until), then no longer told."""
+        """The whole drain (of a stop's release, of a hand-over): told, then until acknowledged
+        or ``seconds`` have passed (what is left of the term's valid_until), then no longer
+        told. Nothing to wait for when acknowledged already (before the notice)."""
         if seconds > 0 and not self.acknowledged:
-            self.begin(reason)
+            self._begin(reason)
             with contextlib.suppress(TimeoutError):
                 async with asyncio.timeout(seconds):
-                    await self.wait()
+                    await self._wait()
         self.notice = None
         self.on_notice()
 
@@ -88,7 +89,7 @@ class Drain(Observer):
     def acknowledged(self) -> bool:
         return self._acked.is_set()
 
-    async def wait(self) -> None:
+    async def _wait(self) -> None:
         """Until the app acknowledges the drain (the caller bounds it by the deadline)."""
         while not self._acked.is_set():
             if self._file_says_stopped():

@@ -29,7 +29,6 @@ the wait early by saying it has stopped acting (``drain.Drain``).
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import math
 from collections.abc import Awaitable, Callable
 
@@ -87,11 +86,7 @@ class ReleaseTiming(Observer):
             "or the app acknowledges (POST /drained)",
             wait_seconds=round(left, 3),
         )
-        self.drain.begin("stopping")
-        left = max(0.0, self.until - self.clock.monotonic())
-        with contextlib.suppress(TimeoutError):
-            async with asyncio.timeout(left):
-                await self.drain.wait()
+        await self.drain.until_acknowledged("stopping", self.until - self.clock.monotonic())
 
     async def _app_stopped(self) -> bool:
         """Whether this pod is being deleted (its app containers stopped before this one)."""
