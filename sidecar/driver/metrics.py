@@ -20,9 +20,10 @@ from ..kube.skew import Offset
 from ..publish.exposition import Exposition, Histogram, Labels
 from .health import UNHEALTHY
 from .observer import Call, Control, Observer, View
+from .transfer import REASON as TRANSFER
 
 #: The step-down reasons of a hand-over (``transfer``, ``health``).
-HANDOVER_REASONS = ("transfer to ", UNHEALTHY)
+HANDOVER_REASONS = (TRANSFER, UNHEALTHY)
 RENEW_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
 
 
@@ -86,7 +87,7 @@ class Metrics(Observer):
         self.acquisitions += event.kind == "leading"
         if event.kind == "stepped_down" and event.detail.startswith(HANDOVER_REASONS):
             self.handovers[
-                "transfer" if event.detail.startswith("transfer") else "app_unhealthy"
+                "transfer" if event.detail.startswith(TRANSFER) else "app_unhealthy"
             ] += 1
 
     def on_call(self, call: Call) -> None:

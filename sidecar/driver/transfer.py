@@ -30,6 +30,9 @@ from ..kit.logs import Logger
 from .drain import Drain, Verdict
 from .observer import HANDED_OVER, Control, Observer
 
+#: The step-down's reason, before the target's name (``metrics`` counts transfers by it).
+REASON = "transfer to "
+
 
 class Transfer(Observer):
     def __init__(self, drain: Drain, log: Logger) -> None:
@@ -65,7 +68,7 @@ class Transfer(Observer):
         if not others:
             return 409, f"no other candidate of {state.election} is listed to take over"
         target = to or "the next candidate"
-        self._moves.spawn(self._move(to, f"transfer to {target}"))
+        self._moves.spawn(self._move(to, f"{REASON}{target}"))
         self.log.info("transferring leadership", to=target)
         return 202, f"handing {state.election} over to {target}; /events shows the move"
 
