@@ -13,32 +13,17 @@ graceful handovers (the successor's leading file minus the old leader's step-dow
 from __future__ import annotations
 
 import time
-import urllib.error
-import urllib.request
 from pathlib import Path
 from typing import Any
 
+from tests.chaos.moves import post
+
 from .figures import ms, summary
 from .harness import IMPLS, Candidate, Credentials, Pool, parse_time, wait_until
+from .scenarios import _one_leader
 
 #: Between moves: every candidate back in the roster (joins within 1 s) and a renewal or two.
 SETTLE = 3.0
-
-
-def _post(cand: Candidate, path: str) -> int:
-    request = urllib.request.Request(f"http://127.0.0.1:{cand.port}{path}", method="POST", data=b"")
-    try:
-        with urllib.request.urlopen(request, timeout=2) as answer:
-            return int(answer.status)
-    except urllib.error.HTTPError as err:
-        return int(err.code)
-
-
-def _one_leader(pool: Pool) -> Candidate:
-    found: list[Candidate] = wait_until(
-        lambda: ls if len(ls := pool.leaders()) == 1 else None, 60, 0.01, "one sidecar leader"
-    )
-    return found[0]
 
 
 def measure(workdir: Path, creds: Credentials, count: int) -> dict[str, Any]:
@@ -48,13 +33,13 @@ def measure(workdir: Path, creds: Credentials, count: int) -> dict[str, Any]:
     try:
         for _ in range(3):
             pool.spawn()
-        _one_leader(pool)
+        _one_leader(pool, 60)
         time.sleep(SETTLE)
         for _ in range(count):
-            leader = _one_leader(pool)
+            leader = _one_leader(pool, 60)
             others = [c for c in pool.live() if c is not leader]
             asked = time.time()
-            if _post(leader, "/transfer") != 202:
+            if post(leader.port, "/transfer")[0] != 202:
                 continue
 
             def told_drain(leader: Candidate = leader) -> dict[str, Any] | None:
@@ -63,7 +48,7 @@ def measure(workdir: Path, creds: Credentials, count: int) -> dict[str, Any]:
 
             state = wait_until(told_drain, 15, 0.002, "the drain told")
             told = parse_time(str(state["updated_at"]))
-            _post(leader, f"/drained?token={state['drain']['token']}")
+            post(leader.port, f"/drained?token={state['drain']['token']}")
             acked = time.time()
 
             def successor(others: list[Candidate] = others, asked: float = asked) -> float | None:

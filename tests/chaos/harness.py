@@ -601,7 +601,7 @@ class ChaosRun:
             return "an older sidecar: no transfer"
         others = [w for w in self.procs if w != leader]
         to = rng.choice(others) if others and rng.random() < 0.5 else None
-        status = post(proc.port, "/transfer" + (f"?to={to}" if to else ""))
+        status = post(proc.port, "/transfer" + (f"?to={to}" if to else ""))[0]
         detail = f"to {to or 'the next'}: {status}"
         if status != 202:
             return detail
@@ -609,7 +609,7 @@ class ChaosRun:
             token = drain_token(str(proc.state_dir / "state.json"), 2 * self.timings.renew)
             if token is not None:
                 self.acks.append(Ack(leader, token, time.time()))
-                detail += f", acknowledged ({post(proc.port, f'/drained?token={token}')})"
+                detail += f", acknowledged ({post(proc.port, f'/drained?token={token}')[0]})"
         if hang:
             pause = self.timings.lease + rng.uniform(0.5, 2.0)
             proc.signal(signal.SIGSTOP)

@@ -72,16 +72,16 @@ class Ack:
     at: float
 
 
-def post(port: int, path: str) -> int:
-    """The status of ``POST path`` on a sidecar's port, 0 when it did not answer."""
+def post(port: int, path: str) -> tuple[int, str]:
+    """(status, body) of ``POST path`` on a sidecar's port; (0, "") when it did not answer."""
     request = urllib.request.Request(f"http://127.0.0.1:{port}{path}", method="POST", data=b"")
     try:
         with urllib.request.urlopen(request, timeout=2) as answer:
-            return int(answer.status)
+            return int(answer.status), answer.read().decode()
     except urllib.error.HTTPError as err:
-        return int(err.code)
+        return int(err.code), err.read().decode()
     except OSError:
-        return 0
+        return 0, ""
 
 
 def drain_token(state_file: str, within: float) -> int | None:

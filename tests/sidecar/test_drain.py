@@ -13,14 +13,13 @@ import os
 import re
 import signal
 import time
-import urllib.error
-import urllib.request
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from tests.chaos.moves import post
 from tests.sidecar.proc import SidecarProcess, wait_for
 
 README = Path(__file__).resolve().parents[2] / "README.md"
@@ -29,15 +28,6 @@ README = Path(__file__).resolve().parents[2] / "README.md"
 TIMING = ("--lease-duration=15s", "--renew-deadline=10s", "--retry-period=2s")
 
 Spawn = Callable[..., SidecarProcess]
-
-
-def _post(port: int, path: str) -> tuple[int, str]:
-    request = urllib.request.Request(f"http://127.0.0.1:{port}{path}", method="POST", data=b"")
-    try:
-        with urllib.request.urlopen(request, timeout=2) as answer:
-            return answer.status, answer.read().decode()
-    except urllib.error.HTTPError as err:
-        return err.code, err.read().decode()
 
 
 def readme_acknowledgement() -> Callable[[int], None]:
@@ -64,7 +54,7 @@ def test_the_successor_leads_at_the_apps_acknowledgement_not_at_the_deadline(
     state = a.state()
     assert state is not None
     token = state["fencing_token"]
-    status, line = _post(a.port, f"/drained?token={token}")
+    status, line = post(a.port, f"/drained?token={token}")
     assert status == 409 and "still led" in line, line
 
     a.signal(signal.SIGTERM)
@@ -73,7 +63,7 @@ def test_the_successor_leads_at_the_apps_acknowledgement_not_at_the_deadline(
     assert drain["token"] == token and drain["reason"] == "stopping", drain
     time.sleep(1.0)
     assert not b.leads(), "the follower led before the drain ended"
-    assert _post(a.port, f"/drained?token={token + 1}")[0] == 409
+    assert post(a.port, f"/drained?token={token + 1}")[0] == 409
     time.sleep(0.3)
     assert not b.leads(), "a refused acknowledgement ended the drain"
 
