@@ -10,6 +10,7 @@ admission chain, RBAC, the controller-manager creating pods from Deployments.
 from __future__ import annotations
 
 import base64
+import itertools
 import json
 import ssl
 import time
@@ -61,6 +62,16 @@ def _dry_run(cluster: ControlPlane, text: str) -> str:
 def second_namespace(cluster: ControlPlane) -> Iterator[str]:
     name = f"t-{uuid.uuid4().hex[:10]}"
     cluster.kubectl("create", "namespace", name)
+    # Pods are refused until the controller-manager gives the namespace its default
+    # ServiceAccount (on a cluster that just started, that can take seconds).
+    wait_for(
+        lambda: (
+            cluster.kubectl("get", "serviceaccount", "default", "-n", name, check=False).returncode
+            == 0
+        ),
+        30,
+        f"the default ServiceAccount of {name}",
+    )
     yield name
     cluster.kubectl("delete", "namespace", name, "--wait=false", check=False)
 
@@ -460,7 +471,9 @@ def test_two_injectors_renew_the_certificate_and_ca_before_they_end_refusing_not
             served: list[tuple[int, str]] = []  # (serial, issuer) of the served certificate
             bundles: list[str] = []
             failures: list[str] = []
-            deadline = time.monotonic() + 110
+            start = time.monotonic()
+            deadline = start + 110
+            admitted = [start]  # when each admission was answered
             count = 0
             while time.monotonic() < deadline:
                 pem = ssl.get_server_certificate(("127.0.0.1", port))
@@ -485,6 +498,7 @@ def test_two_injectors_renew_the_certificate_and_ca_before_they_end_refusing_not
                 count += 1
                 if made.returncode != 0 or sidecar_of(json.loads(made.stdout)) is None:
                     failures.append(made.stderr.strip() or "not injected")
+                admitted.append(time.monotonic())
                 time.sleep(0.5)
             log = second.log()
         assert not failures, failures[:5]
@@ -492,7 +506,10 @@ def test_two_injectors_renew_the_certificate_and_ca_before_they_end_refusing_not
         assert len(served) >= 3, served  # renewed by the same CA, then by the new one
         assert len(set(issuers)) >= 2, served  # a new CA signed, once it had settled
         assert len(bundles) >= 2, "the CA bundle never changed"
-        assert count > 150
+        # Admissions covered the whole run, rotations included: no stretch went untried.
+        # (A count of them measured how fast kubectl starts on a loaded machine.)
+        gaps = [b - a for a, b in itertools.pairwise(admitted)]
+        assert count >= 60 and max(gaps) < 5, (count, max(gaps))
         assert "cannot keep the serving certificate" not in log, log
     finally:
         helm("uninstall", release, f"--namespace={namespace}", kubeconfig=cluster.kubeconfig)
