@@ -73,7 +73,7 @@ def wire(
     shared = Coordination(store, namespace, log, clock)
     mark = FirstTermMark(shared, lease, identity, clock, log, timing.lease_duration)
     membership = Membership(shared, lease, identity, clock, log)
-    drain = Drain(log, settings.ack_file)
+    drain = Drain(log, settings.ack_file, on_end=metrics.drained)
     transfer = Transfer(drain, log)
     actions: dict[str, Action] = {
         "/drained": lambda asked: drain.acknowledge(asked.get("token")),

@@ -42,9 +42,20 @@ NOT_A_TOKEN = (
 )
 
 
+#: How a drain that waited ended (``grelmicro_sidecar_drains_total{ended}``).
+ACKNOWLEDGED, DEADLINE = "acknowledged", "deadline"
+
+
 class Drain(Observer):
-    def __init__(self, log: Logger, ack_file: Path | None = None) -> None:
-        self.log, self.ack_file = log, ack_file
+    def __init__(
+        self,
+        log: Logger,
+        ack_file: Path | None = None,
+        on_end: Callable[[str], None] = lambda ended: None,
+    ) -> None:
+        """``on_end``: told how each drain that was announced ended (``ACKNOWLEDGED`` or
+        ``DEADLINE``), so an app that stops acknowledging shows (``metrics``)."""
+        self.log, self.ack_file, self.on_end = log, ack_file, on_end
         #: The last term this sidecar led: its fencing token and its published valid_until.
         self.token: int | None = None
         self.until: str | None = None
@@ -82,6 +93,7 @@ class Drain(Observer):
             with contextlib.suppress(TimeoutError):
                 async with asyncio.timeout(seconds):
                     await self._wait()
+            self.on_end(ACKNOWLEDGED if self.acknowledged else DEADLINE)
         self.notice = None
         self.on_notice()
 

@@ -18,6 +18,7 @@ from ..core.election import Event
 from ..core.timing import Timing
 from ..kube.skew import Offset
 from ..publish.exposition import Exposition, Histogram, Labels
+from .drain import ACKNOWLEDGED, DEADLINE
 from .health import UNHEALTHY
 from .observer import Call, Control, Observer, View
 from .transfer import REASON as TRANSFER
@@ -74,6 +75,8 @@ class Metrics(Observer):
         self.app_healthy: bool | None = None
         #: Leaderships handed over while the sidecar ran on, by why.
         self.handovers: Counter[str] = Counter({"transfer": 0, "app_unhealthy": 0})
+        #: Drains the app was told of, by how they ended.
+        self.drains: Counter[str] = Counter({ACKNOWLEDGED: 0, DEADLINE: 0})
 
     async def start(self, control: Control) -> None:
         self.lease_unchanged = lambda: control.view().unchanged_for
@@ -101,6 +104,10 @@ class Metrics(Observer):
     def judged(self, healthy: bool) -> None:
         """The app's health was judged (``health.AppHealth``)."""
         self.app_healthy = healthy
+
+    def drained(self, ended: str) -> None:
+        """A drain ended (``drain.Drain``): acknowledged by the app, or at its deadline."""
+        self.drains[ended] += 1
 
     def count_swept(self) -> None:
         self.swept += 1
@@ -144,6 +151,10 @@ class Metrics(Observer):
              [({**name, "reason": why}, n) for why, n in sorted(self.handovers.items())],
              "Leaderships this candidate handed over while running on: a transfer, or its "
              "app unhealthy."),
+            ("counter", "grelmicro_sidecar_drains_total",
+             [({**name, "ended": how}, n) for how, n in sorted(self.drains.items())],
+             "Drains the app was told of (a term ending while it may act), by how they ended: "
+             "acknowledged by the app, or at the deadline."),
             ("gauge", "process_start_time_seconds", [({}, round(self.started, 3))],
              "Start time of the process since unix epoch in seconds."),
         ]

@@ -27,6 +27,16 @@ def _drain(c: Candidate) -> Drain:
     return c.sidecar.published.drain
 
 
+def _drains(c: Candidate) -> dict[str, float]:
+    """``grelmicro_sidecar_drains_total`` by ``ended``, as ``/metrics`` serves it."""
+    prefix = 'grelmicro_sidecar_drains_total{name="leader-main",ended="'
+    return {
+        line[len(prefix) :].split('"')[0]: float(line.rsplit(" ", 1)[1])
+        for line in c.sidecar.metrics.render().splitlines()
+        if line.startswith(prefix)
+    }
+
+
 async def _leader_and_follower(tmp_path: Path) -> tuple[Candidate, Candidate]:
     store = had_sidecars(FakeLeases())
     a = await Candidate("a", store, tmp_path, release="after-valid-until").start()
@@ -56,6 +66,7 @@ def test_an_acknowledged_drain_releases_at_the_acknowledgement(tmp_path: Path) -
         await until(b.leads, 2, "b leads after the acknowledgement")
         assert loop.time() - acked < 0.5
         assert await stopping == 0
+        assert _drains(a) == {"acknowledged": 1, "deadline": 0}
         await b.stop()
 
     run(scenario)
@@ -73,6 +84,7 @@ def test_an_unacknowledged_drain_releases_at_the_deadline(tmp_path: Path) -> Non
         waited = loop.time() - stopped
         assert RENEW_DEADLINE - 3.5 < waited < RENEW_DEADLINE + 1, waited
         assert await stopping == 0
+        assert _drains(a) == {"acknowledged": 0, "deadline": 1}
         await b.stop()
 
     run(scenario)
@@ -116,6 +128,7 @@ def test_an_acknowledgement_before_the_notice_counts(tmp_path: Path) -> None:
         assert _drain(a).acknowledge(str(token))[0] == 200
         await until(b.leads, 2, "b leads")
         assert await stopping == 0
+        assert _drains(a)["deadline"] == 0  # (counted acknowledged if the notice came first)
         await b.stop()
 
     run(scenario)
