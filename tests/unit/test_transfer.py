@@ -192,6 +192,48 @@ def test_kubectl_grelmicro_transfer_refuses_in_one_line(
     run(scenario)
 
 
+def test_kubectl_grelmicro_transfer_fails_when_leadership_does_not_move_in_time(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """No app acknowledges, so the hand-over waits out valid_until (seconds): a command
+    that waits 1 s says the leader still leads and exits 1; the move happens anyway."""
+
+    async def scenario() -> None:
+        a, b, c = await _three(tmp_path)
+        store = a.sidecar.elector.lock.lease.store  # type: ignore[attr-defined]
+        assert await move(store, "main", "b", 1) == 1
+        [said] = capsys.readouterr().err.splitlines()
+        assert "a still leads main after 1s: its sidecar refused" in said, said
+        await until(b.leads, 15, "b leads once a's valid_until passed")
+        for x in (a, b, c):
+            assert await x.stop() == 0
+
+    run(scenario)
+
+
+def test_kubectl_grelmicro_transfer_fails_when_another_pod_leads(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The target stops before the hand-off reaches it: another candidate leads in the end,
+    and the command says who and exits 1."""
+
+    async def scenario() -> None:
+        a, b, c = await _three(tmp_path)
+        store = a.sidecar.elector.lock.lease.store  # type: ignore[attr-defined]
+        asked = asyncio.create_task(move(store, "main", "b", 60))
+        await asyncio.sleep(0.5)
+        assert await b.stop() == 0
+        assert await asked == 1
+        [said] = capsys.readouterr().err.splitlines()
+        assert c.leads()  # the hand-off named b, gone: the next candidate claimed it
+        assert re.search(r"main: a -> c in \d+\.\d\ds", said), said
+        assert said.endswith("not to b (it did not claim the hand-off in time)"), said
+        for x in (a, c):
+            assert await x.stop() == 0
+
+    run(scenario)
+
+
 def test_a_request_for_an_earlier_term_moves_nothing(tmp_path: Path) -> None:
     """A request names the holder's term: one left from an earlier term is ignored."""
 
