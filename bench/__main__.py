@@ -573,6 +573,28 @@ def _iso(t: float) -> str:
     return dt.datetime.fromtimestamp(t, dt.UTC).strftime("%Y-%m-%d %H:%M:%SZ")
 
 
+#: What describes a run rather than measures it: never taken from a partial one.
+RUN_KEYS = ("meta", "notes", "targets", "figures")
+
+
+def merged(earlier: dict[str, Any], partial: dict[str, Any]) -> dict[str, Any]:
+    """``earlier`` with the sections ``partial`` measured put in its place, and a note saying
+    which, from what commit and when: rows compared side by side stay within one run."""
+    sections = sorted(k for k in partial if k not in RUN_KEYS)
+    meta = partial["meta"]
+    source = meta.get("source") or {}
+    note = (
+        f"{', '.join(sections)}: from a later run ({meta['mode']}, --only), on "
+        f"{source.get('commit', '?')[:7]}{' (dirty)' if source.get('dirty') else ''}, "
+        f"{meta['started']} to {meta['finished']}, load {meta['loadavg_start']} to "
+        f"{meta['loadavg_end']}; the peers each compares with ran in that same run"
+    )
+    out = {k: v for k, v in earlier.items() if k not in sections}
+    out.update({k: partial[k] for k in sections})
+    out["notes"] = [*(earlier.get("notes") or []), *(partial.get("notes") or []), note]
+    return out
+
+
 def write_outputs(res: dict[str, Any]) -> None:
     from . import report
     from .standalone import json_default
@@ -598,6 +620,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--report-only", action="store_true", help="redraw from results/latest.json"
     )
+    parser.add_argument(
+        "--merge",
+        action="store_true",
+        help="with --only: replace just the sections measured now in results/latest.json, "
+        "keeping the rest, with a note naming this run",
+    )
     args = parser.parse_args(argv)
     ensure_matplotlib()
     from . import harness, peers, report, scenarios  # noqa: F401  (all loaded before a long run)
@@ -611,7 +639,12 @@ def main(argv: list[str] | None = None) -> int:
 
     LOAD_START[:] = loadavg()
     only = set(args.only.split(",")) if args.only else None
+    if args.merge and not only:
+        parser.error("--merge needs --only: a whole run replaces every section anyway")
     res = run(QUICK if args.quick else FULL, only)
+    if args.merge:
+        res = merged(json.loads((RESULTS / "latest.json").read_text()), res)
+        derive(res)
     write_outputs(res)
     print((HERE / "RESULTS.md").read_text())
     return 0
