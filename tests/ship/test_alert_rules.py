@@ -33,6 +33,9 @@ ALERTS = {
     "GrelmicroSidecarLeaseRequestsFailing",
     "GrelmicroInjectorWebhookFailing",
     "GrelmicroInjectorSweepFailing",
+    "GrelmicroElectionNoHealthyCandidate",
+    "GrelmicroLeaderAppUnhealthy",
+    "GrelmicroDrainNotAcknowledged",
 }
 
 
@@ -106,6 +109,6 @@ def test_every_metric_a_rule_reads_is_served() -> None:
     served = served_names() | {"apiserver_admission_webhook_rejection_count"}
     exprs = [r["expr"] for r in _rules(yaml.safe_load(RULES.read_text())["groups"]).values()]
     for expr in exprs:
-        names = set(re.findall(r"\b([a-z_]+_(?:total|status|seconds|count))\b", expr))
+        names = set(re.findall(r"\b([a-z_]+_(?:total|status|seconds|count|healthy))\b", expr))
         assert names, expr
         assert names <= served, (expr, names - served)

@@ -57,6 +57,7 @@ VALUES: dict[str, Any] = {
             "clockSkew",
             "leaseRequestsFailing",
             "sweepFailing",
+            "noHealthyCandidate",
         )
     },
 }
@@ -69,6 +70,29 @@ FAST = {
 FAST_ARGS = ["--lease-duration=4s", "--renew-deadline=2s", "--retry-period=500ms"]
 #: An app that only waits: the tests read leadership from Prometheus, not from the apps.
 IDLE_APP = ["sh", "-c", "trap 'exit 0' TERM; while true; do sleep 1; done"]
+#: An app steered by files a test makes in its ack directory (``steer``): it keeps its
+#: health file fresh unless ``sick`` is there, and acknowledges each drain at once unless
+#: ``noack`` is (POSIX sh and curl, in our Debian stand-in).
+STEERED_APP = [
+    "sh",
+    "-c",
+    r"""
+trap 'exit 0' TERM
+dir=${LEADER_ELECTION_ACK_FILE%/*}
+acked=none
+while true; do
+  if [ -n "$LEADER_ELECTION_HEALTH_FILE" ] && [ ! -e "$dir/sick" ]; then
+    touch "$LEADER_ELECTION_HEALTH_FILE"
+  fi
+  drain=$(curl -s -m 1 "$LEADER_ELECTION_URL" | sed -n 's/^ *"token": *\([0-9][0-9]*\).*/\1/p' | head -n 1)
+  if [ -n "$drain" ] && [ "$drain" != "$acked" ] && [ ! -e "$dir/noack" ]; then
+    curl -s -m 1 -X POST "$LEADER_ELECTION_DRAINED_URL?token=$drain" >/dev/null
+    acked=$drain
+  fi
+  sleep 0.2
+done
+""",
+]
 
 
 @dataclass
@@ -127,6 +151,22 @@ def idle_deployment(name: str, replicas: int, annotations: dict[str, str]) -> di
     obj = deployment(name, replicas=replicas, annotations={**FAST, **annotations})
     obj["spec"]["template"]["spec"]["containers"][0]["command"] = IDLE_APP
     return obj
+
+
+def steered_deployment(name: str, replicas: int, annotations: dict[str, str]) -> dict[str, Any]:
+    """An injected Deployment whose app is ``STEERED_APP``."""
+    obj = idle_deployment(name, replicas, annotations)
+    obj["spec"]["template"]["spec"]["containers"][0]["command"] = STEERED_APP
+    return obj
+
+
+def steer(e2e: Cluster, namespace: str, pod: str, *args: str) -> str:
+    """Run ``args`` in the app container of ``pod``, in its ack directory (where
+    ``STEERED_APP`` looks for ``sick`` and ``noack``); what it printed."""
+    script = 'cd "${LEADER_ELECTION_ACK_FILE%/*}" && "$@"'
+    return e2e.kubectl(
+        "exec", "-n", namespace, pod, "-c", "app", "--", "sh", "-c", script, "-", *args
+    ).stdout
 
 
 def deploy(e2e: Cluster, namespace: str, obj: dict[str, Any]) -> None:

@@ -3,7 +3,8 @@
 The condition is made as it happens in a cluster: the Lease RBAC deleted, a
 leader whose clock runs slow cut off from the API server, a node clock that is
 off, a sidecar killed through the runtime, no injector behind the webhook, the
-injector's RBAC gone. Each test first
+injector's RBAC gone, apps that fail their health checks, an app that stops
+acknowledging its drains. Each test first
 checks that its alert is not active, then waits for it to fire through
 ``/api/v1/alerts``, puts things right and waits for it to resolve; the times
 seen are printed (``[alerts] ...``) for docs and the issue.
@@ -38,6 +39,8 @@ from tests.e2e.monitoring.conftest import (
     injector_settled,
     leaders,
     poll,
+    steer,
+    steered_deployment,
     wait_alert,
     wait_resolved,
 )
@@ -393,3 +396,94 @@ def test_the_injectors_sweeps_fail_without_its_rbac(
     seen.mark("ClusterRoleBinding restored")
     wait_resolved(prometheus, seen, "GrelmicroInjectorSweepFailing", where)
     seen.report("the injector's ClusterRoleBinding deleted")
+
+
+P = "leader-election.grelmicro.io/"
+
+
+def _scraped(prom: Prometheus, expr: str) -> dict[str, float]:
+    """``expr``'s value by pod, as Prometheus last scraped it."""
+    return {r["metric"]["pod"]: float(r["value"][1]) for r in prom.query(expr)}
+
+
+def test_a_leader_whose_app_fails_hands_over_then_no_candidate_is_healthy(
+    e2e: Cluster, prometheus: Prometheus, monitored_namespace: str
+) -> None:
+    """The leader's app fails its checks: it hands over, and the alert names it. Then the
+    new leader's app fails too: no candidate is healthy (the leader keeps, by default).
+    Both apps pass again: the second resolves at once, the first once the window passes."""
+    ns = monitored_namespace
+    election = {"namespace": ns, "name": "leader-web"}
+    health = {
+        P + "health-file": "true",
+        P + "health-file-age": "1s",
+        P + "health-period": "500ms",
+        P + "health-failures": "2",
+        P + "health-hold": "2s",
+    }
+    deploy(e2e, ns, steered_deployment("web", 2, health))
+    healthy = f'grelmicro_sidecar_app_healthy{{namespace="{ns}",name="leader-web"}}'
+    poll(lambda: len(leaders(prometheus, ns, "leader-web")) == 1, 60, "one leader, scraped")
+    poll(lambda: list(_scraped(prometheus, healthy).values()) == [1.0, 1.0], 30, "healthy apps")
+    _quiet(prometheus, "GrelmicroLeaderAppUnhealthy", election)
+    _quiet(prometheus, "GrelmicroElectionNoHealthyCandidate", election)
+    time.sleep(2)  # the leader has led longer than the hold
+    [first] = leaders(prometheus, ns, "leader-web")
+
+    seen = Seen()
+    steer(e2e, ns, first, "touch", "sick")
+    wait_alert(prometheus, seen, "GrelmicroLeaderAppUnhealthy", {**election, "pod": first})
+    [second] = poll(
+        lambda: [p for p in leaders(prometheus, ns, "leader-web") if p != first],
+        30,
+        "the healthy pod leads",
+    )
+    seen.mark("its app failing too")
+    steer(e2e, ns, second, "touch", "sick")
+    wait_alert(prometheus, seen, "GrelmicroElectionNoHealthyCandidate", election)
+    assert leaders(prometheus, ns, "leader-web") == [second]  # --when-none-healthy=keep
+    seen.mark("both apps pass")
+    for pod in (first, second):
+        steer(e2e, ns, pod, "rm", "-f", "sick")
+    wait_resolved(prometheus, seen, "GrelmicroElectionNoHealthyCandidate", election)
+    wait_resolved(prometheus, seen, "GrelmicroLeaderAppUnhealthy", {**election, "pod": first})
+    # The second never handed over (nobody healthy to take it): never alerted.
+    assert not prometheus.alerts("GrelmicroLeaderAppUnhealthy")
+    seen.report("apps unhealthy")
+
+
+def test_an_app_that_stops_acknowledging_its_drains(
+    e2e: Cluster, prometheus: Prometheus, monitored_namespace: str
+) -> None:
+    """Two pods whose apps acknowledge drains: a transfer asked by the leader's app is
+    acknowledged (quiet). The next leader's app stops acknowledging and asks for a transfer:
+    its drain runs to valid_until, and the alert names it until the window passes."""
+    ns = monitored_namespace
+    election = {"namespace": ns, "name": "leader-jobs"}
+    deploy(e2e, ns, steered_deployment("jobs", 2, {}))
+    poll(lambda: len(leaders(prometheus, ns, "leader-jobs")) == 1, 60, "one leader, scraped")
+    [first] = leaders(prometheus, ns, "leader-jobs")
+    transfer = ("curl", "-s", "-w", " %{http_code}", "-X", "POST", "http://127.0.0.1:4040/transfer")
+    # Refused (409) until the follower is listed to take over: asked again until taken.
+    poll(lambda: steer(e2e, ns, first, *transfer).endswith(" 202"), 30, "a transfer taken")
+    [second] = poll(
+        lambda: [p for p in leaders(prometheus, ns, "leader-jobs") if p != first],
+        30,
+        "the other pod leads",
+    )
+    drains = f'grelmicro_sidecar_drains_total{{namespace="{ns}",name="leader-jobs"'
+    poll(
+        lambda: _scraped(prometheus, drains + ',ended="acknowledged"} > 0') == {first: 1.0},
+        30,
+        "the first drain acknowledged, scraped",
+    )
+    _quiet(prometheus, "GrelmicroDrainNotAcknowledged", election)
+
+    seen = Seen()
+    steer(e2e, ns, second, "touch", "noack")
+    poll(lambda: steer(e2e, ns, second, *transfer).endswith(" 202"), 30, "a transfer taken")
+    wait_alert(prometheus, seen, "GrelmicroDrainNotAcknowledged", {**election, "pod": second})
+    assert _scraped(prometheus, drains + ',ended="deadline"}') == {first: 0.0, second: 1.0}
+    assert leaders(prometheus, ns, "leader-jobs") == [first]
+    wait_resolved(prometheus, seen, "GrelmicroDrainNotAcknowledged", election)
+    seen.report("a drain not acknowledged")
