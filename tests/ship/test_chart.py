@@ -773,10 +773,12 @@ def test_every_dashboard_query_uses_metrics_the_product_serves() -> None:
 
     served = served_names()
     queries = [t["expr"] for p in _dashboard()["panels"] for t in p["targets"]]
-    assert len(queries) >= 8
+    assert len(queries) >= 11
     functions = {"max", "sum", "by", "increase", "rate", "histogram_quantile", "abs", "le"}
     for expr in queries:
-        names = set(re.findall(r"\b([a-z_]+_(?:total|status|seconds|bucket|transitions))\b", expr))
+        names = set(
+            re.findall(r"\b([a-z_]+_(?:total|status|seconds|bucket|transitions|healthy))\b", expr)
+        )
         assert names, expr
         assert names - functions <= served, (expr, names - served)
     # The manifests carry the same dashboard for users without the chart.

@@ -1,11 +1,12 @@
 """Every query of the Grafana dashboard, evaluated by a real Prometheus while workloads run.
 
-Two elections in one namespace, one with a candidate that lost the Lease RBAC
-(another ServiceAccount, whose RoleBinding is deleted once its pod runs, for
-the injector refuses a pod created without it; its sidecar is then restarted
-through the runtime, as a crash would, so it asks again and is refused: the
-API errors panel has data while its election still has a leader). Each panel's query must return data,
-for this namespace where it is grouped by namespace, and the leadership panel
+Two elections in one namespace: one follows its apps' health, the other has a
+candidate that lost the Lease RBAC (another ServiceAccount, whose RoleBinding
+is deleted once its pod runs, for the injector refuses a pod created without
+it; its sidecar is then restarted through the runtime, as a crash would, so it
+asks again and is refused: the API errors panel has data while its election
+still has a leader). Each panel's query must return data, for this namespace
+where it is grouped by namespace, and the leadership panel
 must show exactly one leader per election and nothing that is not a sidecar's
 election.
 """
@@ -21,7 +22,14 @@ import pytest
 from tests.cluster.node import Node
 from tests.cluster.prometheus import Prometheus
 from tests.e2e.conftest import Cluster
-from tests.e2e.monitoring.conftest import INTERVAL, deploy, idle_deployment, leaders, poll
+from tests.e2e.monitoring.conftest import (
+    INTERVAL,
+    deploy,
+    idle_deployment,
+    leaders,
+    poll,
+    steered_deployment,
+)
 from tests.ship.tools import CHART
 
 pytestmark = pytest.mark.timeout(300)
@@ -41,7 +49,10 @@ def test_every_panel_returns_data_and_the_leadership_panel_one_leader_per_electi
     e2e: Cluster, prometheus: Prometheus, monitored_namespace: str, local_node: Node
 ) -> None:
     ns = monitored_namespace
-    deploy(e2e, ns, idle_deployment("web", 2, {}))
+    # web follows its apps' health (the App health panel has data only for such pods).
+    deploy(
+        e2e, ns, steered_deployment("web", 2, {"leader-election.grelmicro.io/health-file": "true"})
+    )
     deploy(e2e, ns, idle_deployment("api", 2, {}))
     e2e.kubectl("create", "serviceaccount", "-n", ns, "no-lease-rbac")
     grant = ("rolebinding", "-n", ns, "stray-leases")
