@@ -32,7 +32,7 @@ from .observer import Observer, View
 #: ``(status, one line)``: what ``POST /drained`` answers.
 Verdict = tuple[int, str]
 #: How often a waiting drain reads ``--ack-file``.
-FILE_POLL = 0.025
+FILE_POLL = 0.01
 #: The most of the file read: a token is a few digits.
 FILE_BYTES = 64
 UNREADABLE = "cannot read the ack file {}; the drain ends at valid_until (let the sidecar read it)"
