@@ -31,7 +31,7 @@ typecheck: $(STAMP)
 	$(VENV)/bin/mypy
 
 test: lint typecheck binaries
-	$(PY) -m pytest -p no:cacheprovider tests
+	$(PY) -m pytest -p no:cacheprovider --durations=30 tests
 
 # In-process tests only (tests/unit): no control plane, no node, no binary built.
 test-fast: $(STAMP)
