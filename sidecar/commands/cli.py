@@ -167,12 +167,22 @@ def transfer(src: Source) -> int:
     async def go(store: LeaseStore, namespace: str) -> int:
         return await move(store, election, to, timeout)
 
-    return _on_leases(src, go, f"cannot transfer {election} in")
+    # A person's account needs less than a pod's (docs/operations.md, Moving leadership).
+    needs = "transfer needs get and patch on leases.coordination.k8s.io, for whoever runs it"
+    return _on_leases(src, go, f"cannot transfer {election} in", fix=needs)
 
 
-def _on_leases(src: Source, go: Go, failed: str, every: bool = False, ctrl_c: int = 130) -> int:
+def _on_leases(
+    src: Source,
+    go: Go,
+    failed: str,
+    every: bool = False,
+    ctrl_c: int = 130,
+    fix: str = RBAC_FIX,
+) -> int:
     """The exit code of ``go(store, namespace)``; 2 for a configuration that cannot work, 1
-    for an API error (``failed`` starts its line), ``ctrl_c`` on Ctrl-C. ``every``: ``-A``."""
+    for an API error (``failed`` starts its line; ``fix`` follows a 403), ``ctrl_c`` on
+    Ctrl-C. ``every``: ``-A``."""
     try:
         config = load(
             src.raw("kubeconfig") or None,
@@ -189,7 +199,7 @@ def _on_leases(src: Source, go: Go, failed: str, every: bool = False, ctrl_c: in
     try:
         return asyncio.run(go(store, namespace))
     except Forbidden as err:
-        return fail(f"forbidden: cannot {err.verb} leases in {where}; {RBAC_FIX}", 1)
+        return fail(f"forbidden: cannot {err.verb} leases in {where}; {fix}", 1)
     except ApiError as err:
         return fail(f"{failed} {where}: {err}", 1)
     except KeyboardInterrupt:  # status --watch ends so, exit 0

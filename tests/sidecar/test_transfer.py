@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import subprocess
+import time
 import urllib.request
 from collections.abc import Callable
 from pathlib import Path
@@ -65,6 +66,27 @@ def test_the_command_moves_leadership_to_the_named_pod(
     assert done.returncode == 0, done.stderr
     assert done.stdout.startswith("main: pod-a -> pod-b in "), done.stdout
     wait_for(lambda: leaders(procs) == ["pod-b"], 5, what="pod-b alone leads")
+
+
+def test_an_account_that_may_not_patch_leases_is_refused_in_one_line(
+    spawn: Spawn, api: Any, cluster: ControlPlane, namespace: str, tmp_path: Path
+) -> None:
+    """``get`` alone (as for ``status``): the request cannot be written; one line says
+    which permission is missing, and leadership stays where it was."""
+    procs = _three(spawn, api, namespace)
+    accounts.service_account(api, namespace, "viewer")
+    accounts.grant(api, namespace, "viewer", "viewer", "coordination.k8s.io", "leases", ["get"])
+    who = f"system:serviceaccount:{namespace}:viewer"
+    accounts.wait_until_allowed(api, namespace, who, ["get"])
+    kubeconfig = accounts.token_kubeconfig(tmp_path / "viewer", api, cluster, namespace, "viewer")
+    refused = _command("main", "--to=pod-b", kubeconfig=kubeconfig, namespace=namespace)
+    assert refused.returncode == 1, refused
+    assert refused.stderr.count("\n") == 1, refused.stderr
+    assert "forbidden: cannot patch leases in" in refused.stderr, refused.stderr
+    assert "transfer needs get and patch on leases" in refused.stderr, refused.stderr
+    assert "Traceback" not in refused.stderr
+    time.sleep(2)
+    assert leaders(procs) == ["pod-a"]
 
 
 def test_the_leaders_app_moves_leadership_on_loopback(

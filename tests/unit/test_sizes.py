@@ -50,8 +50,9 @@ PACKAGE_LINES = {
     # Small helpers every layer may use (logs, options, checks, pem).
     "kit": 600,
     # The CLI and its settings; 823 with `transfer` (issue 39), a module of its own;
-    # 887 with the health flags.
-    "commands": 900,
+    # 887 with the health flags; 903 with transfer's own line for a 403 (a person
+    # needs get and patch, not a pod's Role).
+    "commands": 920,
     # The admission webhooks, their TLS and the Lease-access check: not in the
     # pod's path, but shipped in the same image.
     "injector": 2_500,
@@ -64,8 +65,10 @@ PACKAGE_LINES = {
 #: with the drain of issue 39 (the acknowledgement, its route and its volume);
 #: 10,846 with its planned transfer (the hand-over, the request in the Lease and
 #: `kubectl grelmicro transfer`); 11,218 with its health-driven candidacy (the
-#: probe and its flags, standing aside, the health annotations and metrics).
-TOTAL_LINES = 11_250
+#: probe and its flags, standing aside, the health annotations and metrics);
+#: 11,258 with drains counted by how they ended (the metric of issue 39's alert)
+#: and transfer's 403 line.
+TOTAL_LINES = 11_300
 
 
 def _lines(path: Path) -> int:
