@@ -64,7 +64,8 @@ def _refusal(record: LeaseRecord, election: str, to: str | None) -> str | None:
         return f"{to} already leads {election}"
     if to is not None and to not in others:
         known = ", ".join(others) or "none"
-        return f"{to} is not a candidate of {election} that a release can name (listed: {known})"
+        why = f"gone, not started, or standing aside while its app is unhealthy; listed: {known}"
+        return f"{to} is not a candidate of {election} that a release can name ({why})"
     if not others:
         return f"no candidate of {election} but its leader {holder} is listed to take over"
     return None

@@ -63,7 +63,7 @@ class Transfer(Observer):
             known = ", ".join(others) or "none"
             return 409, (
                 f"{to} is not a candidate of {state.election} that a release can name "
-                f"(listed: {known}); is its sidecar running?"
+                f"(listed: {known}); is its sidecar running, and its app healthy?"
             )
         if not others:
             return 409, f"no other candidate of {state.election} is listed to take over"

@@ -53,13 +53,15 @@ def test_an_unhealthy_leader_hands_over_to_a_healthy_follower(tmp_path: Path) ->
         c = await _candidate("c", store, tmp_path, apps["c"])
         await asyncio.sleep(POLICY.hold)  # a has led long enough for a health move
         overlaps = Overlaps([a, b, c])
+        assert a.sidecar.published.actions is not None
+        status, line = a.sidecar.published.actions["/transfer"]({"to": "c"})  # c: unhealthy
+        assert status == 409 and "c is not a candidate" in line and "app healthy?" in line, line
         token = a.state()["fencing_token"]
         loop = asyncio.get_running_loop()
         failed = loop.time()
         apps["a"].healthy = False
         await until(lambda: a.state().get("drain") is not None, DETECT + 1, "the drain told")
         assert a.state()["drain"]["reason"] == "app unhealthy"
-        assert a.sidecar.published.actions is not None
         assert a.sidecar.published.actions["/drained"]({"token": str(token)})[0] == 200
         await until(b.leads, 2, "b (healthy) leads")
         assert loop.time() - failed < DETECT + POLICY.period + 1

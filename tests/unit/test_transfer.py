@@ -181,7 +181,7 @@ def test_kubectl_grelmicro_transfer_refuses_in_one_line(
         assert await move(store, "main", "a", 5) == 1
         err = capsys.readouterr().err.splitlines()
         assert "no election other in namespace ns" in err[0]
-        assert "zed is not a candidate of main" in err[1] and "(listed: b, c)" in err[1]
+        assert "zed is not a candidate of main" in err[1] and "unhealthy; listed: b, c)" in err[1]
         assert "a already leads main" in err[2]
         assert len(err) == 3
         await asyncio.sleep(20)
