@@ -741,6 +741,8 @@ class ChaosRun:
                 )
             self.recorder.retire(who)
             self.proxies.pop(who).close()
+            if (app := self.apps.pop(who, None)) is not None:
+                app.close()  # a leaver's name never comes back: its app's thread goes too
 
     def _lease_rollback(self, after: float) -> str:
         """Read the Lease, wait ``after`` seconds, write that old object back (a new resourceVersion)."""
