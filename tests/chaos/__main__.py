@@ -24,6 +24,12 @@ roster). Issue 38, item 5 (20 candidates, churn, 1,000 acquisitions):
 ``--candidates 20 --cheap --weight churn=16 --weight sigterm=4 --weight
 sigkill=2 --weight partition=2 --leader-bias 0.9 --churn-leader 0.8
 --churn-every 0.3 1 --gap 0.2 0.8 --minutes 45 --acquisitions 1000``.
+Issue 39 (transfers, unhealthy apps, acknowledged drains then a frozen
+sidecar, among the rest, 1,000 acquisitions): ``--candidates 8 --cheap
+--lease 2 --renew 1.5 --retry 0.3 --weight churn=10 --weight transfer=8
+--weight unhealthy=4 --weight ack-hang=2 --weight sigterm=3 --weight sigkill=2
+--leader-bias 0.9 --churn-leader 0.8 --churn-every 0.3 1 --gap 0.2 0.6
+--minutes 55 --acquisitions 1000``.
 ``--lazy-apps``: today's sidecars release only after their last
 ``valid_until`` and their apps are judged as re-reading the file now and then
 (sidecar-only restarts, issue 27 item 2).
