@@ -66,7 +66,7 @@ def parse_time(value: Any) -> dt.datetime | None:
 def version_number(resource_version: str) -> int | None:
     """A resourceVersion as the integer it is (one counter that only grows, contract §2,
     fencing token), or None when it is not a canonical positive one."""
-    if resource_version.isdigit() and not resource_version.startswith("0"):
+    if re.fullmatch("[1-9][0-9]*", resource_version):  # ASCII: int() refuses some digits
         return int(resource_version)
     return None
 

@@ -122,14 +122,14 @@ class Drain(Observer):
         except OSError as err:
             self.log.once("ack-file", "warning", UNREADABLE.format(self.ack_file), error=str(err))
             return False
-        if not said.isdigit():
+        if not (said.isascii() and said.isdigit()):
             self.log.once("ack-file", "warning", NOT_A_TOKEN.format(self.ack_file, said[:20]))
             return False
         return said == str(self.token) and self.acknowledge(said)[0] == 200
 
     def acknowledge(self, token: str | None) -> Verdict:
         """The app's ``POST /drained?token=N``: it no longer acts on term N."""
-        if token is None or not token.isdigit():
+        if token is None or not (token.isascii() and token.isdigit()):
             return 400, "name the term you stopped acting on: POST /drained?token=<fencing_token>"
         term = int(token)
         if term != self.token:

@@ -19,6 +19,7 @@ T = TypeVar("T")
 DNS_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?")
 _QUANTITY = re.compile(r"\d+(\.\d+)?(m|k|M|G|T|P|E|Ki|Mi|Gi|Ti|Pi|Ei)?")
 _TRUE, _FALSE = ("true", "1", "yes", "on"), ("false", "0", "no", "off")
+_count = re.compile(r"[1-9][0-9]?|100").fullmatch  # ASCII only: "¹" is a digit int() refuses
 
 
 class Invalid(ValueError):
@@ -91,7 +92,7 @@ def one_of(choices: Sequence[str]) -> Callable[[str], str]:
 
 
 #: A count of 1 to 100 (a probe's failures or successes in a row).
-count = _rule("a whole number from 1 to 100", lambda w: w.isdigit() and 1 <= int(w) <= 100, int)
+count = _rule("a whole number from 1 to 100", lambda w: _count(w) is not None, int)
 
 
 def loopback_url(raw: str) -> str:

@@ -99,6 +99,7 @@ def test_an_acknowledgement_counts_only_for_the_ended_term_it_names(tmp_path: Pa
         drain, token = _drain(a), a.state()["fencing_token"]
         assert drain.acknowledge(None)[0] == 400
         assert drain.acknowledge("x1")[0] == 400
+        assert drain.acknowledge("¹")[0] == 400  # a digit to str.isdigit, not to int()
         status, line = drain.acknowledge(str(token))
         assert status == 409 and "still led" in line
         assert drain.acknowledge(str(token - 1))[0] == 409

@@ -185,6 +185,8 @@ def test_a_candidate_claims_only_once_its_app_has_passed_its_checks(tmp_path: Pa
         (["--health-url=http://127.0.0.1/h", "--health-file=/tmp/h"], "keep one"),
         (["--health-period=1s"], "--health-period without --health-url or --health-file"),
         (["--health-url=http://127.0.0.1/h", "--health-failures=0"], "from 1 to 100"),
+        # A digit to str.isdigit, not to int(): refused, not a traceback (found by the fuzz).
+        (["--health-url=http://127.0.0.1/h", "--health-failures=¹"], "from 1 to 100"),
         (["--health-url=http://127.0.0.1/h", "--when-none-healthy=any"], "one of keep, nobody"),
     ],
 )
