@@ -155,8 +155,13 @@ class Membership(Observer):
                     await self.forget(self.identity)
 
     def handed_off(self, successor: str) -> None:
-        """Our release named ``successor`` and it claimed: leaving is its to do (``on_event``)."""
-        self.handed_over = True
+        """Our release named ``successor``, which claimed: leaving is its to do after a stop.
+        Running on (a hand-over), we join again: to it, a rejoin, not a leftover to drop."""
+        if self._stopping:
+            self.handed_over = True
+            return
+        self._joined_uid = None
+        self._consider(self._seen)
 
     async def before_release(self) -> None:
         """A follower leaves the roster first, so no release names a candidate that is stopping."""

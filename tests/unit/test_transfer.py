@@ -101,6 +101,34 @@ def test_without_a_target_or_an_acknowledgement_it_moves_at_valid_until(tmp_path
     run(scenario)
 
 
+def test_transfers_in_a_row_each_move_leadership_to_another_pod(tmp_path: Path) -> None:
+    """The bench's pattern: a transfer to "the next" every 3 s, each drain acknowledged. A
+    holder handed over to counts the one that handed over as departed for a while (it
+    would be, after a stop), so a release may name nobody; a transfer must still move
+    leadership off this pod, not vacate the Lease and take it back itself."""
+
+    async def scenario() -> None:
+        pods = await _three(tmp_path)
+        overlaps = Overlaps(pods)
+        for move in range(6):
+            [leader] = [p for p in pods if p.leads()]
+            token = leader.state()["fencing_token"]
+            status, line = _ask(leader, "/transfer")
+            assert status == 202, (move, line)
+            await until(lambda: leader.state().get("drain") is not None, 1, "the drain told")
+            assert _ask(leader, "/drained", token=str(token))[0] == 200
+            await until(
+                lambda: any(p.leads() for p in pods if p is not leader), 3, f"move {move} made"
+            )
+            await asyncio.sleep(3)
+            assert not leader.leads(), f"move {move}: {leader.identity} led again"
+        assert overlaps.seen == 0
+        for x in pods:
+            assert await x.stop() == 0
+
+    run(scenario)
+
+
 def test_the_former_leader_is_a_candidate_again(tmp_path: Path) -> None:
     async def scenario() -> None:
         a, b, c = await _three(tmp_path)
