@@ -8,6 +8,7 @@ real state files, every 10 ms, so an overlap of two leaders would be seen.
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
 import re
 from pathlib import Path
@@ -110,18 +111,18 @@ def test_transfers_in_a_row_each_move_leadership_to_another_pod(tmp_path: Path) 
     async def scenario() -> None:
         pods = await _three(tmp_path)
         overlaps = Overlaps(pods)
-        for move in range(6):
+        for n in range(6):
             [leader] = [p for p in pods if p.leads()]
             token = leader.state()["fencing_token"]
             status, line = _ask(leader, "/transfer")
-            assert status == 202, (move, line)
-            await until(lambda: leader.state().get("drain") is not None, 1, "the drain told")
+            assert status == 202, (n, line)
+            told = functools.partial(lambda c: c.state().get("drain") is not None, leader)
+            await until(told, 1, "the drain told")
             assert _ask(leader, "/drained", token=str(token))[0] == 200
-            await until(
-                lambda: any(p.leads() for p in pods if p is not leader), 3, f"move {move} made"
-            )
+            moved = functools.partial(lambda c: any(p.leads() for p in pods if p is not c), leader)
+            await until(moved, 3, f"move {n} made")
             await asyncio.sleep(3)
-            assert not leader.leads(), f"move {move}: {leader.identity} led again"
+            assert not leader.leads(), f"move {n}: {leader.identity} led again"
         assert overlaps.seen == 0
         for x in pods:
             assert await x.stop() == 0
