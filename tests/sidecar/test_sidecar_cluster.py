@@ -137,7 +137,9 @@ def test_status_port_answers_on_ipv4_and_ipv6_from_the_one_thread_of_the_process
 def test_three_candidates_exactly_one_leader_at_every_sample(spawn: Spawn) -> None:
     procs = [spawn(f"pod-{i}", extra=()) for i in range(3)]
     wait_for(lambda: all(p.http("/healthz")[0] == 200 for p in procs), 15, what="all sidecars up")
-    wait_for(lambda: leaders(procs), 15, what="a leader")
+    # A namespace no sidecar ran in: the first candidate waits a lease duration (15 s here)
+    # before it leads (contract §2, the first term).
+    wait_for(lambda: leaders(procs), 30, what="a leader")
     samples = 0
     deadline = time.monotonic() + 20
     while time.monotonic() < deadline:
