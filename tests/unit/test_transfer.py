@@ -12,6 +12,7 @@ import functools
 import json
 import re
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -26,6 +27,11 @@ def _ask(c: Candidate, path: str, **query: str) -> tuple[int, str]:
     """What ``POST <path>?<query>`` from the pod itself gets (the route's own test: http)."""
     assert c.sidecar.published.actions is not None
     return c.sidecar.published.actions[path](query)
+
+
+def _store(c: Candidate) -> Any:
+    """The fake store ``c`` elects through, as ``kubectl grelmicro transfer`` would reach it."""
+    return c.sidecar.elector.lock.lease.store  # type: ignore[attr-defined]
 
 
 async def _three(tmp_path: Path) -> list[Candidate]:
@@ -189,7 +195,7 @@ def test_kubectl_grelmicro_transfer_moves_leadership_through_the_lease(
 
     async def scenario() -> None:
         a, b, c = await _three(tmp_path)
-        store = a.sidecar.elector.lock.lease.store  # type: ignore[attr-defined]
+        store = _store(a)
         assert await move(store, "main", "b", 30) == 0
         await until(b.leads, 1, "b leads")
         assert re.search(r"^main: a -> b in \d+\.\d\ds$", capsys.readouterr().out, re.M)
@@ -204,7 +210,7 @@ def test_kubectl_grelmicro_transfer_refuses_in_one_line(
 ) -> None:
     async def scenario() -> None:
         a, b, c = await _three(tmp_path)
-        store = a.sidecar.elector.lock.lease.store  # type: ignore[attr-defined]
+        store = _store(a)
         assert await move(store, "other", None, 5) == 1
         assert await move(store, "main", "zed", 5) == 1
         assert await move(store, "main", "a", 5) == 1
@@ -229,7 +235,7 @@ def test_kubectl_grelmicro_transfer_fails_when_leadership_does_not_move_in_time(
 
     async def scenario() -> None:
         a, b, c = await _three(tmp_path)
-        store = a.sidecar.elector.lock.lease.store  # type: ignore[attr-defined]
+        store = _store(a)
         assert await move(store, "main", "b", 1) == 1
         [said] = capsys.readouterr().err.splitlines()
         assert "a still leads main after 1s: its sidecar refused" in said, said
@@ -248,7 +254,7 @@ def test_kubectl_grelmicro_transfer_fails_when_another_pod_leads(
 
     async def scenario() -> None:
         a, b, c = await _three(tmp_path)
-        store = a.sidecar.elector.lock.lease.store  # type: ignore[attr-defined]
+        store = _store(a)
         asked = asyncio.create_task(move(store, "main", "b", 60))
         await asyncio.sleep(0.5)
         assert await b.stop() == 0
@@ -268,7 +274,7 @@ def test_a_request_for_an_earlier_term_moves_nothing(tmp_path: Path) -> None:
 
     async def scenario() -> None:
         a, b, c = await _three(tmp_path)
-        store = a.sidecar.elector.lock.lease.store  # type: ignore[attr-defined]
+        store = _store(a)
         stale = json.dumps({"to": "b", "term": "2025-01-01T00:00:00.000000Z"})
         await store.patch(LEASE, {"metadata": {"annotations": {TRANSFER_ANNOTATION: stale}}})
         await asyncio.sleep(20)
