@@ -86,12 +86,13 @@ class LeaseStore:
     async def watch(
         self, name: str, resource_version: str, timeout_seconds: int, label_selector: str = ""
     ) -> AsyncIterator[tuple[str, Obj]]:
-        """Events (type, object) on one Lease from ``resource_version`` on (``""``: from the
+        """Events (type, object) on one Lease (``name``; ``""``: every Lease the selector
+        matches) from ``resource_version`` on (``""``: from the
         most recent, the Lease as it is then first); ends when the server ends the watch
         (``timeout_seconds``), ``Gone`` when the version is too old. With ``label_selector``,
         only the writes after which the Lease matches it, and as DELETED the write that ends
         a match (with the content before it) or deletes a Lease that matched."""
-        query = {"watch": "1", "fieldSelector": f"metadata.name={name}"}
+        query = {"watch": "1"} | ({"fieldSelector": f"metadata.name={name}"} if name else {})
         if label_selector:
             query["labelSelector"] = label_selector
         query |= {"allowWatchBookmarks": "true"}

@@ -233,7 +233,8 @@ class FakeLeases:
     async def watch(
         self, name: str, resource_version: str, timeout_seconds: int, label_selector: str = ""
     ) -> AsyncIterator[tuple[str, dict[str, Any]]]:
-        """As the API server's: with ``label_selector`` (``key=value`` only), a write is told
+        """As the API server's (``name`` ``""``: every Lease): with ``label_selector``
+        (``key=value`` only), a write is told
         only if the Lease matches before or after it: ADDED when it starts to match,
         MODIFIED while it does, DELETED (the content before, the new version) when a write
         or a deletion ends the match."""
@@ -241,8 +242,9 @@ class FakeLeases:
         matches = _selector(label_selector)
         if not resource_version:  # the most recent: the Lease as it is, then what follows
             since = self.rv
-            if (current := self.objects.get(name)) is not None and matches(current):
-                yield "ADDED", copy.deepcopy(current)
+            for current in [o for n, o in self.objects.items() if n == name or not name]:
+                if matches(current):
+                    yield "ADDED", copy.deepcopy(current)
         else:
             since = int(resource_version)
         if since < self.compacted:
@@ -253,20 +255,21 @@ class FakeLeases:
         while True:
             changed = self._changed
             held = None  # when the first event not yet delivered becomes visible
-            before: dict[str, Any] | None = None  # the Lease before the write looked at
+            before: dict[str, dict[str, Any] | None] = {}  # each Lease before the write looked at
             for rv, kind, obj in list(self.history):
-                if obj["metadata"]["name"] != name:
+                if name and obj["metadata"]["name"] != name:
                     continue
+                key = obj["metadata"]["name"]
                 if rv > since:
                     visible_at = self._visible_at.get(rv, 0.0)
                     if visible_at > loop.time():
                         held = visible_at  # in order: nothing after it is delivered first
                         break
                     since = rv
-                    told = _told(kind, before, obj, matches)
+                    told = _told(kind, before.get(key), obj, matches)
                     if told is not None:
                         yield told[0], copy.deepcopy(told[1])
-                before = None if kind == "DELETED" else obj
+                before[key] = None if kind == "DELETED" else obj
             now = loop.time()
             left = deadline - now
             if left <= 0 or self.down or generation != self._generation:
