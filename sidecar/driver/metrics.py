@@ -113,7 +113,11 @@ class Metrics(Observer):
         self.swept += 1
 
     def render(self) -> str:
-        name, out, timing = {"name": self.lease}, Exposition(), self.timing
+        return render_all([self])
+
+    def families(self) -> list[Family]:
+        """Every metric of this election: (kind, name, help, samples)."""
+        name, timing = {"name": self.lease}, self.timing
         duration, deadline = (
             (timing.lease_duration, timing.renew_deadline) if timing else (math.nan,) * 2
         )
@@ -159,10 +163,33 @@ class Metrics(Observer):
              "Start time of the process since unix epoch in seconds."),
         ]
         # fmt: on
+        out: list[Family] = []
         for kind, metric, value, help_ in families:
-            if isinstance(value, Histogram):
-                out.histogram(metric, help_, value, name)
-            else:
-                samples = value if isinstance(value, list) else [(name, value)]
-                out.family(kind, metric, help_, samples)
-        return out.text()
+            samples: list[tuple[Labels, float | Histogram]] = (
+                list(value) if isinstance(value, list) else [(name, value)]
+            )
+            out.append((kind, metric, help_, samples))
+        return out
+
+
+#: A metric family: (kind, name, help, [(labels, value or histogram)]).
+Family = tuple[str, str, str, list[tuple[Labels, float | Histogram]]]
+#: Families that describe the process, not an election: told once, however many elections.
+PROCESS_WIDE = ("process_start_time_seconds",)
+
+
+def render_all(elections: list[Metrics]) -> str:
+    """One exposition of several elections' metrics (a sharded election's, one per shard),
+    each family once with every election's samples."""
+    out = Exposition()
+    for column in zip(*(m.families() for m in elections), strict=True):
+        kind, metric, help_, _ = column[0]
+        rows = column[:1] if metric in PROCESS_WIDE else column
+        samples = [sample for *_, taken in rows for sample in taken]
+        if kind == "histogram":
+            out.histogram(metric, help_, [(k, v) for k, v in samples if isinstance(v, Histogram)])
+        else:
+            out.family(
+                kind, metric, help_, [(k, v) for k, v in samples if not isinstance(v, Histogram)]
+            )
+    return out.text()

@@ -38,7 +38,7 @@ class InjectorMetrics:
                    "Admission requests answered, by outcome.",
                    [({"outcome": o}, self.admissions[o]) for o in OUTCOMES])
         out.histogram("grelmicro_injector_admission_duration_seconds",
-                      "Time to answer an admission request.", self.latency, {})
+                      "Time to answer an admission request.", [({}, self.latency)])
         out.family("counter", "grelmicro_injector_swept_leases_total",
                    "Expired managed Leases deleted by the sweep.", [({}, self.swept)])
         out.family("counter", "grelmicro_injector_sweeps_total", "Sweep runs, by result.",

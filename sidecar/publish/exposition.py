@@ -49,13 +49,15 @@ class Exposition:
         self._lines += [f"# HELP {name} {help_}", f"# TYPE {name} {kind}"]
         self._lines += [f"{name}{_labels(labels)} {_number(value)}" for labels, value in samples]
 
-    def histogram(self, name: str, help_: str, hist: Histogram, labels: Labels) -> None:
+    def histogram(self, name: str, help_: str, hists: Iterable[tuple[Labels, Histogram]]) -> None:
+        """A ``histogram`` family: each (labels, histogram)'s buckets, sum and count."""
         self.family("histogram", name, help_, [])
-        bounds = [*map(_number, hist.buckets), "+Inf"]
-        for bound, count in zip(bounds, [*hist.counts, hist.count], strict=True):
-            self._lines.append(f"{name}_bucket{_labels({**labels, 'le': bound})} {count}")
-        self._lines.append(f"{name}_sum{_labels(labels)} {_number(hist.sum)}")
-        self._lines.append(f"{name}_count{_labels(labels)} {hist.count}")
+        for labels, hist in hists:
+            bounds = [*map(_number, hist.buckets), "+Inf"]
+            for bound, count in zip(bounds, [*hist.counts, hist.count], strict=True):
+                self._lines.append(f"{name}_bucket{_labels({**labels, 'le': bound})} {count}")
+            self._lines.append(f"{name}_sum{_labels(labels)} {_number(hist.sum)}")
+            self._lines.append(f"{name}_count{_labels(labels)} {hist.count}")
 
     def text(self) -> str:
         return "\n".join(self._lines) + "\n"
