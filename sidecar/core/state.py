@@ -28,11 +28,19 @@ class State:
     #: The end of the last term under way (contract §4, the drain): its ``token``, the
     #: ``until`` it may be acted on and the ``reason``; the app may acknowledge it sooner.
     drain: dict[str, Any] | None = None
+    #: A sharded election (contract §4, shards): every shard, with its owner, and this pod's
+    #: token and ``valid_until`` for those it owns; ``is_leader`` then says "owns any".
+    #: Absent from ``as_dict`` for a plain election, whose state stays as it was.
+    shards: list[dict[str, Any]] | None = None
 
     def as_dict(self) -> dict[str, Any]:
-        """The fields in order; all are str, int, bool or None, so a shallow copy (not
-        ``dataclasses.asdict``'s deep one, which every published state paid several times)."""
-        return dict(vars(self))
+        """The fields in order; all are str, int, bool or None (``shards``: a list of such
+        dicts), so a shallow copy (not ``dataclasses.asdict``'s deep one, which every
+        published state paid several times)."""
+        fields = dict(vars(self))
+        if self.shards is None:
+            del fields["shards"]
+        return fields
 
     def comparable(self) -> dict[str, Any]:
         """All but ``updated_at`` and ``renewed_at``: what makes a new version (contract §4).

@@ -46,7 +46,8 @@ MAX_REQUEST_BYTES = 16 * 1024
 TOO_LARGE = b"HTTP/1.1 431 Request Header Fields Too Large\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
 NOT_RUNNING = b"election loop not running\n"
 NOT_FOUND = (
-    b"not found: try /leader, /status, /events, /healthz, /metrics; POST /drained, /transfer\n"
+    b"not found: try /leader, /shards/<i>, /status, /events, /healthz, /metrics; "
+    b"POST /drained, /transfer\n"
 )
 NOT_LOCAL = b"only the pod's own containers may ask this: POST on loopback\n"
 CLOSING = (h11.MUST_CLOSE, h11.CLOSED)
@@ -111,6 +112,8 @@ class StatusServer:
         if path == "/status":
             state = self.state()
             return 200, "application/json", _json({**state.as_dict(), "name": state.holder})
+        if path.startswith("/shards/"):
+            return _shard(self.state(), path[len("/shards/") :])
         if path == "/metrics":
             return 200, CONTENT_TYPE, self.metrics().encode()
         if path == "/events":  # HEAD: what a GET would start with
@@ -254,6 +257,16 @@ class StatusServer:
         if request.method != b"HEAD":
             out += conn.send(h11.Data(data=body))
         return out + conn.send(h11.EndOfMessage())
+
+
+def _shard(state: State, which: str) -> Answer:
+    """``/shards/<i>``: 200 while this pod owns shard ``i`` (its entry of ``shards``), else 503."""
+    shards = state.shards or []
+    entry = next((s for s in shards if str(s["shard"]) == which), None)
+    if entry is None:
+        known = f"0 to {len(shards) - 1}" if shards else "none, this election is not sharded"
+        return 404, "text/plain", f"no shard {which[:20]!r} here (shards: {known})\n".encode()
+    return (200 if entry["is_leader"] else 503), "application/json", _json(entry)
 
 
 def _loopback(peer: Any) -> bool:

@@ -330,3 +330,24 @@ def test_a_drain_is_acknowledged_from_the_pod_itself_only() -> None:
         assert acks.tokens == ["7", None]
 
     served(test)
+
+
+def _shard(i: int, owned: bool) -> dict[str, object]:
+    return {"shard": i, "lease": f"leader-main-shard-{i}", "is_leader": owned, "holder": "pod-a"}
+
+
+def test_shards_answer_whether_this_pod_owns_each_and_a_plain_election_has_none() -> None:
+    served = Served()
+    sharded = dataclasses.replace(NOT_LEADER, shards=[_shard(0, False), _shard(1, True)])
+    served.publish(sharded)
+    assert served.server.answer("GET", "/shards/1")[0] == 200
+    status, _, body = served.server.answer("GET", "/shards/0")
+    assert status == 503 and b'"shard": 0' in body
+    status, _, body = served.server.answer("GET", "/shards/2")
+    assert status == 404 and b"0 to 1" in body
+    assert served.server.answer("GET", "/shards/x%00")[0] == 404
+    served.publish(LEADER)
+    status, _, body = served.server.answer("GET", "/shards/0")
+    assert status == 404 and b"not sharded" in body
+    assert "shards" not in LEADER.as_dict()  # a plain election's state is as it was
+    assert sharded.as_dict()["shards"][1]["is_leader"] is True
