@@ -19,7 +19,7 @@ from ..kube.leases import LeaseStore
 from ..publish.statefile import StateDirError
 from . import fail, take_held
 from .settings import LockSettings, RunSettings, lock_settings, run_settings
-from .wiring import Sidecar, wire
+from .wiring import ShardedSidecar, Sidecar, wire, wire_shards
 
 
 def run(src: Source) -> int:
@@ -64,16 +64,23 @@ async def _serve(settings: RunSettings, config: ApiConfig, command: LockSettings
     store = LeaseStore(config, namespace, request_timeout=timeout)
     pod, label = settings.pod or "", (defaults.LEADER_LABEL, defaults.LEADER_LABEL_VALUE)
     this_pod = PodLabel(store.api, namespace, pod, *label)
-    sidecar = wire(
-        settings,
-        namespace,
-        store,
-        log,
-        post_event=api_poster(store.api, namespace),
-        put_label=this_pod.put if settings.label_pod else None,
-        pod_deleting=this_pod.deleting if pod else None,
-        command=command,
-    )
+    post_event, pod_deleting = api_poster(store.api, namespace), this_pod.deleting if pod else None
+    sidecar: Sidecar | ShardedSidecar
+    if settings.shards > 1:
+        sidecar = wire_shards(
+            settings, namespace, store, log, post_event=post_event, pod_deleting=pod_deleting
+        )
+    else:
+        sidecar = wire(
+            settings,
+            namespace,
+            store,
+            log,
+            post_event=post_event,
+            put_label=this_pod.put if settings.label_pod else None,
+            pod_deleting=pod_deleting,
+            command=command,
+        )
     try:
         await sidecar.elector.start()
     except StateDirError as err:
@@ -92,6 +99,7 @@ async def _serve(settings: RunSettings, config: ApiConfig, command: LockSettings
         cpu_seconds=round(time.process_time(), 3),
         election=settings.election,
         lease=settings.lease,
+        **({"shards": settings.shards} if settings.shards > 1 else {}),
         namespace=namespace,
         identity=settings.identity,
         source=config.source,
@@ -104,7 +112,7 @@ async def _serve(settings: RunSettings, config: ApiConfig, command: LockSettings
     return sidecar.lock.exit_code(code) if sidecar.lock is not None else code
 
 
-def _handle_signals(sidecar: Sidecar, log: Logger) -> None:
+def _handle_signals(sidecar: Sidecar | ShardedSidecar, log: Logger) -> None:
     """SIGTERM/SIGINT: a graceful stop (``lock``: to the command while it runs); a second: out now."""
     received = 0
 

@@ -14,6 +14,7 @@ from pathlib import Path
 from ..core import defaults
 from ..core.healthpolicy import HealthPolicy
 from ..core.lease import lease_name
+from ..core.shards import MAX_NAME, MAX_SHARDS, shard_lease
 from ..core.timing import Timing
 from ..kit import checks, options
 from ..kit.options import CONNECTION, TIMING, Setting, SettingsError, Source, Table, switch
@@ -33,6 +34,12 @@ def _identity(raw: str) -> str:
     if len(raw) > 253:
         raise checks.Invalid(reason=f" is {len(raw)} chars; at most 253")
     return raw
+
+
+def _shards(raw: str) -> int:
+    if not (raw.isascii() and raw.isdigit() and 1 <= int(raw) <= MAX_SHARDS):
+        raise checks.Invalid(f"a whole number from 1 to {MAX_SHARDS} (each shard is a Lease)")
+    return int(raw)
 
 
 # fmt: off
@@ -71,6 +78,9 @@ HEALTH_HOLD = Setting("health-hold", checks.duration, 30.0,
     "move per this, however health flaps")
 WHEN_NONE_HEALTHY = Setting("when-none-healthy", checks.one_of(("keep", "nobody")), "keep",
     "an unhealthy leader with no other candidate listed: keep leading, or step down")
+SHARDS = Setting("shards", _shards, 1,
+    "split the election into this many shards, each with one owner among the pods, balanced; "
+    "1 is a plain election")
 HEALTH: Table = (HEALTH_URL, HEALTH_FILE, HEALTH_FILE_AGE, HEALTH_PERIOD, HEALTH_TIMEOUT,
     HEALTH_FAILURES, HEALTH_SUCCESSES, HEALTH_HOLD, WHEN_NONE_HEALTHY)
 KILL_GRACE: Setting[float | None] = Setting("kill-grace", checks.duration, None,
@@ -92,7 +102,7 @@ TO: Setting[str | None] = Setting("to", str, None,
 WAIT = Setting("timeout", checks.duration, 30.0, "how long to wait for the move", env=False)
 LOCK_PORT = replace(PORT, default=0)
 RUN: Table = (ELECTION, IDENTITY, *TIMING, STATE_DIR, PORT, *CONNECTION, LABEL_LEADER, RELEASE,
-    ACK_FILE, *HEALTH)
+    ACK_FILE, *HEALTH, SHARDS)
 LOCK: Table = (
     ELECTION, replace(IDENTITY, shown=f"{IDENTITY.shown}, then -<pid>"), *TIMING,
     replace(STATE_DIR, shown="a temporary directory, removed at exit"), LOCK_PORT, *CONNECTION,
@@ -139,6 +149,8 @@ class RunSettings:
     ack_file: Path | None = None
     #: ``--health-*`` (contract §2, health); None: the app's health is not followed
     health: Health | None = None
+    #: ``--shards`` (contract §2, shards): 1 is a plain election
+    shards: int = 1
 
 
 @dataclass(frozen=True)
@@ -194,7 +206,10 @@ def run_settings(src: Source, lock: bool = False) -> RunSettings:
         pod=pod,
         ack_file=None if lock or not (ack := src.get(ACK_FILE)) else Path(ack),
         health=None if lock else _health(src),
+        shards=1 if lock else src.get(SHARDS),
     )
+    if settings.shards > 1:
+        _check_sharded(src, settings)
     label = not lock and src.get(LABEL_LEADER)
     if label and not pod:  # the pod to label is this one
         raise SettingsError(
@@ -202,6 +217,33 @@ def run_settings(src: Source, lock: bool = False) -> RunSettings:
             "with valueFrom fieldRef metadata.name (the injector does)"
         )
     return replace(settings, label_pod=pod) if label else settings
+
+
+def _check_sharded(src: Source, settings: RunSettings) -> None:
+    """What a sharded election cannot do (contract §2, shards), refused with the way out."""
+    last = shard_lease(settings.lease, settings.shards - 1)
+    if len(last) > MAX_NAME:
+        raise SettingsError(
+            f"{src.where('election')} is too long for {settings.shards} shards: the Lease "
+            f"{last[:40]}... would pass {MAX_NAME} chars; use a shorter name"
+        )
+    health = settings.health
+    unsupported = {
+        "label-leader": (
+            src.get(LABEL_LEADER),
+            "a label says which pod leads; with shards, every pod may own some",
+        ),
+        "ack-file": (
+            settings.ack_file,
+            "one file cannot name a shard; acknowledge with "
+            "POST /drained?shard=<i>&token=<fencing_token>",
+        ),
+        "health-url": (health and health.url, "health-driven shards are not supported yet"),
+        "health-file": (health and health.file, "health-driven shards are not supported yet"),
+    }
+    for flag, (given, why) in unsupported.items():
+        if given:
+            raise SettingsError(f"{src.where(flag)} cannot be used with --shards: {why}")
 
 
 @dataclass(frozen=True)

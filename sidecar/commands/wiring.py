@@ -14,6 +14,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from ..core.shards import shard_lease
 from ..driver.apppublisher import AppPublisher
 from ..driver.drain import Drain
 from ..driver.elector import Elector
@@ -23,11 +24,14 @@ from ..driver.handofflock import HandoffLock
 from ..driver.health import AppHealth, Check, file_check, http_check
 from ..driver.label import LeaderLabel
 from ..driver.lockcommand import LockCommand
+from ..driver.members import Members
 from ..driver.membership import Membership
-from ..driver.metrics import Metrics
+from ..driver.metrics import Metrics, render_all
 from ..driver.observer import Observer
 from ..driver.releasetiming import ReleaseTiming
 from ..driver.report import LogReport
+from ..driver.shardboard import ShardBoard, ShardRoster
+from ..driver.shardset import Relay, ShardSet
 from ..driver.sweepduty import ExitSweep
 from ..driver.transfer import Transfer
 from ..kit.clock import Clock
@@ -52,6 +56,16 @@ class Sidecar:
     metrics: Metrics
     published: AppPublisher
     lock: LockCommand | None = None
+
+
+@dataclass
+class ShardedSidecar:
+    """A sharded election's shards, run as one (``driver.shardset``), and what tells the app."""
+
+    elector: ShardSet
+    metrics: list[Metrics]
+    published: AppPublisher
+    lock: None = None
 
 
 def wire(
@@ -131,3 +145,92 @@ def wire(
         clock=clock,
     )
     return Sidecar(elector, metrics, published, lock)
+
+
+def wire_shards(
+    settings: RunSettings,
+    namespace: str,
+    store: LeaseStore,
+    log: Logger,
+    *,
+    clock: Clock | None = None,
+    post_event: Post | None = None,
+    pod_deleting: Callable[[float], Awaitable[bool]] | None = None,
+) -> ShardedSidecar:
+    """A sharded election (``--shards`` above 1): an elector per shard, each over its own
+    Lease with the observers of a plain one that have a meaning per shard (the log, metrics,
+    drain, release timing, first term, Events), tied together by the board (who stands for
+    which) and told to the app as one state (``driver.shardset``)."""
+    clock = clock or Clock()
+    identity, timing, count = settings.identity, settings.timing, settings.shards
+    offset = lambda: store.clock_offset  # noqa: E731
+    shared = Coordination(store, namespace, log, clock)
+    leases = [shard_lease(settings.lease, shard) for shard in range(count)]
+    members = Members(store, settings.lease, identity, timing, clock, log)
+    board = ShardBoard(count, leases, members, log)
+    metrics = [Metrics(lease, offset=offset, timing=timing) for lease in leases]
+    drains = [Drain(log, on_end=m.drained) for m in metrics]
+    actions: dict[str, Action] = {"/drained": lambda asked: _drained(drains, asked)}
+    published = AppPublisher(
+        settings.state_dir, settings.port, lambda: render_all(metrics), Drain(log), log, actions
+    )
+    electors: list[Elector] = []
+    shards = ShardSet(electors, board, drains, published)
+    relay = Relay(shards)
+    release = settings.release if settings.pod or settings.release != "auto" else "now"
+    for shard, lease in enumerate(leases):
+        mark = FirstTermMark(shared, lease, identity, clock, log, timing.lease_duration)
+        drain = drains[shard]
+        drain.on_notice = lambda: relay.on_state(shards.view())
+        release_timing = ReleaseTiming(release, pod_deleting, drain, clock, log)
+        observers: list[Observer] = [
+            LogReport(log, lease, namespace, timing, offset=offset),
+            metrics[shard],
+            drain,
+            release_timing.asking,
+            board.seat(shard, drain),  # leaves the members before any shard's release
+            release_timing,
+            mark,
+        ]
+        if shard == 0:  # one sweep per pod
+            observers.append(
+                ExitSweep(store, shared, identity, clock, log, on_delete=metrics[0].count_swept)
+            )
+        if post_event is not None:
+            observers.append(
+                EventRecorder(
+                    post_event, lease, namespace, identity, log, clock.monotonic, clock.wall
+                )
+            )
+        observers.append(relay)
+        lock = HandoffLock(
+            LeaseLock(store, lease),
+            ShardRoster(board, shard),
+            mark.first_term,
+            timing.lease_duration,
+        )
+        electors.append(
+            Elector(
+                lock,
+                identity=identity,
+                election=settings.election,
+                lease=lease,
+                namespace=namespace,
+                timing=timing,
+                observers=observers,
+                log=log,
+                clock=clock,
+            )
+        )
+    return ShardedSidecar(shards, metrics, published)
+
+
+def _drained(drains: list[Drain], asked: dict[str, str]) -> tuple[int, str]:
+    """``POST /drained?shard=<i>&token=<t>``: the app ends the drain of shard i's last term."""
+    which = asked.get("shard", "")
+    if not (which.isascii() and which.isdigit() and int(which) < len(drains)):
+        return 400, (
+            f"name the shard and the term: POST /drained?shard=<0 to {len(drains) - 1}>"
+            "&token=<fencing_token>"
+        )
+    return drains[int(which)].acknowledge(asked.get("token"))

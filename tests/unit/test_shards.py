@@ -1,0 +1,172 @@
+"""Shards (contract §2, shards): N shards balanced over the pods, each move a hand-off.
+
+The real electors, board and members as ``run --shards`` wires them
+(``commands.wiring.wire_shards``), on the fake store and looptime's virtual
+clock; what each app sees is read from its real state file every 10 ms, so a
+shard owned twice in the apps' view would be seen.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import datetime as dt
+import json
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+from sidecar.commands.wiring import wire_shards
+from sidecar.core.shards import shard_lease
+from sidecar.driver.shardset import ShardSet
+from sidecar.kit.logs import Logger
+from tests.unit.fake_leases import FakeLeases
+from tests.unit.test_driver import LEASE, LoopClock, had_sidecars, run, settings, until
+
+SHARDS = 12
+
+
+class Pod:
+    """One pod's sidecar with ``--shards``, and what its app reads."""
+
+    def __init__(self, identity: str, store: FakeLeases, tmp: Path, shards: int = SHARDS) -> None:
+        self.identity = identity
+        base = dataclasses.replace(settings(identity, tmp / identity), shards=shards)
+        self.sidecar = wire_shards(
+            base,
+            "ns",
+            store,
+            Logger("error"),
+            clock=LoopClock(),  # type: ignore[arg-type]
+        )
+        self.state_path = tmp / identity / "state.json"
+        self.task: asyncio.Task[int] | None = None
+
+    async def start(self) -> Pod:
+        await self.sidecar.elector.start()
+        self.task = asyncio.create_task(self.sidecar.elector.run())
+        return self
+
+    def state(self) -> dict[str, Any]:
+        data: dict[str, Any] = json.loads(self.state_path.read_text())
+        return data
+
+    def owns(self) -> set[int]:
+        """The shards a careful app acts on: ``is_leader`` and ``valid_until`` ahead."""
+        now = LoopClock().wall()
+        return {
+            s["shard"]
+            for s in self.state().get("shards") or []
+            if s["is_leader"] and dt.datetime.fromisoformat(s["valid_until"]) > now
+        }
+
+    def crash(self) -> None:
+        """As SIGKILL: every task ends where it is; nothing more is written, nobody told."""
+        shards = self.sidecar.elector
+        assert isinstance(shards, ShardSet) and self.task is not None
+        for task in [self.task, *shards.runs, *shards.board.members._tasks]:
+            task.cancel()
+        for elector in shards.electors:
+            for task in elector._tasks:
+                task.cancel()
+
+    async def stop(self) -> int:
+        self.sidecar.elector.stop()
+        assert self.task is not None
+        return await self.task
+
+
+class Owners:
+    """Every 10 ms, what each pod's app acts on: a shard acted on by two is counted."""
+
+    def __init__(self, pods: list[Pod]) -> None:
+        self.pods, self.twice = pods, 0
+        self.task = asyncio.create_task(self._watch())
+
+    async def _watch(self) -> None:
+        while True:
+            seen = Counter(s for p in self.pods for s in p.owns())
+            self.twice += sum(1 for n in seen.values() if n > 1)
+            await asyncio.sleep(0.01)
+
+    def now(self) -> dict[int, str]:
+        return {s: p.identity for p in self.pods for s in p.owns()}
+
+
+def _balanced(pods: list[Pod], shards: int = SHARDS) -> bool:
+    counts = [len(p.owns()) for p in pods]
+    return sum(counts) == shards and max(counts) - min(counts) <= 1
+
+
+def test_three_pods_own_four_shards_each_and_a_fourth_takes_exactly_three(tmp_path: Path) -> None:
+    async def scenario() -> None:
+        store = had_sidecars(FakeLeases())
+        pods = [await Pod(name, store, tmp_path).start() for name in ("a", "b", "c")]
+        owners = Owners(pods)
+        await until(lambda: _balanced(pods), 60, "12 shards balanced over 3 pods")
+        assert sorted(len(p.owns()) for p in pods) == [4, 4, 4]
+        assert set(store.objects) >= {shard_lease(LEASE, i) for i in range(SHARDS)}
+        await asyncio.sleep(20)  # steady: nothing moves
+        before = owners.now()
+        d = await Pod("d", store, tmp_path).start()
+        pods.append(d)
+        owners.pods = pods
+        await until(lambda: _balanced(pods), 60, "12 shards balanced over 4 pods")
+        after = owners.now()
+        moved = {s for s in range(SHARDS) if before[s] != after[s]}
+        assert len(moved) == 3 and all(after[s] == "d" for s in moved), (
+            sorted(before.items()),
+            sorted(after.items()),
+        )
+        assert owners.twice == 0
+        for p in pods:
+            assert await p.stop() == 0
+
+    run(scenario)
+
+
+def test_a_stopping_pod_hands_its_shards_to_the_others_at_once(tmp_path: Path) -> None:
+    async def scenario() -> None:
+        store = had_sidecars(FakeLeases())
+        pods = [await Pod(name, store, tmp_path).start() for name in ("a", "b", "c")]
+        owners = Owners(pods)
+        await until(lambda: _balanced(pods), 60, "balanced over 3 pods")
+        loop = asyncio.get_running_loop()
+        stopped = loop.time()
+        assert await pods[2].stop() == 0
+        rest = pods[:2]
+        await until(lambda: _balanced(rest), 12, "the 4 shards of the stopped pod taken")
+        assert loop.time() - stopped < 12  # the drain waits out valid_until (no app acks here)
+        assert sorted(len(p.owns()) for p in rest) == [6, 6]
+        assert owners.twice == 0
+        for p in rest:
+            assert await p.stop() == 0
+
+    run(scenario)
+
+
+def test_a_crashed_pods_shards_are_taken_after_their_lease(tmp_path: Path) -> None:
+    async def scenario() -> None:
+        store = had_sidecars(FakeLeases())
+        pods = [await Pod(name, store, tmp_path).start() for name in ("a", "b", "c")]
+        owners = Owners(pods)
+        await until(lambda: _balanced(pods), 60, "balanced over 3 pods")
+        pods[2].crash()
+        rest = pods[:2]
+        owners.pods = rest
+        await until(lambda: _balanced(rest), 45, "the crashed pod's shards taken")
+        assert owners.twice == 0
+
+    run(scenario)
+
+
+def test_one_shard_is_one_election_with_a_shard_lease(tmp_path: Path) -> None:
+    async def scenario() -> None:
+        store = had_sidecars(FakeLeases())
+        pods = [await Pod(name, store, tmp_path, shards=2).start() for name in ("a", "b")]
+        await until(lambda: _balanced(pods, 2), 60, "2 shards over 2 pods")
+        assert [len(p.owns()) for p in pods] == [1, 1]
+        for p in pods:
+            assert await p.stop() == 0
+
+    run(scenario)
