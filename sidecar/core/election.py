@@ -43,7 +43,6 @@ from .timing import Timing
 
 __all__ = ["Action", "Election", "Event", "Read", "Wait", "Write"]
 
-
 #: A renew is due this much before its instant at the latest: sums of floats land a hair late.
 EARLY = 1e-6
 
@@ -107,12 +106,12 @@ class Election:
         return self.renewed_wall + dt.timedelta(seconds=self.timing.renew_deadline)
 
     def next_action(self, now: float) -> Action:
-        if self.resigned:
-            return Wait(math.inf)
         if self.leading and now >= self.renewed_at + self.timing.renew_deadline:
             self._step_down("renew deadline passed without a successful renew")
-        if not self.seen.known or self.seen.stale:
+        if not self.seen.known or self.seen.stale:  # resigned too: to see who leads
             return Read() if now >= self.not_before else Wait(self.not_before)
+        if self.resigned:
+            return Wait(math.inf)
         if self.leading:
             due = max(self.renewed_at + self.timing.renew_interval, self.not_before)
             if now >= due - EARLY:  # a renew a microsecond early is safe; a float's error is not
@@ -288,8 +287,9 @@ class Election:
         self.resigned = True
 
     def rejoin(self) -> None:
-        """Claim again by the usual rules (the Lease free, or ours never answered)."""
+        """Claim again by the usual rules; an absence seen while resigned is read again."""
         self.resigned = False
+        self.seen.stale = self.seen.stale or self.record is None
 
     def _step_down(self, reason: str) -> None:
         self.leading, self.fencing_token = False, None

@@ -8,7 +8,8 @@ bare Lease, or the Lease with its hand-off and first term
 
 A read that finds no Lease says whether the election never had one
 (``Absent.first_term``): only then may the first candidate lead at once
-(contract §2, "first term"); any other absence waits a lease duration.
+(contract §2, "first term"); any other absence waits a lease duration. Asking
+uses the first term up, so a candidate that stands aside does not ask.
 """
 
 from __future__ import annotations
@@ -41,8 +42,9 @@ class ElectionLock(Protocol):
     #: The longest a request may take; the elector shortens it near ``valid_until``.
     request_timeout: float
 
-    async def read(self, timeout: float) -> Obj | Absent:
-        """The Lease as a quorum read finds it."""
+    async def read(self, timeout: float, claiming: bool = True) -> Obj | Absent:
+        """The Lease as a quorum read finds it; ``claiming`` False: the candidate will not
+        claim on this answer (it stands aside), so a first term is not asked for."""
         ...
 
     async def create(self, body: Obj, timeout: float) -> Obj:

@@ -87,14 +87,15 @@ class HandoffLock:
         duration = valid_duration((obj.get("spec") or {}).get("leaseDurationSeconds"))
         self._duration = float(duration) if duration is not None else self._default
 
-    async def read(self, timeout: float) -> Obj | Absent:
+    async def read(self, timeout: float, claiming: bool = True) -> Obj | Absent:
         obj = await self.lease.read(timeout)
-        known, self._known = self._known, True
+        known = self._known
+        self._known = known or obj is not None or claiming  # not claiming: the next may ask
         if obj is not None:
             self._saw(obj)
             return obj
-        first = not known and self.first_term is not None and await self.first_term(timeout)
-        return Absent(first_term=first)
+        ask = self.first_term if not known and claiming else None
+        return Absent(first_term=ask is not None and await ask(timeout))
 
     async def create(self, body: Obj, timeout: float) -> Obj:
         return await self.lease.create(body, timeout)

@@ -22,7 +22,7 @@ async def read(
     lock: ElectionLock, election: Election, observers: Observers, clock: Clock, timeout: float
 ) -> None:
     try:
-        obj = await lock.read(timeout)
+        obj = await lock.read(timeout, claiming=not election.resigned)
     except ApiError as err:
         observers.on_call(Call("read", err))
         election.on_error(clock.monotonic(), err.retry_after)

@@ -456,10 +456,24 @@ def test_simulation_exercises_handovers() -> None:
     assert total >= 20, total
 
 
-def test_wait_forever_after_resign() -> None:
+def test_after_resign_it_only_reads_what_it_has_not_seen_then_waits_forever() -> None:
+    """A resigned candidate (stopping, handed over, standing aside) claims nothing, even a
+    free Lease; one that has not seen the Lease reads it once (a read claims nothing, and
+    the watch resumes from it: a pod standing aside for a shard still sees who owns it)."""
+    for store in (Store(), Store(released=True)):
+        e = make("a")
+        e.resign()
+        assert isinstance(step(e, store, 0), Read)
+        assert e.next_action(0) == Wait(math.inf)
+        assert e.next_action(3600) == Wait(math.inf)
+        e.mark_stale()  # the watch lost its place: read again, still no claim
+        assert isinstance(step(e, store, 3600), Read)
+        assert e.next_action(3600) == Wait(math.inf)
     e = make("a")
     e.resign()
-    assert e.next_action(0) == Wait(math.inf)
+    step(e, Store(), 0)  # absent, read without asking for the first term (HandoffLock)
+    e.rejoin()  # so it is read again, claiming: a first term is asked for then
+    assert isinstance(e.next_action(1), Read)
 
 
 def test_vouched_until_is_anchored_at_the_claim_and_lapses_with_the_deadline() -> None:
