@@ -58,6 +58,7 @@ class ShardBoard:
         self._moves = Background("shard moves")
         self._scheduled = False
         self._leaving: asyncio.Task[None] | None = None
+        self._after_me: dict[int, str] | None = None  # the assignment once this pod left
         #: Each shard's holder as one list found it at start-up (None: not listed yet): a
         #: follower standing aside never reads its shard's Lease, and the watch tells
         #: nothing of one that does not exist.
@@ -98,10 +99,11 @@ class ShardBoard:
                 out[shard] = record.holder
         return out
 
-    def target(self, shard: int, without_me: bool = False) -> str | None:
-        alive = self.members.alive - ({self.identity} if without_me else set())
-        alive_owners = {i: o for i, o in self.owners().items() if o in alive}
-        return assign(self.shards, alive, alive_owners).get(shard)
+    def successor(self, shard: int) -> str | None:
+        """Whom this pod's release of ``shard`` names: the owner the assignment gives it
+        without this pod, as computed once when it left (each release of a stop would
+        otherwise see the ones before it land, and name another than the others compute)."""
+        return (self._after_me or {}).get(shard)
 
     def changed(self) -> None:
         """Something moved (members, a Lease): rebalance once, soon, however many told."""
@@ -132,6 +134,9 @@ class ShardBoard:
     def _stand(self, shard: int, candidate: bool) -> None:
         if self._standing.get(shard) != candidate:
             self._standing[shard] = candidate
+            self.log.debug(
+                "standing for a shard" if candidate else "aside for a shard", shard=shard
+            )
             self.controls[shard].stand(candidate, ELSEWHERE)
 
     async def _move(self, shard: int, target: str) -> None:
@@ -151,6 +156,15 @@ class ShardBoard:
         """Shutdown: out of the members once (every shard's release waits for it)."""
         if self._leaving is None:
             self._moves.cancel()
+            alive = self.members.alive - {self.identity}
+            owners = {i: o for i, o in self.owners().items() if o in alive}
+            self._after_me = assign(self.shards, alive, owners) if self._listed else {}
+            self.log.debug(
+                "leaving the members",
+                alive=sorted(alive),
+                owners=self.owners(),
+                successors=self._after_me,
+            )
             self._leaving = asyncio.ensure_future(self.members.leave())
         await asyncio.shield(self._leaving)
 
@@ -160,6 +174,7 @@ class ShardSeat(Observer):
 
     def __init__(self, board: ShardBoard, shard: int) -> None:
         self.board, self.shard = board, shard
+        self._holder: str | None = None
 
     async def start(self, control: Control) -> None:
         self.board.controls[self.shard] = control
@@ -170,7 +185,9 @@ class ShardSeat(Observer):
         self.board.changed()
 
     def on_lease(self, record: LeaseRecord) -> None:
-        self.board.changed()
+        if record.holder != self._holder:  # a renewal moves nothing
+            self._holder = record.holder
+            self.board.changed()
 
     async def before_release(self) -> None:
         await self.board.leave()
@@ -190,7 +207,7 @@ class ShardRoster:
         return False
 
     def successor(self, record: LeaseRecord) -> str | None:
-        return self.board.target(self.shard, without_me=True)
+        return self.board.successor(self.shard)
 
     async def forget(self, identity: str, timeout: float) -> None:
         pass

@@ -43,7 +43,7 @@ PACKAGE_LINES = {
     # which kept it under 250); 3,476 with its health-driven candidacy (the probe,
     # standing aside and out of the roster, the metrics: 220 lines); 3,505 with drains
     # counted by how they ended and the rejoin of a leader that handed over and runs on.
-    # 4,066 with the shards of issue 40: the members' heartbeat Leases (210 lines), the
+    # 4,086 with the shards of issue 40: the members' heartbeat Leases (210 lines), the
     # board that decides who stands for which shard (205), the shards run as one and told
     # as one state (125), and the metrics of several elections in one exposition.
     "driver": 4_100,
@@ -74,9 +74,9 @@ PACKAGE_LINES = {
 #: `kubectl grelmicro transfer`); 11,218 with its health-driven candidacy (the
 #: probe and its flags, standing aside, the health annotations and metrics);
 #: 11,258 with drains counted by how they ended (the metric of issue 39's alert)
-#: and transfer's 403 line; 12,086 with the shards of issue 40 (assignment, members,
+#: and transfer's 403 line; 12,106 with the shards of issue 40 (assignment, members,
 #: board, the shards run as one, their settings and wiring).
-TOTAL_LINES = 12_100
+TOTAL_LINES = 12_150
 
 
 def _lines(path: Path) -> int:
