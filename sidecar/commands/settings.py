@@ -14,7 +14,7 @@ from pathlib import Path
 from ..core import defaults
 from ..core.healthpolicy import HealthPolicy
 from ..core.lease import lease_name
-from ..core.shards import MAX_NAME, MAX_SHARDS, shard_lease
+from ..core.shards import MAX_NAME, shard_lease
 from ..core.timing import Timing
 from ..kit import checks, options
 from ..kit.options import CONNECTION, TIMING, Setting, SettingsError, Source, Table, switch
@@ -34,12 +34,6 @@ def _identity(raw: str) -> str:
     if len(raw) > 253:
         raise checks.Invalid(reason=f" is {len(raw)} chars; at most 253")
     return raw
-
-
-def _shards(raw: str) -> int:
-    if not (raw.isascii() and raw.isdigit() and 1 <= int(raw) <= MAX_SHARDS):
-        raise checks.Invalid(f"a whole number from 1 to {MAX_SHARDS} (each shard is a Lease)")
-    return int(raw)
 
 
 # fmt: off
@@ -78,7 +72,7 @@ HEALTH_HOLD = Setting("health-hold", checks.duration, 30.0,
     "move per this, however health flaps")
 WHEN_NONE_HEALTHY = Setting("when-none-healthy", checks.one_of(("keep", "nobody")), "keep",
     "an unhealthy leader with no other candidate listed: keep leading, or step down")
-SHARDS = Setting("shards", _shards, 1,
+SHARDS = Setting("shards", checks.shards, 1,
     "split the election into this many shards, each with one owner among the pods, balanced; "
     "1 is a plain election")
 HEALTH: Table = (HEALTH_URL, HEALTH_FILE, HEALTH_FILE_AGE, HEALTH_PERIOD, HEALTH_TIMEOUT,

@@ -22,7 +22,7 @@ from ..core.defaults import STATE_DIR as DEFAULT_STATE_DIR
 from ..core.durations import format_duration
 from ..core.lease import election_of, lease_name
 from ..core.timing import Timing
-from ..kit.checks import Invalid, count, duration, exact_boolean, loopback_url, one_of
+from ..kit.checks import Invalid, count, duration, exact_boolean, loopback_url, one_of, shards
 from ..kit.checks import port as port_check
 
 PREFIX = "leader-election.grelmicro.io/"
@@ -30,10 +30,10 @@ KNOWN = tuple(
     PREFIX + key
     for key in (
         "inject", "name", "lease-duration", "renew-deadline", "retry-period",
-        "state-dir", "port", "gate-readiness", "label-leader",
+        "state-dir", "port", "gate-readiness", "label-leader", "shards",
     )
 )  # fmt: skip
-INJECT, NAME, _, _, _, STATE_DIR, PORT, GATE_READINESS, LABEL_LEADER = KNOWN
+INJECT, NAME, _, _, _, STATE_DIR, PORT, GATE_READINESS, LABEL_LEADER, SHARDS = KNOWN
 #: The app's health (contract §2, health): each becomes the sidecar's flag of that name, but
 #: ``health-file: "true"``, which has the app touch ``healthy`` in its ack directory.
 HEALTH: dict[str, Callable[[str], object]] = {
@@ -64,6 +64,8 @@ class PodSettings:
     label_leader: bool = False
     #: The ``--health-*`` flags the pod asks for (none: its app's health is not followed).
     health_args: tuple[str, ...] = ()
+    #: The election's shards (contract §2, shards); 1 is a plain election.
+    shards: int = 1
 
     @property
     def state_file(self) -> str:
@@ -216,9 +218,34 @@ def read_settings(pod: Mapping[str, Any], defaults: Timing) -> PodSettings | lis
     gate = _read(notes, GATE_READINESS, exact_boolean, False, problems)[0]
     label = _read(notes, LABEL_LEADER, exact_boolean, False, problems)[0]
     health = _health_args(notes, f"{state_dir}-ack/healthy", problems)
+    shard_count = _read(notes, SHARDS, shards, 1, problems)[0]
+    if shard_count > 1:
+        problems += _unsharded(notes)
     if problems or election is None:
         return problems
-    return PodSettings(election[0], election[1], timing, state_dir, port, gate, label, health)
+    return PodSettings(
+        election[0], election[1], timing, state_dir, port, gate, label, health, shard_count
+    )
+
+
+def _unsharded(notes: Mapping[str, str]) -> list[str]:
+    """What a sharded election cannot do (the sidecar refuses the same flags), and why."""
+    why = {
+        GATE_READINESS: "a pod that owns no shard is not unready; probe /shards/<i> yourself",
+        LABEL_LEADER: "a label says which pod leads; with shards, every pod may own some",
+    }
+    out = [
+        f"annotation {key}: cannot be used with {SHARDS}: {reason}"
+        for key, reason in why.items()
+        if notes.get(key, "false") != "false"
+    ]
+    out += [
+        f"annotation {PREFIX}{key}: cannot be used with {SHARDS}: health-driven shards are not "
+        "supported yet"
+        for key in HEALTH
+        if PREFIX + key in notes
+    ]
+    return out
 
 
 def _health_args(

@@ -120,7 +120,8 @@ def sidecar_container(
             f"--retry-period={format_duration(timing.retry_period)}",
             f"--state-dir={settings.state_dir}",
             f"--port={settings.port}",
-            f"--ack-file={settings.ack_file}",
+            *([f"--ack-file={settings.ack_file}"] if settings.shards == 1 else []),
+            *([f"--shards={settings.shards}"] if settings.shards > 1 else []),
             *settings.health_args,
             *(["--label-leader"] if settings.label_leader else []),
         ],
@@ -170,10 +171,14 @@ def _completed(container: Any, settings: PodSettings) -> dict[str, Any] | None:
     mounted = {m.get("name") for m in mounts}
     missing_mounts = [m for m in _app_mounts(settings) if m["name"] not in mounted]
     url = f"http://127.0.0.1:{settings.port}"
+    sharded = {
+        "LEADER_ELECTION_SHARDS": str(settings.shards),
+        "LEADER_ELECTION_SHARDS_URL": f"{url}/shards",
+    }
     wanted = {
         "LEADER_ELECTION_STATE_FILE": settings.state_file,
         "LEADER_ELECTION_URL": f"{url}/leader",
-        "LEADER_ELECTION_ACK_FILE": settings.ack_file,
+        **({"LEADER_ELECTION_ACK_FILE": settings.ack_file} if settings.shards == 1 else sharded),
         "LEADER_ELECTION_DRAINED_URL": f"{url}/drained",
         **({"LEADER_ELECTION_HEALTH_FILE": settings.health_file} if settings.health_file else {}),
     }  # a value the pod already sets wins

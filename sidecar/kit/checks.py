@@ -13,6 +13,7 @@ from typing import TypeVar
 
 from ..core import defaults
 from ..core.durations import ACCEPTED_FORM, format_duration, parse_duration
+from ..core.shards import MAX_SHARDS
 
 T = TypeVar("T")
 
@@ -93,6 +94,12 @@ def one_of(choices: Sequence[str]) -> Callable[[str], str]:
 
 #: A count of 1 to 100 (a probe's failures or successes in a row).
 count = _rule("a whole number from 1 to 100", lambda w: _count(w) is not None, int)
+#: An election's shards (contract §2, shards): each is a Lease and a watch in every pod.
+shards = _rule(
+    f"a whole number from 1 to {MAX_SHARDS} (each shard is a Lease)",
+    lambda w: w.isascii() and w.isdigit() and 1 <= int(w) <= MAX_SHARDS,
+    int,
+)
 
 
 def loopback_url(raw: str) -> str:

@@ -95,6 +95,7 @@ values = {
     PREFIX + "health-failures": st.sampled_from(["1", "3", "100", "0", "101", "x", ""]),
     PREFIX + "health-successes": st.sampled_from(["1", "2", "0", "-1"]),
     PREFIX + "when-none-healthy": st.sampled_from(["keep", "nobody", "Keep", ""]),
+    PREFIX + "shards": st.sampled_from(["1", "2", "12", "64", "0", "65", "¹", "", "x"]),
 }
 random_notes = st.fixed_dictionaries({}, optional=values)
 
@@ -116,6 +117,7 @@ def plausible_notes(draw: st.DrawFn) -> dict[str, str]:
         PREFIX + "name": draw(st.sampled_from(["main", "My App", "ÉLU", "x.y_z"])),
         PREFIX + "gate-readiness": draw(st.sampled_from(["true", "false"])),
         PREFIX + "label-leader": draw(st.sampled_from(["true", "false"])),
+        PREFIX + "shards": draw(st.sampled_from(["1", "3", "12"])),
     }
     keep = draw(st.sets(st.sampled_from(sorted(out))))
     return {k: v for k, v in out.items() if k in keep}
@@ -165,6 +167,8 @@ def test_what_the_injector_accepts_the_sidecar_accepts(annotations: dict[str, st
         assert got.health is not None and got.health.url == url
     if annotations.get(PREFIX + "health-failures") and got.health is not None:
         assert got.health.policy.failures == int(annotations[PREFIX + "health-failures"])
+    if PREFIX + "shards" in annotations:
+        assert got.shards == int(annotations[PREFIX + "shards"])
     mounts = [m["mountPath"] for m in container["volumeMounts"]]
     assert str(got.state_dir) in mounts
     assert got.identity == "p" and got.lease.startswith("leader-")

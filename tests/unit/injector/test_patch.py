@@ -124,6 +124,36 @@ def test_label_leader_passes_the_flag_and_pod_name() -> None:
     )
 
 
+def test_shards_pass_the_flag_and_tell_the_app_where_to_ask() -> None:
+    annotated = pod({P + "shards": "12"}, name="x")
+    out = patched(annotated, decide(annotated, SPEC))
+    sc, app = out["spec"]["initContainers"][0], out["spec"]["containers"][0]
+    assert "--shards=12" in sc["args"]
+    assert not any(a.startswith("--ack-file") for a in sc["args"])  # one file names no shard
+    env = {e["name"]: e["value"] for e in app["env"]}
+    assert env["LEADER_ELECTION_SHARDS"] == "12"
+    assert env["LEADER_ELECTION_SHARDS_URL"] == "http://127.0.0.1:4040/shards"
+    assert "LEADER_ELECTION_ACK_FILE" not in env
+    one = pod({P + "shards": "1"}, name="x")
+    sc = patched(one, decide(one, SPEC))["spec"]["initContainers"][0]
+    assert not any(a.startswith("--shards") for a in sc["args"])
+
+
+@pytest.mark.parametrize(
+    ("annotations", "said"),
+    [
+        ({P + "shards": "65"}, "from 1 to 64"),
+        ({P + "shards": "¹"}, "from 1 to 64"),
+        ({P + "shards": "3", P + "gate-readiness": "true"}, "probe /shards/<i>"),
+        ({P + "shards": "3", P + "label-leader": "true"}, "every pod may own some"),
+        ({P + "shards": "3", P + "health-url": "http://127.0.0.1:8080/h"}, "not supported yet"),
+    ],
+)
+def test_shards_refuse_what_they_cannot_do(annotations: dict[str, str], said: str) -> None:
+    decision = decide(pod(annotations, name="x"), SPEC)
+    assert decision.outcome == "denied" and said in str(decision), decision
+
+
 def test_injector_defaults_apply_and_annotations_override() -> None:
     spec = SidecarSpec(image="i", timing=Timing(30, 20, 4), cpu_request="5m")
     p = pod({P + "retry-period": "5s"}, name="x")
