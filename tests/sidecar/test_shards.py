@@ -11,15 +11,22 @@ shard went without an owner in the apps' view.
 
 from __future__ import annotations
 
+import json
+import os
+import re
+import shutil
 import signal
+import subprocess
 import threading
 import time
 from collections import Counter
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 from sidecar.core.shards import shard_lease
 from tests.chaos.moves import post
+from tests.e2e.readme import block
 from tests.sidecar.proc import SidecarProcess, _parse, wait_for
 
 SHARDS = 12
@@ -31,6 +38,57 @@ ARGS = (
 )
 
 Spawn = Callable[..., SidecarProcess]
+README = Path(__file__).resolve().parents[2] / "README.md"
+HEADING = "### Shards: one owner per shard"
+
+
+def _readme(fence: str, marker: str) -> str:
+    """README's ``fence`` block under the shards heading that contains ``marker``, as written."""
+    section = README.read_text().split(HEADING, 1)[1].split("\n## ", 1)[0]
+    [code] = [b for b in re.findall(rf"```{fence}\n(.*?)```", section, re.S) if marker in b]
+    return code
+
+
+def readme_snippets_say(proc: SidecarProcess, tmp: Path) -> dict[str, list[int]]:
+    """What README's sh, Python and Go snippets say this pod owns, each run as a user would."""
+    env = {
+        **os.environ,
+        "LEADER_ELECTION_STATE_FILE": str(proc.state_dir / "state.json"),
+        "LEADER_ELECTION_SHARDS": str(SHARDS),
+        "LEADER_ELECTION_SHARDS_URL": f"http://127.0.0.1:{proc.port}/shards",
+    }
+    loop = block(HEADING, README).split("done\n", 1)[0] + "done\n"
+    sh = subprocess.run(
+        ["bash", "-c", f"do_shard_work() {{ echo \"$1\"; }}\n{loop}"],
+        env=env, capture_output=True, text=True, timeout=30, check=True,
+    )  # fmt: skip
+    scope: dict[str, Any] = {}
+    saved = dict(os.environ)
+    os.environ.update(env)
+    try:
+        exec(compile(_readme("python", "def owned_shards"), str(README), "exec"), scope)
+        python = scope["owned_shards"]()
+    finally:
+        os.environ.clear()
+        os.environ.update(saved)
+    said = {"sh": [int(w) for w in sh.stdout.split()], "python": python}
+    go = shutil.which("go")
+    if go is not None:
+        main = tmp / "snippet" / "main.go"
+        main.parent.mkdir(exist_ok=True)
+        (main.parent / "go.mod").write_text("module snippet\n\ngo 1.21\n")
+        main.write_text(
+            'package main\n\nimport (\n\t"encoding/json"\n\t"fmt"\n\t"os"\n\t"time"\n)\n\n'
+            + _readme("go", "func ownedShards")
+            + "\nfunc main() {\n\towned, err := ownedShards()\n\tif err != nil {\n"
+            "\t\tpanic(err)\n\t}\n\tout, _ := json.Marshal(owned)\n\tfmt.Println(string(out))\n}\n"
+        )
+        ran = subprocess.run(
+            [go, "run", "."], cwd=main.parent, env={**env, "GOFLAGS": "-mod=mod"},
+            capture_output=True, text=True, timeout=120, check=True,
+        )  # fmt: skip
+        said["go"] = json.loads(ran.stdout) or []
+    return said
 
 
 def owned(proc: SidecarProcess) -> set[int]:
@@ -152,12 +210,15 @@ def test_twelve_shards_balance_over_three_pods_and_a_fourth_takes_three(
 
 
 def test_a_stopping_pod_hands_its_shards_off_and_a_killed_ones_are_taken_after_the_lease(
-    spawn: Spawn,
+    spawn: Spawn, tmp_path: Path
 ) -> None:
     pods = [spawn(f"pod-{n}", extra=ARGS) for n in "abc"]
     apps = Apps(pods)
     try:
         wait_for(lambda: apps.balanced(3), 60, what="12 shards balanced over 3 pods")
+        said = readme_snippets_say(pods[0], tmp_path)
+        assert all(sorted(v) == sorted(owned(pods[0])) for v in said.values()), said
+        assert len(said) == 3 or shutil.which("go") is None
         stopping = pods[2]
         had = {s for s, who in apps.owner.items() if who == stopping.identity}
         moves_before = len(apps.moves)
