@@ -240,3 +240,18 @@ def test_a_stopping_pod_hands_its_shards_off_and_a_killed_ones_are_taken_after_t
         assert apps.twice == 0
     finally:
         apps.stop()
+
+
+def test_one_shard_is_the_plain_election(spawn: Spawn, api: Any, namespace: str) -> None:
+    from kubernetes import client
+
+    a = spawn("pod-a", extra=(*ARGS[:3], "--shards=1"))
+    wait_for(a.leads, 30, what="pod-a to lead")
+    state = a.state()
+    assert state is not None and "shards" not in state and state["holder"] == "pod-a"
+    names = {
+        lease.metadata.name
+        for lease in client.CoordinationV1Api(api).list_namespaced_lease(namespace).items
+    }
+    assert "leader-main" in names and not any("-shard-" in n or "-member-" in n for n in names)
+    assert a.http("/shards/0")[0] == 404

@@ -16,6 +16,9 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
+import pytest
+
+from sidecar.commands.cli import command
 from sidecar.commands.wiring import wire_shards
 from sidecar.core.shards import shard_lease
 from sidecar.driver.shardset import ShardSet
@@ -170,3 +173,23 @@ def test_one_shard_is_one_election_with_a_shard_lease(tmp_path: Path) -> None:
             assert await p.stop() == 0
 
     run(scenario)
+
+
+@pytest.mark.parametrize(
+    ("flags", "said"),
+    [
+        (["--shards=0"], "from 1 to 64"),
+        (["--shards=65"], "from 1 to 64"),
+        (["--shards=¹"], "from 1 to 64"),  # a digit to str.isdigit, not to int()
+        (["--shards=12", "--label-leader"], "cannot be used with --shards"),
+        (["--shards=12", "--ack-file=/tmp/a"], "POST /drained?shard=<i>&token="),
+        (["--shards=12", "--health-url=http://127.0.0.1:8080/h"], "not supported yet"),
+        (["--shards=64", f"--election={'e' * 240}"], "too long for 64 shards"),
+    ],
+)
+def test_bad_shard_flags_say_what_is_wrong_in_one_line(
+    flags: list[str], said: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert command(["run", "--election=main", *flags], {"POD_NAME": "p"}) == 2
+    err = capsys.readouterr().err
+    assert said in err and err.count("\n") == 1, err
