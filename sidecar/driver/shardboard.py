@@ -59,9 +59,9 @@ class ShardBoard:
         self._scheduled = False
         self._leaving: asyncio.Task[None] | None = None
         self._after_me: dict[int, str] | None = None  # the assignment once this pod left
-        #: Each shard's holder as one list found it at start-up (None: not listed yet): a
-        #: follower standing aside never reads its shard's Lease, and the watch tells
-        #: nothing of one that does not exist.
+        #: Each shard's holder as one list found it at start-up (None: not listed yet): who
+        #: holds what before every shard's elector has read its own Lease, so that a pod
+        #: that starts never stands for a shard another holds.
         self._listed: dict[int, str | None] | None = None
         members.on_change = self.changed
 
@@ -88,6 +88,12 @@ class ShardBoard:
         """The observer that ties shard ``shard``'s elector to the board."""
         self.drains[shard] = drain
         return ShardSeat(self, shard)
+
+    def join(self, shard: int, control: Control) -> None:
+        """Shard ``shard``'s elector, standing aside until the board has seen enough."""
+        self.controls[shard] = control
+        self._standing[shard] = False
+        control.stand(False, ELSEWHERE)
 
     def owners(self) -> dict[int, str | None]:
         """Who owns each shard, as its elector last saw the Lease (the named successor of a
@@ -156,15 +162,10 @@ class ShardBoard:
         """Shutdown: out of the members once (every shard's release waits for it)."""
         if self._leaving is None:
             self._moves.cancel()
-            alive = self.members.alive - {self.identity}
-            owners = {i: o for i, o in self.owners().items() if o in alive}
-            self._after_me = assign(self.shards, alive, owners) if self._listed else {}
-            self.log.debug(
-                "leaving the members",
-                alive=sorted(alive),
-                owners=self.owners(),
-                successors=self._after_me,
-            )
+            alive, owners = self.members.alive - {self.identity}, self.owners()
+            held = {i: o for i, o in owners.items() if o in alive}
+            self._after_me = assign(self.shards, alive, held) if self._listed else {}
+            self.log.debug("leaving the members", owners=owners, successors=self._after_me)
             self._leaving = asyncio.ensure_future(self.members.leave())
         await asyncio.shield(self._leaving)
 
@@ -177,9 +178,7 @@ class ShardSeat(Observer):
         self._holder: str | None = None
 
     async def start(self, control: Control) -> None:
-        self.board.controls[self.shard] = control
-        control.stand(False, ELSEWHERE)  # until the board has seen the members
-        self.board._standing[self.shard] = False
+        self.board.join(self.shard, control)
 
     def on_event(self, event: Event, view: View) -> None:
         self.board.changed()
