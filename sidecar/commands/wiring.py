@@ -133,18 +133,33 @@ def wire(
         )
         observers.append(recorder)
     observers.append(published)
-    elector = Elector(
-        HandoffLock(LeaseLock(store, lease), membership, mark.first_term, timing.lease_duration),
-        identity=identity,
+    handoff = HandoffLock(
+        LeaseLock(store, lease), membership, mark.first_term, timing.lease_duration
+    )
+    elector = _elector(settings, namespace, handoff, observers, log, clock)
+    return Sidecar(elector, metrics, published, lock)
+
+
+def _elector(
+    settings: RunSettings,
+    namespace: str,
+    lock: HandoffLock,
+    observers: list[Observer],
+    log: Logger,
+    clock: Clock,
+) -> Elector:
+    """The elector of ``lock``'s Lease, with ``observers`` in their order."""
+    return Elector(
+        lock,
+        identity=settings.identity,
         election=settings.election,
-        lease=lease,
+        lease=lock.name,
         namespace=namespace,
-        timing=timing,
+        timing=settings.timing,
         observers=observers,
         log=log,
         clock=clock,
     )
-    return Sidecar(elector, metrics, published, lock)
 
 
 def wire_shards(
@@ -203,25 +218,11 @@ def wire_shards(
                 )
             )
         observers.append(relay)
-        lock = HandoffLock(
-            LeaseLock(store, lease),
-            ShardRoster(board, shard),
-            mark.first_term,
-            timing.lease_duration,
+        roster = ShardRoster(board, shard)
+        handoff = HandoffLock(
+            LeaseLock(store, lease), roster, mark.first_term, timing.lease_duration
         )
-        electors.append(
-            Elector(
-                lock,
-                identity=identity,
-                election=settings.election,
-                lease=lease,
-                namespace=namespace,
-                timing=timing,
-                observers=observers,
-                log=log,
-                clock=clock,
-            )
-        )
+        electors.append(_elector(settings, namespace, handoff, observers, log, clock))
     return ShardedSidecar(shards, metrics, published)
 
 
