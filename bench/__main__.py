@@ -143,6 +143,10 @@ def run(plan: Plan, only: set[str] | None) -> dict[str, Any]:
 
                 _log(f"planned transfer, acknowledged drain, sidecar: {plan.handover_count} ...")
                 res["transfer"] = transfer.measure(workdir, creds, plan.handover_count)
+            if wanted("shards"):
+                from . import shards
+
+                res["shards"] = shards.measure(workdir, creds, audit)
             if wanted("failover"):
                 res["crash_failover"] = crash(plan, keys, workdir, creds)
             if wanted("steady"):
@@ -506,11 +510,12 @@ def targets(res: dict[str, Any]) -> list[dict[str, Any]]:
             + (f" (CPython floor {floor:.1f} MB)" if floor else ""),
             fp["rss_mb_leader"] <= peer["rss_mb_leader"],
         )
-    from .targets import against_clientgo
+    from .targets import against_clientgo, shards
     from .transfer import targets as transfer_targets
 
     out += against_clientgo(res)
     out += transfer_targets(res)
+    out += shards(res)
     loads = (res.get("pods") or {}).get("workloads") or {}
     ours = loads.get("sidecar") or {}
     for key, who in (("clientgo", "client-go"), ("grelmicro", "grelmicro")):
@@ -613,9 +618,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--quick", action="store_true", help="fewer runs, shorter windows (~5 min)")
     parser.add_argument(
         "--only",
-        help="comma-separated subset: handover, failover, steady, startup, first-leader, scale "
-        "(or one of its two: one-election, many-elections), one-election-500, thousand-elections, "
-        "injector, sweep, pods",
+        help="comma-separated subset: handover, transfer, shards, failover, steady, startup, "
+        "first-leader, scale (or one of its two: one-election, many-elections), one-election-500, "
+        "thousand-elections, injector, sweep, pods",
     )
     parser.add_argument(
         "--report-only", action="store_true", help="redraw from results/latest.json"

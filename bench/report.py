@@ -12,6 +12,7 @@ from typing import Any
 
 from .crowdstats import markdown as crowd_markdown
 from .figures import ms, summary
+from .shardstats import markdown as shards_markdown
 from .thousandstats import markdown as thousand_markdown
 
 ORDER = ["sidecar", "clientgo", "grelmicro", "official"]
@@ -286,6 +287,8 @@ def markdown(res: dict[str, Any]) -> str:
         add(crowd_markdown(res["crowd"], LABELS))
     if res.get("thousand"):
         add(thousand_markdown(res["thousand"], LABELS))
+    if res.get("shards"):
+        add(shards_markdown(res["shards"], LABELS))
     inj = res.get("injector")
     add("## 6. Injector admission latency\n")
     if inj and not inj.get("gap"):
