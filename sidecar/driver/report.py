@@ -21,6 +21,11 @@ from ..kit.logs import Logger
 from ..kube.errors import RBAC_FIX, Forbidden, NotFound, Unauthorized
 from ..kube.skew import Offset
 from .observer import Call, Observer, View
+from .shardboard import MOVE
+from .transfer import REASON as TRANSFER
+
+#: Step-downs that were asked for (a transfer, a shard's move): told as info, not warnings.
+PLANNED = (TRANSFER, MOVE)
 
 ROLLED_BACK = (
     "the API server's store went back in time (etcd restored from a backup?); "
@@ -42,7 +47,8 @@ class LogReport(Observer):
         if kind == "leading":
             log.info("leading", lease=lease, fencing_token=event.fencing_token)
         elif kind == "stepped_down" and detail != "shutting down":
-            log.warning("stepped down", lease=lease, reason=detail)
+            planned = detail.startswith(PLANNED)  # asked for: nothing to look into
+            (log.info if planned else log.warning)("stepped down", lease=lease, reason=detail)
         elif kind == "holder":
             log.info("holder changed", lease=lease, holder=detail or None)
         elif kind == "rolled_back":

@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import datetime as dt
+import io
 import json
 from collections import Counter
 from pathlib import Path
@@ -20,7 +21,11 @@ import pytest
 
 from sidecar.commands.cli import command
 from sidecar.commands.wiring import wire_shards
+from sidecar.core.election import Event
 from sidecar.core.shards import shard_lease
+from sidecar.core.timing import Timing
+from sidecar.driver.report import LogReport
+from sidecar.driver.shardboard import MOVE
 from sidecar.driver.shardset import ShardSet
 from sidecar.kit.logs import Logger
 from tests.unit.fake_leases import FakeLeases
@@ -193,3 +198,17 @@ def test_bad_shard_flags_say_what_is_wrong_in_one_line(
     assert command(["run", "--election=main", *flags], {"POD_NAME": "p"}) == 2
     err = capsys.readouterr().err
     assert said in err and err.count("\n") == 1, err
+
+
+def test_a_planned_move_is_told_as_info_and_a_lost_term_as_a_warning() -> None:
+    """Every scale moves shards: a warning each time would be noise nobody should act on."""
+    out = io.StringIO()
+    report = LogReport(
+        Logger("info", stream=out), "leader-main-shard-0", "ns", Timing(), lambda: None
+    )
+    view: Any = None  # LogReport reads only the event
+    report.on_event(Event("stepped_down", f"{MOVE}pod-b"), view)
+    report.on_event(Event("stepped_down", "transfer to pod-b"), view)
+    report.on_event(Event("stepped_down", "renew deadline passed without a successful renew"), view)
+    levels = [json.loads(line)["level"] for line in out.getvalue().splitlines()]
+    assert levels == ["info", "info", "warning"]
