@@ -89,8 +89,8 @@ class Elector:
     ) -> bool:
         """Leadership off this candidate while it runs on: the step-down told first, then
         ``drained(seconds left of its last valid_until)``, then the release naming
-        ``successor`` (None: the roster's choice). It claims nothing after, until
-        ``stand(True, HANDED_OVER)``.
+        ``successor`` (None: the roster's choice; one that fails leaves the Lease to expire,
+        never raised). It claims nothing after, until ``stand(True, HANDED_OVER)``.
         False when it did not lead (nothing done)."""
         now = self.clock.monotonic()
         until = self.election.valid_until(now)
@@ -100,8 +100,7 @@ class Elector:
         self.election.resign(reason)
         self._publish()
         await drained(until - now)
-        async with self._releasing:  # never beside the shutdown's release
-            await self.lock.release(self.election, self.clock, self.log, SHUTDOWN_BUDGET, successor)
+        await self._release(successor)
         return True
 
     def stand(self, candidate: bool, why: str) -> None:
@@ -221,6 +220,11 @@ class Elector:
             self._publish()
 
     # ---- shutdown ---------------------------------------------------------------
+    async def _release(self, successor: str | None = None) -> None:
+        """The release (a hand-over's, the shutdown's: never both at once)."""
+        async with self._releasing:
+            await requests.release(self.lock, self.election, self.clock, self.log, successor)
+
     async def _shutdown(self) -> None:
         """contract §5: "not leader" first, then the observers', the release, the rest; bounded."""
         self.election.resign()
@@ -229,17 +233,15 @@ class Elector:
         await aio.cancel([loop, watchdog], TASK_STOP_SECONDS, self.log)
         await self.observers.before_release()
 
-        async def released() -> None:
-            async with self._releasing:
-                await self.lock.release(self.election, self.clock, self.log, SHUTDOWN_BUDGET)
-
         async def unwatch() -> None:  # the release followed the hand-off on it
             await aio.cancel([watch], TASK_STOP_SECONDS, self.log)
 
         keeping = [type(o).__name__ for o in self.observers if o.keeps_lease()]
         if keeping:  # something of this leadership runs on: nobody in before its expiry
             self.log.warning("lease left to expire, not released", kept_by=keeping)
-        steps: list[Callable[[], Awaitable[None]]] = [unwatch] if keeping else [released, unwatch]
+        steps: list[Callable[[], Awaitable[None]]] = (
+            [unwatch] if keeping else [self._release, unwatch]
+        )
         steps += [observer.after_release for observer in self.observers]
         await aio.bounded_steps(
             steps, SHUTDOWN_BUDGET, self.clock.monotonic, self.log, expected=(ApiError,)

@@ -1,4 +1,4 @@
-"""One request of the election loop through its lock: a read or a write, and its answer delivered.
+"""One request of the election loop through its lock: a read, a write or the release, told.
 
 What an answer means is the state machine's (``core.election``): here it is
 only told, to the election (``on_read``, ``on_written``, ``on_conflict``,
@@ -13,6 +13,7 @@ import math
 
 from ..core.election import Election, Write
 from ..kit.clock import Clock
+from ..kit.logs import Logger
 from ..kube.errors import ApiError, Conflict, NotFound
 from .electionlock import Absent, ElectionLock
 from .observer import Call, Observers
@@ -66,3 +67,18 @@ async def write(
     now = clock.monotonic()
     election.on_written(obj, started, now)
     observers.on_call(Call(kind, seconds=now - started))
+
+
+#: The release's own deadline, well inside the default 30 s grace period.
+RELEASE_BUDGET = 10.0
+
+
+async def release(
+    lock: ElectionLock, election: Election, clock: Clock, log: Logger, successor: str | None
+) -> None:
+    """The release, within ``RELEASE_BUDGET``; one that fails is logged and the Lease is left
+    to expire (its successor waits a lease): never raised into a hand-over or a shutdown."""
+    try:
+        await lock.release(election, clock, log, RELEASE_BUDGET, successor)
+    except ApiError as err:
+        log.warning("the release failed; the Lease will expire", error=str(err))

@@ -28,6 +28,7 @@ from sidecar.driver.report import LogReport
 from sidecar.driver.shardboard import MOVE
 from sidecar.driver.shardset import ShardSet
 from sidecar.kit.logs import Logger
+from sidecar.kube.errors import ApiUnavailable
 from tests.unit.fake_leases import FakeLeases
 from tests.unit.test_driver import LEASE, LoopClock, had_sidecars, run, settings, until
 
@@ -212,3 +213,39 @@ def test_a_planned_move_is_told_as_info_and_a_lost_term_as_a_warning() -> None:
     report.on_event(Event("stepped_down", "renew deadline passed without a successful renew"), view)
     levels = [json.loads(line)["level"] for line in out.getvalue().splitlines()]
     assert levels == ["info", "info", "warning"]
+
+
+class _FailsOneRelease:
+    """One pod's view of the shared store: its first write of a shard's Lease that names
+    another holder than itself (a move's release) fails as a broken link does."""
+
+    def __init__(self, store: FakeLeases, identity: str) -> None:
+        self.store, self.identity, self.failed = store, identity, 0
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.store, name)
+
+    async def replace(self, body: dict[str, Any], timeout: float | None = None) -> dict[str, Any]:
+        holder = body.get("spec", {}).get("holderIdentity")
+        if not self.failed and "-shard-" in body["metadata"]["name"] and holder != self.identity:
+            self.failed += 1
+            raise ApiUnavailable("cannot connect: connection reset", verb="update leases")
+        return await self.store.replace(body, timeout)
+
+
+def test_a_move_whose_release_fails_leaves_the_shard_free_to_come_back(tmp_path: Path) -> None:
+    async def scenario() -> None:
+        store = had_sidecars(FakeLeases())
+        view = _FailsOneRelease(store, "a")
+        a = await Pod("a", view, tmp_path, shards=2).start()  # type: ignore[arg-type]
+        await until(lambda: len(a.owns()) == 2, 60, "a owns both shards")
+        b = await Pod("b", store, tmp_path, shards=2).start()
+        # One shard moves to b; a's release of it fails: b takes it after the lease.
+        await until(lambda: len(a.owns()) == 1 and len(b.owns()) == 1, 30, "one shard each")
+        assert view.failed == 1
+        # b stops: its release names a, whose assignment gives it both shards again.
+        assert await b.stop() == 0
+        await until(lambda: len(a.owns()) == 2, 30, "a owns both shards again")
+        assert await a.stop() == 0
+
+    run(scenario)

@@ -46,7 +46,9 @@ PACKAGE_LINES = {
     # 4,086 with the shards of issue 40: the members' heartbeat Leases (210 lines), the
     # board that decides who stands for which shard (205), the shards run as one and told
     # as one state (125), and the metrics of several elections in one exposition.
-    "driver": 4_100,
+    # 4,109 with a release that never raises into a hand-over (requests.release: a
+    # failed one left a shard's elector held back for good) and planned step-downs as info.
+    "driver": 4_150,
     # The API access: HTTP client, kubeconfig and in-cluster config, Leases, the
     # coordination Lease's reads and writes, and the sweep's rules, which the
     # sidecar, `cleanup` and the injector share. 1,606 when this was written.
@@ -75,8 +77,9 @@ PACKAGE_LINES = {
 #: probe and its flags, standing aside, the health annotations and metrics);
 #: 11,258 with drains counted by how they ended (the metric of issue 39's alert)
 #: and transfer's 403 line; 12,106 with the shards of issue 40 (assignment, members,
-#: board, the shards run as one, their settings and wiring).
-TOTAL_LINES = 12_150
+#: board, the shards run as one, their settings and wiring); 12,163 with the release
+#: that never raises into a hand-over and the injector's shards annotation.
+TOTAL_LINES = 12_200
 
 
 def _lines(path: Path) -> int:
