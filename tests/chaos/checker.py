@@ -41,10 +41,29 @@ Violations:
    failed).
 
 Each violation comes with a timeline of everything within a few seconds.
+
+Sharded elections (``run --shards=N``, issue 40)
+------------------------------------------------
+A sharded sidecar's file says ``is_leader`` for "owns any" and lists every
+shard in ``shards``, each with its own ``is_leader``, ``valid_until`` and
+``fencing_token``; an app acts on shard s only while s's entry says
+``is_leader`` with ``valid_until`` ahead. So each shard is judged as an
+election of its own: its versions are the files' versions read through s's
+entry (``shard_versions``), with the same claim rule, and violations 1 and 3
+apply per shard (two apps on one shard at one instant; a shard's token not
+above every token claimed on that shard before it). The same token on two
+shards is nothing: each shard is its own order. Leaderless gaps are each
+shard's. A 1-shard election is the plain election (no ``shards`` list): it
+is judged on the top-level fields as ever, and its claims' tokens count as
+the one shard's acquisitions.
+
+*Shard acquisitions*: each (shard, fencing token) that some app acted on,
+once, however many versions and renewals carried it.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 import itertools
 import statistics
@@ -52,6 +71,8 @@ from collections import Counter
 from collections.abc import Collection, Iterable
 from dataclasses import dataclass, field
 from typing import Any
+
+from sidecar.core.shards import SHARD_INFIX
 
 
 def parse_ts(value: Any) -> float | None:
@@ -68,6 +89,32 @@ def fmt(t: float) -> str:
 
 
 @dataclass(frozen=True)
+class ShardEntry:
+    """One shard's entry in a sharded sidecar's state.json (``shards``)."""
+
+    shard: int
+    is_leader: bool
+    valid_until: float | None
+    holder: str | None = None
+    fencing_token: int | None = None
+    #: The token of the drain under way for this shard, if any (the app may acknowledge it).
+    drain: int | None = None
+
+    @classmethod
+    def from_entry(cls, entry: dict[str, Any]) -> ShardEntry:
+        drain = entry.get("drain")
+        token = drain.get("token") if isinstance(drain, dict) else None
+        return cls(
+            shard=int(entry["shard"]),
+            is_leader=entry.get("is_leader") is True,
+            valid_until=parse_ts(entry.get("valid_until")),
+            holder=entry.get("holder"),
+            fencing_token=entry.get("fencing_token"),
+            drain=token if isinstance(token, int) else None,
+        )
+
+
+@dataclass(frozen=True)
 class FileVersion:
     """One version of one sidecar's state.json, as the recorder read it."""
 
@@ -78,9 +125,12 @@ class FileVersion:
     valid_until: float | None
     holder: str | None = None
     fencing_token: int | None = None
+    #: A sharded election's shards (None: a plain election's file).
+    shards: tuple[ShardEntry, ...] | None = None
 
     @classmethod
     def from_state(cls, who: str, seen: float, state: dict[str, Any]) -> FileVersion:
+        shards = state.get("shards")
         return cls(
             who=who,
             seen=seen,
@@ -89,7 +139,20 @@ class FileVersion:
             valid_until=parse_ts(state.get("valid_until")),
             holder=state.get("holder"),
             fencing_token=state.get("fencing_token"),
+            shards=(
+                tuple(ShardEntry.from_entry(e) for e in shards)
+                if isinstance(shards, list)
+                else None
+            ),
         )
+
+    def owns(self, at: float) -> list[int]:
+        """The shards this version tells its app to act on at ``at`` (a sharded file)."""
+        return [
+            e.shard
+            for e in self.shards or ()
+            if e.is_leader and e.valid_until is not None and e.valid_until > at
+        ]
 
 
 @dataclass(frozen=True)
@@ -138,6 +201,8 @@ class Violation:
     who: tuple[str, ...]
     detail: str
     timeline: str = ""
+    #: The shard it was found on (None: the plain election, or the run as a whole).
+    shard: int | None = None
 
     @property
     def width(self) -> float:
@@ -149,6 +214,8 @@ class Gap:
     start: float
     end: float
     causes: list[Fault]
+    #: The shard that had no owner (None: the plain election).
+    shard: int | None = None
 
     @property
     def length(self) -> float:
@@ -198,6 +265,12 @@ class Report:
     #: with sidecars whose tokens are not judged: how often the token went back
     #: once theirs are counted too (an older version's token means something else)
     unjudged_fencing: int | None = None
+    #: a sharded election: how many shards were judged (0: a plain one)
+    shards: int = 0
+    #: each (shard, fencing token) an app acted on, once (a plain election: its tokens)
+    shard_acquisitions: int = 0
+    #: each shard's handovers between identities (a sharded election)
+    shard_handovers: Counter[int] = field(default_factory=Counter)
 
     @property
     def max_gap(self) -> Gap | None:
@@ -215,6 +288,7 @@ class Report:
             f"identities; step-downs: "
             + (", ".join(f"{k}={v}" for k, v in sorted(self.step_downs.items())) or "none"),
             "probes: " + ", ".join(f"{k}={v}" for k, v in sorted(self.probes.items())),
+            self._shard_line(),
             f"violations: {len(self.violations)} (torn reads: {self.torn_reads})",
         ]
         if self.unjudged_fencing is not None:
@@ -226,10 +300,12 @@ class Report:
         if gap is not None and rec is not None:
             lines.append(
                 f"leaderless gaps: {len(self.gaps)}; longest {gap.length:.2f}s "
-                f"({gap.length / self.lease_duration:.2f} × lease {self.lease_duration:g}s) at "
+                f"({gap.length / self.lease_duration:.2f} × lease {self.lease_duration:g}s)"
+                f"{'' if gap.shard is None else f' on shard {gap.shard}'} at "
                 f"{fmt(gap.start)} after [{', '.join(f.kind + ':' + f.target for f in gap.causes) or 'no fault'}]; "
                 f"longest after the fault cleared {rec.recovery:.2f}s "
-                f"({rec.recovery / self.lease_duration:.2f} × lease)"
+                f"({rec.recovery / self.lease_duration:.2f} × lease"
+                f"{'' if rec.shard is None else f', shard {rec.shard}'})"
             )
         for t in self.trends:
             lines.append(
@@ -239,10 +315,24 @@ class Report:
             )
         for v in self.violations:
             lines.append(
-                f"VIOLATION {v.kind} {v.who} {fmt(v.start)}..{fmt(v.end)} "
+                f"VIOLATION {v.kind}{'' if v.shard is None else f' on shard {v.shard}'} "
+                f"{v.who} {fmt(v.start)}..{fmt(v.end)} "
                 f"({v.width * 1000:.0f} ms): {v.detail}\n{v.timeline}"
             )
         return "\n".join(lines)
+
+    def _shard_line(self) -> str:
+        if not self.shards:
+            return (
+                f"shard acquisitions: {self.shard_acquisitions} (1 shard: the plain election, "
+                "each fencing token acted on once)"
+            )
+        per = [self.shard_handovers.get(s, 0) for s in range(self.shards)]
+        return (
+            f"shards: {self.shards}; shard acquisitions: {self.shard_acquisitions} (each shard "
+            f"and fencing token acted on, once); handovers per shard: {sum(per)} in all, "
+            f"{min(per)} to {max(per)} ({' '.join(str(n) for n in per)})"
+        )
 
 
 # ---- the analysis ------------------------------------------------------------
@@ -290,6 +380,45 @@ def acquisitions_of(claims: list[Claim]) -> int:
             if i == 0 or c.start > seq[i - 1].end + 1e-6:
                 acquisitions += 1
     return acquisitions
+
+
+def token_acquisitions(claims: Iterable[Claim]) -> int:
+    """How many terms were acted on: each fencing token claimed, once (a renewal, a new
+    version, a re-read carry the same token). One shard's claims, or the plain election's."""
+    return len({c.version.fencing_token for c in claims})
+
+
+def shard_versions(versions: Iterable[FileVersion]) -> dict[int, list[FileVersion]]:
+    """Each shard's versions: every sharded file version read through that shard's entry
+    (is_leader, valid_until, holder, token), so a shard is judged as a plain election. A
+    version without the shard's entry says nothing of it: it does not claim it."""
+    out: dict[int, list[FileVersion]] = {}
+    sharded = [v for v in versions if v.shards is not None]
+    every = sorted({e.shard for v in sharded for e in v.shards or ()})
+    for v in sharded:
+        entries = {e.shard: e for e in v.shards or ()}
+        for shard in every:
+            e = entries.get(shard)
+            out.setdefault(shard, []).append(
+                FileVersion(
+                    who=v.who,
+                    seen=v.seen,
+                    updated_at=v.updated_at,
+                    is_leader=e is not None and e.is_leader,
+                    valid_until=e.valid_until if e is not None else None,
+                    holder=e.holder if e is not None else None,
+                    fencing_token=e.fencing_token if e is not None else None,
+                )
+            )
+    return out
+
+
+def shard_claims(
+    versions: Iterable[FileVersion], lazy: Collection[str] = (), acks: Iterable[Any] = ()
+) -> dict[int, list[Claim]]:
+    """Each shard's claims (``claims_of`` over ``shard_versions``)."""
+    acks = list(acks)
+    return {s: claims_of(vs, lazy, acks) for s, vs in shard_versions(versions).items()}
 
 
 def handovers_of(claims: list[Claim]) -> int:
@@ -540,13 +669,34 @@ def check(
         v.timeline = timeline(v.start, versions, probes, faults, logs)
     if torn_reads:
         violations.append(Violation("torn", start, start, (), f"{torn_reads} unparsable reads"))
+    gaps_end = gaps_until if gaps_until is not None else end
     first = claims[0].start if claims else start
-    gaps = gaps_of(
-        claims, faults, first, gaps_until if gaps_until is not None else end, lease_duration
-    )
-
-    acquisitions = acquisitions_of(claims)
-    handovers = handovers_of(claims)
+    per_shard = shard_claims(versions, lazy, acks)
+    shard_handovers: Counter[int] = Counter()
+    if not per_shard:  # a plain election (1 shard)
+        gaps = gaps_of(claims, faults, first, gaps_end, lease_duration)
+        acquisitions = acquisitions_of(claims)
+        handovers = handovers_of(claims)
+        shard_acquisitions = token_acquisitions(claims)
+    else:  # each shard is an election of its own; the top level claims nothing
+        by_shard = shard_versions(versions)
+        gaps = []
+        for shard, shard_claims_ in sorted(per_shard.items()):
+            found = overlaps(shard_claims_) + fencing(shard_claims_, restores, untokened)
+            for x in found:
+                x.shard = shard
+                x.detail = f"shard {shard}: {x.detail}"
+                x.timeline = timeline(x.start, by_shard[shard], [], faults, _of_shard(logs, shard))
+            violations += found
+            since = shard_claims_[0].start if shard_claims_ else start
+            gaps += [
+                dataclasses.replace(g, shard=shard)
+                for g in gaps_of(shard_claims_, faults, since, gaps_end, lease_duration)
+            ]
+            shard_handovers[shard] = handovers_of(shard_claims_)
+        acquisitions = sum(acquisitions_of(c) for c in per_shard.values())
+        handovers = sum(shard_handovers.values())
+        shard_acquisitions = sum(token_acquisitions(c) for c in per_shard.values())
     step_downs: Counter[str] = Counter()
     for _ts, _who, msg in logs:
         if msg.startswith("stepped down: "):
@@ -570,4 +720,13 @@ def check(
         torn_reads=torn_reads,
         probes=probe_counts,
         unjudged_fencing=max(0, unjudged) if untokened else None,
+        shards=len(per_shard),
+        shard_acquisitions=shard_acquisitions,
+        shard_handovers=shard_handovers,
     )
+
+
+def _of_shard(logs: Iterable[tuple[float, str, str]], shard: int) -> list[tuple[float, str, str]]:
+    """The log events of one shard's timeline: those of its Lease, and those of no shard's."""
+    mine = f"{SHARD_INFIX}{shard})"
+    return [e for e in logs if SHARD_INFIX not in e[2] or e[2].endswith(mine)]

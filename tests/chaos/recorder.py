@@ -26,6 +26,7 @@ import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from .checker import FileVersion, Probe, Resource, parse_ts
 
@@ -47,7 +48,8 @@ class Target:
         self.skew = 0.0
 
 
-def _unskew(state: dict[str, object], skew: float) -> dict[str, object]:
+def _unskew(state: dict[str, Any], skew: float) -> dict[str, Any]:
+    """``state`` with its times (and each shard's ``valid_until``) in the host's time base."""
     if not skew:
         return state
     out = dict(state)
@@ -55,6 +57,8 @@ def _unskew(state: dict[str, object], skew: float) -> dict[str, object]:
         t = parse_ts(out.get(key))
         if t is not None:
             out[key] = dt.datetime.fromtimestamp(t - skew, dt.UTC).isoformat()
+    if isinstance(shards := out.get("shards"), list):
+        out["shards"] = [_unskew(e, skew) if isinstance(e, dict) else e for e in shards]
     return out
 
 
@@ -79,6 +83,8 @@ class Recorder:
         self.file_reads = 0
         self.max_file_lag = 0.0  # the longest pause between two passes over the files
         self._last: dict[str, bytes] = {}
+        #: Each sidecar's latest version (the driver's live view, without a copy of all).
+        self.latest: dict[str, FileVersion] = {}
         self._retiring: set[str] = set()
         self._stop = threading.Event()
         self._lock = threading.Lock()
@@ -121,18 +127,27 @@ class Recorder:
             return list(self.versions)
 
     def leader_now(self) -> str | None:
-        """The sidecar whose latest file claims right now (None if none or ambiguous)."""
+        """The sidecar whose latest file claims right now (None if none or ambiguous); in a
+        sharded election, the one that owns the most shards now (the first name of a tie)."""
         now = time.time()
         with self._lock:
-            latest: dict[str, FileVersion] = {}
-            for v in self.versions:
-                latest[v.who] = v
+            latest = list(self.latest.values())
+        if any(v.shards is not None for v in latest):
+            owns = sorted((-len(v.owns(now)), v.who) for v in latest if v.owns(now))
+            return owns[0][1] if owns else None
         claiming = [
             v.who
-            for v in latest.values()
+            for v in latest
             if v.is_leader and v.valid_until is not None and v.valid_until > now
         ]
         return claiming[0] if len(claiming) == 1 else None
+
+    def owners_now(self) -> dict[int, str]:
+        """A sharded election: each shard owned right now, and by whom (the apps' view)."""
+        now = time.time()
+        with self._lock:
+            latest = list(self.latest.values())
+        return {shard: v.who for v in latest for shard in v.owns(now)}
 
     # ---- threads ---------------------------------------------------------------
     def _files(self) -> None:
@@ -165,10 +180,10 @@ class Recorder:
             self.torn_reads += 1
             return
         self._last[target.who] = data
+        version = FileVersion.from_state(target.who, seen, _unskew(state, target.skew))
         with self._lock:
-            self.versions.append(
-                FileVersion.from_state(target.who, seen, _unskew(state, target.skew))
-            )
+            self.versions.append(version)
+            self.latest[target.who] = version
 
     def _probes(self) -> None:
         while not self._stop.is_set():

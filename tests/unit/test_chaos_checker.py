@@ -10,9 +10,11 @@ from tests.chaos.checker import (
     FileVersion,
     Probe,
     Resource,
+    ShardEntry,
     check,
     claims_of,
     gaps_of,
+    shard_versions,
     trends_of,
 )
 from tests.chaos.moves import Ack
@@ -215,3 +217,106 @@ def test_a_claim_published_while_a_restore_ran_is_not_judged() -> None:
     versions = [*term("a", 0, 2, 393), *term("a", 6, 7, 400), v("b", 8, True, 10, token=400)]
     restore = Fault("restore", "cluster", T + 1, T + 9)
     assert run(versions, faults=[restore]).violations == []
+
+
+# ---- sharded elections (issue 40, item 4): each shard judged as an election of its own ----
+
+
+def sv(who: str, at: float, owns: dict[int, tuple[float, int]], shards: int = 4) -> FileVersion:
+    """A sharded file of ``who`` written at ``at``: it owns each shard of ``owns`` (valid
+    until, token) and no other; the top level says "owns any" and claims nothing itself."""
+    return FileVersion(
+        who=who,
+        seen=T + at + 0.01,
+        updated_at=T + at,
+        is_leader=bool(owns),
+        valid_until=None,
+        shards=tuple(
+            ShardEntry(
+                shard=s,
+                is_leader=s in owns,
+                valid_until=T + owns[s][0] if s in owns else None,
+                holder=who if s in owns else None,
+                fencing_token=owns[s][1] if s in owns else None,
+            )
+            for s in range(shards)
+        ),
+    )
+
+
+def test_two_apps_acting_on_one_shard_at_once_are_a_violation_of_that_shard() -> None:
+    # a owns shards 0 and 1 until 2; b claims shard 1 from 1.5: half a second on two apps.
+    report = run([sv("a", 0, {0: (2, 10), 1: (2, 11)}), sv("b", 1.5, {1: (3.5, 20)})])
+    (violation,) = report.violations
+    assert violation.kind == "file/file" and violation.shard == 1
+    assert violation.who == ("a", "b") and abs(violation.width - 0.5) < 1e-6
+    assert "shard 1" in violation.detail and "token=11" in violation.timeline
+    assert "on shard 1" in report.summary()
+
+
+def test_a_sharded_handover_and_apps_on_different_shards_are_fine() -> None:
+    # a and b act at once, on different shards; shard 1 moves from a (which says so at
+    # 1.0) to b (from 1.05): no violation, one handover on shard 1.
+    versions = [
+        sv("a", 0, {0: (2, 10), 1: (2, 11)}),
+        sv("b", 0.2, {2: (2.2, 12), 3: (2.2, 13)}),
+        sv("a", 1.0, {0: (3, 10)}),
+        sv("b", 1.05, {1: (3, 20), 2: (3, 12), 3: (3, 13)}),
+    ]
+    report = run(versions)
+    assert report.violations == []
+    assert report.shards == 4 and report.shard_handovers == {0: 0, 1: 1, 2: 0, 3: 0}
+    # shard 1 was acted on under 11 then 20; the renewals of 10, 12 and 13 count once each
+    assert report.shard_acquisitions == 5 and report.handovers == 1
+    assert "shard acquisitions: 5" in report.summary()
+
+
+def test_a_shards_token_that_goes_back_is_a_violation_of_that_shard() -> None:
+    versions = [
+        sv("a", 0, {0: (2, 30), 1: (2, 31)}),
+        sv("a", 2, {}),
+        sv("b", 3, {0: (5, 29), 1: (5, 40)}),  # shard 0 went back from 30 to 29
+    ]
+    (violation,) = run(versions).violations
+    assert violation.kind == "fencing" and violation.shard == 0 and violation.who == ("a", "b")
+
+
+def test_the_same_token_on_two_shards_is_not_a_violation() -> None:
+    # Each shard is its own order: shard 1's 30 after shard 0's 30 (and 35) says nothing.
+    versions = [
+        sv("a", 0, {0: (2, 30)}),
+        sv("b", 0, {1: (2, 30)}),
+        sv("a", 2, {}),
+        sv("b", 2.5, {0: (4, 35), 1: (4, 30)}),
+    ]
+    report = run(versions)
+    assert report.violations == []
+    assert report.shard_acquisitions == 3
+
+
+def test_each_shard_has_its_own_gaps_and_a_sharded_runs_top_level_claims_nothing() -> None:
+    # shard 0 is owned throughout; shard 1 has no owner from 2 (a killed) to 5 (b takes it).
+    versions = [
+        sv("a", 0, {0: (30, 10), 1: (2, 11)}, shards=2),
+        sv("b", 5, {1: (30, 20)}, shards=2),
+    ]
+    report = run(versions, faults=[Fault("sigkill", "c", T + 1, T + 1.5)])
+    assert report.claims == [] and report.violations == []
+    (gap,) = report.gaps
+    assert gap.shard == 1 and gap.length == 3 and gap.causes[0].kind == "sigkill"
+
+
+def test_a_plain_election_counts_its_tokens_as_one_shards_acquisitions() -> None:
+    versions = [*term("a", 0, 2, 3), v("a", 2.5, True, 4, token=3), v("b", 5, True, 7, token=4)]
+    report = run(versions)
+    assert report.shards == 0 and report.shard_acquisitions == 2 and report.acquisitions == 3
+    assert "1 shard: the plain election" in report.summary()
+
+
+def test_shard_versions_read_each_shard_through_its_entry() -> None:
+    (a,) = [sv("a", 0, {1: (2, 7)}, shards=2)]
+    per = shard_versions([a, v("plain", 0, True, 2)])  # a plain file says nothing of shards
+    assert sorted(per) == [0, 1]
+    assert [(x.who, x.is_leader, x.fencing_token) for x in per[1]] == [("a", True, 7)]
+    assert [(x.who, x.is_leader) for x in per[0]] == [("a", False)]
+    assert a.owns(T + 1) == [1] and a.owns(T + 2) == []

@@ -57,3 +57,34 @@ def test_a_joiner_is_sampled_and_a_leavers_last_file_is_read_after_it_is_retired
         assert len([v for v in recorder.snapshot() if v.who == "churn-0"]) == 2
     finally:
         recorder.stop()
+
+
+def test_a_sharded_file_is_kept_per_shard_with_its_skew_taken_out(tmp_path: Path) -> None:
+    now = time.time()
+    stamp = lambda t: time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(t)) + "Z"  # noqa: E731
+    target = _target(tmp_path, "pod-0")
+    target.skew = 600.0  # its clock runs ten minutes ahead: so do the times it publishes
+    ahead = now + 600
+    entry = {"shard": 0, "is_leader": True, "holder": "pod-0", "fencing_token": 7}
+    state = {
+        "is_leader": True,
+        "updated_at": stamp(ahead),
+        "valid_until": None,
+        "shards": [
+            {**entry, "valid_until": stamp(ahead + 30), "drain": None},
+            {"shard": 1, "is_leader": False, "holder": "pod-1", "valid_until": None,
+             "drain": {"token": 5, "until": stamp(ahead + 1), "reason": "shard moves to pod-1"}},
+        ],
+    }  # fmt: skip
+    target.state_file.write_text(json.dumps(state))
+    recorder = Recorder([target], probe_timeout=0.05).start()
+    try:
+        _until(lambda: bool(recorder.snapshot()))
+        (version,) = recorder.snapshot()
+        assert version.shards is not None and abs(version.updated_at - now) < 1.5
+        first, second = version.shards
+        assert first.valid_until is not None and abs(first.valid_until - (now + 30)) < 1.5
+        assert (first.fencing_token, second.is_leader, second.drain) == (7, False, 5)
+        assert recorder.leader_now() == "pod-0" and recorder.owners_now() == {0: "pod-0"}
+    finally:
+        recorder.stop()
