@@ -33,6 +33,14 @@ sidecar, among the rest, 1,000 acquisitions): ``--candidates 8 --cheap
 ``--lazy-apps``: today's sidecars release only after their last
 ``valid_until`` and their apps are judged as re-reading the file now and then
 (sidecar-only restarts, issue 27 item 2).
+``--shards N``: every candidate runs ``run --shards=N`` and each shard is
+judged as an election of its own (issue 40, item 4); ``--pods MIN MAX``
+bounds the churn's roster, so the churn scales the election up and down
+within it; ``--acquisitions`` then counts shard acquisitions. Issue 40
+(N=12, P from 2 to 6, 1,000 shard acquisitions): ``--shards 12 --candidates
+4 --pods 2 6 --cheap --lease 2 --renew 1.5 --retry 0.3 --weight churn=8
+--weight sigterm=3 --weight sigkill=2 --weight partition=2 --churn-every
+0.5 2 --gap 0.5 1.5 --minutes 30 --acquisitions 1000``.
 """
 
 from __future__ import annotations
@@ -164,7 +172,33 @@ def main(argv: list[str] | None = None) -> int:
         help="kinds never drawn (e.g. the restores, for a mix with the first release, which "
         "does not survive them: contract §2 'Versions side by side')",
     )
+    parser.add_argument(
+        "--shards",
+        type=int,
+        default=1,
+        choices=range(1, 65),
+        metavar="N",
+        help="every candidate runs --shards=N, each shard judged on its own (default 1: plain)",
+    )
+    parser.add_argument(
+        "--pods",
+        type=int,
+        nargs=2,
+        default=None,
+        metavar=("MIN", "MAX"),
+        help="the fewest and the most candidates the churn keeps (default: --candidates ± 1)",
+    )
+    parser.add_argument(
+        "--ack-drains",
+        type=float,
+        default=0.7,
+        help="sharded: how often an app acknowledges a shard's drain at once (default 0.7)",
+    )
     args = parser.parse_args(argv)
+    if args.shards > 1 and (args.old or args.lazy_apps):
+        parser.error("--shards takes neither --old (no shards there) nor --lazy-apps")
+    if args.pods is not None and not (2 <= args.pods[0] <= args.sidecars <= args.pods[1]):
+        parser.error("--pods MIN MAX: 2 <= MIN <= --candidates <= MAX")
     if args.lock:
         return lock_chaos(args.minutes, args.seed, args.report, args.keep)
 
@@ -198,6 +232,9 @@ def main(argv: list[str] | None = None) -> int:
         churn_seconds=(args.churn_seconds[0], args.churn_seconds[1]),
         churn_leader=args.churn_leader,
         churn_every=(args.churn_every[0], args.churn_every[1]),
+        shards=args.shards,
+        population=(args.pods[0], args.pods[1]) if args.pods else None,
+        ack_drains=args.ack_drains,
     )
     print(
         f"seed {run.seed}; {args.sidecars} sidecars; lease {args.lease:g}s / renew {args.renew:g}s / "
@@ -207,7 +244,9 @@ def main(argv: list[str] | None = None) -> int:
         f"leader bias {args.leader_bias if args.leader_bias is not None else 'default'}; "
         f"gap {args.gap[0]:g}-{args.gap[1]:g}s; churn {args.churn_seconds[0]:g}-"
         f"{args.churn_seconds[1]:g}s, a step every {args.churn_every[0]:g}-"
-        f"{args.churn_every[1]:g}s, leader {args.churn_leader:g}"
+        f"{args.churn_every[1]:g}s, leader {args.churn_leader:g}; "
+        f"pods {run.population_range[0]}-{run.population_range[1]}"
+        f"{f'; {args.shards} shards, drains acknowledged {args.ack_drains:g}' if args.shards > 1 else ''}"
         f"{'; weights ' + ' '.join(args.weight) if args.weight else ''}",
         flush=True,
     )

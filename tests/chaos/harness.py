@@ -50,6 +50,18 @@ Options for the long run (issue 27, items 7 and 8):
   even after a newer file says otherwise (an app that re-reads the file every
   few seconds): the checker does not cut those claims at the next version.
 
+Sharded elections (issue 40, item 4): with ``shards`` above 1 every
+candidate runs ``run --shards=N``; the recorder keeps each shard's entry of
+every file and the checker judges each shard as an election of its own
+(``checker``). The faults that aim at "the leader" aim at the candidate that
+owns the most shards; ``deleted-paused`` deletes the Leases of the shards its
+sleeper owns and ``lease-rollback`` writes back one shard's. The kinds that
+need an app's health or ``/transfer`` (``SHARDLESS``) are not played: a
+sharded sidecar takes neither. Each app acknowledges a shard's drain as soon
+as it reads it, ``ack_drains`` of the time (the rest wait for the deadline),
+and ``population`` bounds the churn's roster (``P`` from 2 to 6, say), so
+the churn is the scale fault: pods joining and leaving move shards.
+
 The short run (CI) first plays every kind once in a random order, then random
 kinds until its time is up; the long run (``python -m tests.chaos``) plays
 random kinds. The first sidecar (the *witness*) never gets a process fault, so
@@ -65,17 +77,29 @@ import random
 import shutil
 import signal
 import socket
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from sidecar.core.shards import SHARD_INFIX, shard_lease
 from tests.cluster import ControlPlane
 from tests.sidecar.proc import SidecarProcess
 from tests.skew import skewed_clock
 
-from .checker import Fault, Report, acquisitions_of, check, claims_of, handovers_of, parse_ts
+from .checker import (
+    Fault,
+    Report,
+    acquisitions_of,
+    check,
+    claims_of,
+    handovers_of,
+    parse_ts,
+    shard_claims,
+    token_acquisitions,
+)
 from .moves import Ack, HealthApp, drain_token, post
 from .proxy import FaultProxy, proxy_loop
 from .recorder import Recorder, Target
@@ -106,6 +130,8 @@ SLOW_KINDS = ("apiserver", "etcd", "restore", "restore-bump")
 PROCESS_KINDS = ("sigkill", "sigterm", "sigstop", "sigstop-short", "skew")
 #: Kinds that take seconds, not tens of seconds (a kube-apiserver restart takes 10-25 s here).
 CHEAP_KINDS = tuple(k for k in KINDS if k not in ("apiserver", "etcd"))
+#: Kinds a sharded election does not take: no health checks, no ``/transfer`` (contract §2).
+SHARDLESS = ("transfer", "unhealthy", "ack-hang")
 FLOOD_CONNECTIONS = 500
 
 
@@ -162,6 +188,15 @@ class Outcome:
                 if self.extra.get("joined")
                 else []
             ),
+            *(
+                [
+                    f"pods: {self.extra['pods'][0]} to {self.extra['pods'][1]} candidates "
+                    f"over the run; shard drains acknowledged by the apps: "
+                    f"{self.extra['drain_acks']} of {self.extra['drains']} seen"
+                ]
+                if self.extra.get("shards", 1) > 1
+                else []
+            ),
             f"log problems: {len(self.log_problems)}"
             + "".join(f"\n  {p}" for p in self.log_problems[:20]),
             "graceful shutdown took: "
@@ -189,6 +224,9 @@ class ChaosRun:
         churn_seconds: tuple[float, float] = (6.0, 12.0),
         churn_leader: float = 0.25,
         churn_every: tuple[float, float] = (0.5, 2.0),
+        shards: int = 1,
+        population: tuple[int, int] | None = None,
+        ack_drains: float = 0.7,
     ):
         """``leader_bias``: how often a process or network fault picks the current
         leader (default: 0.6 for process faults, 0.5 for network ones); a higher
@@ -198,7 +236,10 @@ class ChaosRun:
         never does. ``lazy_apps``: see the module docstring. ``churn_seconds``:
         how long a ``churn`` fault lasts; ``churn_leader``: how often one of its
         departures is the leader's (a rolling update reaches the leader's pod too);
-        ``churn_every``: seconds between its steps."""
+        ``churn_every``: seconds between its steps. ``shards``: each candidate runs
+        ``--shards`` that many (1: a plain election). ``population``: the fewest and the
+        most candidates the churn keeps (default: one either side of ``sidecars``).
+        ``ack_drains``: how often a sharded app acknowledges a shard's drain at once."""
         self.cluster = cluster
         self.leader_bias = leader_bias
         self.gap = gap
@@ -218,6 +259,17 @@ class ChaosRun:
         self.admin = json.loads(Path(cluster.kubeconfig).read_text())
         self.upstream_port = int(cluster.server.rsplit(":", 1)[1])
         assert old < sidecars and (old == 0 or old_command), "old sidecars need a command"
+        assert shards == 1 or not (old or lazy_apps), "older or lazy sidecars take no shards"
+        self.shards = shards
+        low, high = population or (max(2, sidecars - 1), sidecars + 1)
+        assert 2 <= low <= sidecars <= high, "the population must hold the first candidates"
+        self.population_range = (low, high)
+        self.pods_seen = (sidecars, sidecars)  # the fewest and the most candidates at once
+        self.ack_drains = ack_drains
+        self.ack_rng = random.Random(self.seed + 7)  # the acknowledging thread's own
+        self.drains_seen: dict[tuple[str, int, int], bool] = {}  # (who, shard, token): acked
+        self._acking = threading.Event()
+        self._acker = threading.Thread(target=self._acknowledge, name="shard-apps", daemon=True)
         self.old: set[str] = set()
         self.lazy: set[str] = set()
         self.apps: dict[str, HealthApp] = {}  # today's candidates' apps (``moves``)
@@ -251,7 +303,9 @@ class ChaosRun:
         kubeconfig.write_text(json.dumps(doc))
         self.proxies[who] = proxy
         extra = self.timings.flags
-        if old_command is None:
+        if self.shards > 1:
+            extra = (*extra, f"--shards={self.shards}")  # no health check: refused with shards
+        elif old_command is None:
             if who not in self.apps:
                 self.apps[who] = HealthApp()
             extra = (*extra, *self.apps[who].flags)
@@ -283,6 +337,8 @@ class ChaosRun:
         self.recorder.start()
         for proc in self.procs.values():
             proc.start()
+        if self.shards > 1:
+            self._acker.start()
         deadline = time.monotonic() + 30
         while self.recorder.leader_now() is None or not self._all_published():
             if time.monotonic() > deadline:
@@ -298,7 +354,11 @@ class ChaosRun:
         leader before the last one even started is a different scenario, a candidate
         that never saw the Lease, and an older sidecar creates it at once there.)
         """
-        seen = {v.who for v in list(self.recorder.versions) if v.holder}
+        seen = {
+            v.who
+            for v in list(self.recorder.versions)
+            if v.holder or any(e.holder for e in v.shards or ())
+        }
         return seen >= set(self.procs)
 
     def run(
@@ -325,6 +385,9 @@ class ChaosRun:
         start = time.monotonic()
         deadline = start + seconds
         overrun = start + 3 * seconds
+        if self.shards > 1:
+            menu = tuple(k for k in menu if k not in SHARDLESS)
+            kinds = tuple(k for k in kinds if k not in SHARDLESS)
         plan = list(kinds) if every_kind_first else []
         self.rng.shuffle(plan)
         while (
@@ -346,10 +409,34 @@ class ChaosRun:
         self._check_alive()
 
     def _handovers(self) -> int:
+        if self.shards > 1:
+            per = shard_claims(self.recorder.snapshot(), self.lazy, self.acks)
+            return sum(handovers_of(c) for c in per.values())
         return handovers_of(claims_of(self.recorder.snapshot(), self.lazy, self.acks))
 
     def _acquisitions(self) -> int:
+        """How many acquisitions the claims show so far (sharded: shard acquisitions)."""
+        if self.shards > 1:
+            per = shard_claims(self.recorder.snapshot(), self.lazy, self.acks)
+            return sum(token_acquisitions(c) for c in per.values())
         return acquisitions_of(claims_of(self.recorder.snapshot(), self.lazy, self.acks))
+
+    def _acknowledge(self) -> None:
+        """The sharded apps: each reads its file (the recorder's latest read of it) and
+        acknowledges a shard's drain at once ``ack_drains`` of the time (decided once per
+        drain), as an app that has stopped acting on the shard does; the others let the
+        drain run to its deadline."""
+        while not self._acking.wait(0.02):
+            for who, version in list(self.recorder.latest.items()):
+                proc = self.procs.get(who)
+                if proc is None:
+                    continue
+                for e in version.shards or ():
+                    if e.drain is None or (key := (who, e.shard, e.drain)) in self.drains_seen:
+                        continue
+                    self.drains_seen[key] = ack = self.ack_rng.random() < self.ack_drains
+                    if ack:
+                        post(proc.port, f"/drained?shard={e.shard}&token={e.drain}")
 
     def finish(self) -> Outcome:
         """Heal everything, require a leader, stop every sidecar gracefully, and judge."""
@@ -360,6 +447,7 @@ class ChaosRun:
         while self._leader() is None and time.monotonic() < deadline:
             time.sleep(0.05)
         healed_leader = self._leader()
+        self._acking.set()  # the apps acknowledge nothing more: the shutdown's drains run out
         shutdown_started = time.time()
         for who, proc in self.procs.items():
             assert proc.proc is not None
@@ -413,11 +501,16 @@ class ChaosRun:
                 "joined": self.joined,
                 "retired": len(self.retired),
                 "early_terms": self.early_terms,
+                "shards": self.shards,
+                "pods": self.pods_seen,
+                "drains": len(self.drains_seen),
+                "drain_acks": sum(self.drains_seen.values()),
             },
         )
 
     def abort(self) -> None:
         """Best-effort cleanup when something raised: no process or proxy left behind."""
+        self._acking.set()
         for proc in [*self.procs.values(), *self.retired.values()]:
             proc.stop()
         self.recorder.stop()
@@ -534,10 +627,16 @@ class ChaosRun:
             assert proc is not None
             pause = t.lease + rng.uniform(0.5, 2.0)
             detail = f"paused {pause:.1f}s, lease deleted"
+            leases = ["leader-main"]
+            if self.shards > 1:  # the Leases of the shards the sleeper owns (else any one)
+                owned = sorted(s for s, who in self.recorder.owners_now().items() if who == target)
+                owned = owned or [rng.randrange(self.shards)]
+                leases = [shard_lease("leader-main", s) for s in owned]
+                detail += f" (shards {' '.join(map(str, owned))})"
             proc.signal(signal.SIGSTOP)
             t0 = time.monotonic()
             self.cluster.kubectl(
-                "delete", "lease", "-n", self.namespace, "leader-main", "--ignore-not-found"
+                "delete", "lease", "-n", self.namespace, *leases, "--ignore-not-found"
             )
             time.sleep(max(0.0, pause - (time.monotonic() - t0)))
             proc.signal(signal.SIGCONT)
@@ -625,7 +724,7 @@ class ChaosRun:
 
         Every 0.5-2 s (``churn_every``) a candidate under a new name starts, or
         one stops for good, or both (always both at first; the population
-        wanders within one of its size, never below two). A leaver is the leader
+        wanders within ``population``: by default one of its size, never below two). A leaver is the leader
         ``churn_leader`` of the time (its release names the last joiner, which
         may be starting, or stopping itself; a leading witness is cut off the
         network for a lease instead), else a follower other than the witness,
@@ -649,7 +748,7 @@ class ChaosRun:
                 cut_until = 0.0
             self._reap(stopping, wait=False)
             size = len(self.procs)
-            low, high = max(2, self.population - 1), self.population + 1
+            low, high = self.population_range
             step = "both" if ticks == 1 else rng.choice(("join", "leave", "both", "both"))
             joiner = ""
             if step in ("join", "both") and size < high:
@@ -660,6 +759,7 @@ class ChaosRun:
                 self._candidate(joiner, self.old_command if is_old else None).start()
                 self.recorder.add(self._target(joiner))
                 joins += 1
+                self._count_pods()
             if step not in ("leave", "both") or size <= low:
                 continue
             leader = self._leader()
@@ -692,6 +792,7 @@ class ChaosRun:
             stopping.append((leaver, sig, time.monotonic(), holds))
             graceful += sig == signal.SIGTERM
             killed += sig == signal.SIGKILL
+            self._count_pods()
         if cut_until:
             time.sleep(max(0.0, cut_until - time.monotonic()))
             self.proxies[self.witness].set("pass")
@@ -703,6 +804,10 @@ class ChaosRun:
             f"{f'witness cut off {cuts}x, ' if cuts else ''}"
             f"{len(self.procs)} candidates"
         )
+
+    def _count_pods(self) -> None:
+        fewest, most = self.pods_seen
+        self.pods_seen = (min(fewest, len(self.procs)), max(most, len(self.procs)))
 
     def _reap(self, stopping: list[tuple[str, signal.Signals, float, bool]], wait: bool) -> None:
         """Candidates the churn stopped that have exited (all of them, with ``wait``):
@@ -745,9 +850,13 @@ class ChaosRun:
                 app.close()  # a leaver's name never comes back: its app's thread goes too
 
     def _lease_rollback(self, after: float) -> str:
-        """Read the Lease, wait ``after`` seconds, write that old object back (a new resourceVersion)."""
+        """Read the Lease (sharded: a random shard's), wait ``after`` seconds, write that old
+        object back (a new resourceVersion)."""
+        name = "leader-main"
+        if self.shards > 1:
+            name = shard_lease(name, self.rng.randrange(self.shards))
         got = self.cluster.kubectl(
-            "get", "lease", "-n", self.namespace, "leader-main", "-o", "json", check=False
+            "get", "lease", "-n", self.namespace, name, "-o", "json", check=False
         )
         if got.returncode != 0:
             time.sleep(after)
@@ -761,6 +870,7 @@ class ChaosRun:
         spec = lease.get("spec", {})
         what = f"holder {spec.get('holderIdentity')!r} transitions {spec.get('leaseTransitions')}"
         done = self.cluster.kubectl("replace", "-f", "-", input=doc, check=False)
+        what += f" ({name})" if self.shards > 1 else ""
         if done.returncode == 0:
             return f"wrote back {what}"
         done = self.cluster.kubectl("create", "-f", "-", input=doc, check=False)
@@ -823,10 +933,15 @@ class ChaosRun:
                     continue
                 ts = parse_ts(rec.get("ts")) or 0.0
                 msg = str(rec.get("msg"))
+                # A shard's events name its Lease (checker: each shard's timeline has its own).
+                lease, shard = rec.get("lease"), rec.get("shard")
+                if isinstance(shard, int) and not isinstance(lease, str):
+                    lease = shard_lease("leader-main", shard)
+                of = f" ({lease})" if isinstance(lease, str) and SHARD_INFIX in lease else ""
                 if rec.get("level") == "error":
                     problems.append(f"{who}: error: {line[:300]}")
                 if msg == "stepped down":
-                    events.append((ts, who, f"stepped down: {rec.get('reason')}"))
+                    events.append((ts, who, f"stepped down: {rec.get('reason')}{of}"))
                 elif msg in (
                     "leading",
                     "holder changed",
@@ -837,11 +952,13 @@ class ChaosRun:
                     "stopped",
                 ):
                     extra = rec.get("fencing_token", rec.get("holder", ""))
-                    events.append((ts, who, f"{msg} {extra if extra is not None else ''}".strip()))
+                    text = f"{msg} {extra if extra is not None else ''}".strip()
+                    events.append((ts, who, text + of))
+                elif msg == "moving a shard":
+                    events.append((ts, who, f"moving to {rec.get('to')}{of}"))
                 elif rec.get("level") in ("warning", "error"):
-                    events.append(
-                        (ts, who, f"{rec.get('level')}: {msg} {rec.get('error', '')}"[:160])
-                    )
+                    text = f"{rec.get('level')}: {msg} {rec.get('error', '')}"[:160]
+                    events.append((ts, who, text + of))
         return events, problems
 
 
