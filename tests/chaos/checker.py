@@ -701,8 +701,12 @@ def check(
     for _ts, _who, msg in logs:
         if msg.startswith("stepped down: "):
             reason = msg.removeprefix("stepped down: ")
+            if SHARD_INFIX in reason and reason.endswith(")"):  # a shard's: "... (its Lease)"
+                reason = reason.rsplit(" (", 1)[0]
             if reason.startswith("the Lease now names"):
                 reason = "the Lease now names another holder"
+            elif reason.startswith("shard moves to "):
+                reason = "the shard moves to another pod"
             step_downs[reason] += 1
     probe_counts: Counter[str] = Counter(
         {200: "200", 503: "503", 0: "no answer"}.get(p.status, str(p.status)) for p in probes

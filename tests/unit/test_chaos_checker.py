@@ -51,12 +51,12 @@ def run(
     faults: list[Fault] | None = None,
     **options: Any,  # check's own, e.g. lazy= or untokened=
 ):  # type: ignore[no-untyped-def]
+    options.setdefault("logs", [])
     return check(
         versions=versions,
         probes=probes or [],
         faults=faults or [],
         resources=[],
-        logs=[],
         start=T,
         end=T + 30,
         lease_duration=3.0,
@@ -320,3 +320,13 @@ def test_shard_versions_read_each_shard_through_its_entry() -> None:
     assert [(x.who, x.is_leader, x.fencing_token) for x in per[1]] == [("a", True, 7)]
     assert [(x.who, x.is_leader) for x in per[0]] == [("a", False)]
     assert a.owns(T + 1) == [1] and a.owns(T + 2) == []
+
+
+def test_a_shards_step_downs_are_counted_by_reason_not_by_shard_or_pod() -> None:
+    logs = [
+        (T + 1, "a", "stepped down: shard moves to b (leader-main-shard-3)"),
+        (T + 2, "a", "stepped down: shard moves to c (leader-main-shard-4)"),
+        (T + 3, "b", "stepped down: renew deadline passed (leader-main-shard-3)"),
+    ]
+    report = run([sv("a", 0, {})], logs=logs)
+    assert report.step_downs == {"the shard moves to another pod": 2, "renew deadline passed": 1}
