@@ -65,10 +65,8 @@ def test_short_chaos_run(cluster: ControlPlane, namespace: str, tmp_path: Path) 
 
 
 #: The sharded case's faults: the processes and the roster (the scale fault), which move
-#: shards. The network's (partition, reset, drop, delay) are the long run's for now: a
-#: shard move whose release fails on a broken link ends in a traceback and leaves the
-#: shard held back in that pod (ShardBoard._move, issue 40 item 4's report), which a
-#: run this short would hit now and then.
+#: shards. The network's (partition, reset, drop, delay) are the long run's, which has the
+#: time for every kind: a move whose release a broken link fails (9db6d79) among them.
 SHARD_KINDS = ("sigkill", "sigterm", "sigstop", "sigstop-short", "churn", "deleted-paused")
 
 
