@@ -138,9 +138,10 @@ def test_annotation_reference_lists_exactly_the_known_annotations() -> None:
     assert [PREFIX + k for k in keys] == list(KNOWN)
 
 
-def _state_written_by_a_real_sidecar(tmp_path: Path) -> dict[str, object]:
-    """state.json as ``grelmicro-sidecar run`` writes it at start-up (the API server it
-    is pointed at is down, which it rides out; the file comes first anyway)."""
+def _state_written_by_a_real_sidecar(tmp_path: Path, *flags: str) -> dict[str, object]:
+    """state.json as ``grelmicro-sidecar run [flags]`` writes it at start-up (the API server
+    it is pointed at is down, which it rides out; the file comes first anyway)."""
+    tmp_path.mkdir(parents=True, exist_ok=True)
     kubeconfig = tmp_path / "kubeconfig"
     kubeconfig.write_text(
         json.dumps(
@@ -164,6 +165,7 @@ def _state_written_by_a_real_sidecar(tmp_path: Path) -> dict[str, object]:
             f"--kubeconfig={kubeconfig}",
             f"--state-dir={state.parent}",
             "--port=0",
+            *flags,
         ],
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
@@ -193,9 +195,13 @@ def _documented_fields(text: str, heading: str = "### State file") -> set[str]:
 
 def test_state_file_fields_and_metrics_are_the_real_ones(tmp_path: Path) -> None:
     written = set(_state_written_by_a_real_sidecar(tmp_path))
+    # A sharded election's file has one more field, its shards (contract §4): the contract
+    # documents both; the application page's example and README's are a plain election's.
+    sharded = set(_state_written_by_a_real_sidecar(tmp_path / "sharded", "--shards=2"))
+    assert sharded - written == {"shards"}, sharded ^ written
     application = PAGES["application.md"]
     assert set(re.findall(r'^  "(\w+)":', application, re.M)) == written  # the example file
-    assert _documented_fields(CONTRACT) == written  # the contract's field table
+    assert _documented_fields(CONTRACT) == sharded  # the contract's field table
     assert _documented_fields(application, "## The state file") == written
     # README's short version names fields in code spans: each one is written.
     front = README.split("## What your app sees", 1)[1].split("\n## ", 1)[0]
