@@ -123,12 +123,17 @@ class Members:
         self.on_change()
         mine = self._mine
         with contextlib.suppress(ApiError, TimeoutError):
-            if mine is not None:
-                await self.store.delete(self.name, mine.resource_version)
-                return
-            obj = await self.store.get(self.name, self.timing.retry_period)
-            if obj is not None and LeaseRecord.from_object(obj).holder == self.identity:
-                await self.store.delete(self.name, LeaseRecord.from_object(obj).resource_version)
+            for _ in range(2):  # a heartbeat that landed as it left makes the first a 409
+                if mine is None:
+                    obj = await self.store.get(self.name, self.timing.retry_period)
+                    mine = LeaseRecord.from_object(obj) if obj is not None else None
+                if mine is None or mine.holder != self.identity:
+                    return
+                try:
+                    await self.store.delete(self.name, mine.resource_version)
+                    return
+                except Conflict:
+                    mine = None  # read it again
 
     # ---- who else is alive -------------------------------------------------
     async def _follow(self) -> None:

@@ -249,3 +249,37 @@ def test_a_move_whose_release_fails_leaves_the_shard_free_to_come_back(tmp_path:
         assert await a.stop() == 0
 
     run(scenario)
+
+
+class _HeartbeatLandsAsItLeaves:
+    """The store, with a member Lease written once more just before its first delete: the
+    heartbeat in flight as the pod leaves, which makes that delete a 409."""
+
+    def __init__(self, store: FakeLeases) -> None:
+        self.store, self.raced = store, 0
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.store, name)
+
+    async def delete(self, name: str, resource_version: str, **kw: Any) -> None:
+        if not self.raced and "-member-" in name:
+            self.raced += 1
+            current = self.store.objects[name]
+            await self.store.patch(name, {"metadata": {"annotations": {"beat": "late"}}})
+            assert current["metadata"]["resourceVersion"] == resource_version
+        await self.store.delete(name, resource_version, **kw)
+
+
+def test_a_leaving_pod_deletes_its_member_lease_even_past_a_late_heartbeat(
+    tmp_path: Path,
+) -> None:
+    async def scenario() -> None:
+        store = had_sidecars(FakeLeases())
+        view = _HeartbeatLandsAsItLeaves(store)
+        a = await Pod("a", view, tmp_path, shards=2).start()  # type: ignore[arg-type]
+        await until(lambda: len(a.owns()) == 2, 60, "a owns both shards")
+        assert await a.stop() == 0
+        assert view.raced == 1
+        assert not [n for n in store.objects if "-member-" in n], list(store.objects)
+
+    run(scenario)
