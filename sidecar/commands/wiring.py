@@ -190,7 +190,7 @@ def wire_shards(
         settings.state_dir, settings.port, lambda: render_all(metrics), Drain(log), log, actions
     )
     electors: list[Elector] = []
-    shards = ShardSet(electors, board, drains, published)
+    shards = ShardSet(electors, board, published)
     relay = Relay(shards)
     release = settings.release if settings.pod or settings.release != "auto" else "now"
     for shard, lease in enumerate(leases):

@@ -12,7 +12,6 @@ owner, and, for those this pod owns, the fencing token and ``valid_until``
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Sequence
 from typing import Any
 
 from ..core.state import State
@@ -28,11 +27,10 @@ class ShardSet:
         self,
         electors: list[Elector],
         board: ShardBoard,
-        drains: Sequence[Drain],
         published: AppPublisher,
     ) -> None:
         #: Each shard's, in order (the wiring fills it after: each one's observers tell this).
-        self.electors, self.board, self.drains = electors, board, list(drains)
+        self.electors, self.board = electors, board
         self.published = published
         self.runs: list[asyncio.Task[int]] = []  # each shard's ``Elector.run``
 
@@ -41,9 +39,7 @@ class ShardSet:
         """Every shard at this instant: the pod owns what its ``shards`` say it owns."""
         views = [elector.view() for elector in self.electors]
         first = views[0].state
-        shards = [
-            _shard(i, v.state, d) for i, (v, d) in enumerate(zip(views, self.drains, strict=True))
-        ]
+        shards = [_shard(i, v.state, self.board.drains[i]) for i, v in enumerate(views)]
         state = State(
             election=first.election,
             namespace=first.namespace,
