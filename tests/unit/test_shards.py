@@ -283,3 +283,27 @@ def test_a_leaving_pod_deletes_its_member_lease_even_past_a_late_heartbeat(
         assert not [n for n in store.objects if "-member-" in n], list(store.objects)
 
     run(scenario)
+
+
+def test_metrics_tell_each_shard_once_and_the_process_once(tmp_path: Path) -> None:
+    """Contract §4: a sharded election's /metrics has each family once, a sample per shard
+    labelled by its Lease, and the process's start time once; it parses as Prometheus text."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    async def scenario() -> None:
+        store = had_sidecars(FakeLeases())
+        pods = [await Pod(name, store, tmp_path, shards=3).start() for name in ("a", "b")]
+        await until(lambda: _balanced(pods, 3), 60, "3 shards over 2 pods")
+        text = pods[0].sidecar.published.metrics()
+        families = {f.name: f for f in text_string_to_metric_families(text)}
+        assert text.count("# TYPE leader_election_master_status ") == 1
+        leading = {
+            s.labels["name"]: s.value for s in families["leader_election_master_status"].samples
+        }
+        assert set(leading) == {shard_lease(LEASE, i) for i in range(3)}
+        assert sum(leading.values()) == len(pods[0].owns())
+        assert len(families["process_start_time_seconds"].samples) == 1
+        for p in pods:
+            assert await p.stop() == 0
+
+    run(scenario)
