@@ -182,7 +182,7 @@ def wire_shards(
     shared = Coordination(store, namespace, log, clock)
     leases = [shard_lease(settings.lease, shard) for shard in range(count)]
     members = Members(store, settings.lease, identity, timing, clock, log)
-    board = ShardBoard(count, leases, members, log)
+    board = ShardBoard(count, members, log)
     metrics = [Metrics(lease, offset=offset, timing=timing) for lease in leases]
     drains = [Drain(log, on_end=m.drained) for m in metrics]
     actions: dict[str, Action] = {"/drained": lambda asked: _drained(drains, asked)}

@@ -25,31 +25,28 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import math
 from collections.abc import Callable
 from typing import Any
 
-from ..core import backoff
 from ..core.election import Event
-from ..core.lease import MANAGED_BY_LABEL, MANAGED_BY_VALUE, LeaseRecord
+from ..core.lease import LeaseRecord
 from ..core.shards import assign
 from ..kit.aio import Background
 from ..kit.logs import Logger
-from ..kube.errors import ApiError
 from .drain import Drain
 from .members import Members
-from .observer import HANDED_OVER, Control, Observer, View
+from .observer import HANDED_OVER, Call, Control, Observer, View
 
 #: Why a pod stands aside for a shard (``Control.stand``), and why an owner hands it over.
 ELSEWHERE = "shard of another member"
 #: The step-down's reason when a shard moves, before the target's name.
 MOVE = "shard moves to "
-MANAGED = f"{MANAGED_BY_LABEL}={MANAGED_BY_VALUE}"
-LIST_FAILED = "cannot list the shards' Leases; this pod stands for no shard until it can"
 
 
 class ShardBoard:
-    def __init__(self, shards: int, leases: list[str], members: Members, log: Logger) -> None:
-        self.shards, self.leases, self.members, self.log = shards, leases, members, log
+    def __init__(self, shards: int, members: Members, log: Logger) -> None:
+        self.shards, self.members, self.log = shards, members, log
         self.identity = members.identity
         self.controls: dict[int, Control] = {}
         self.drains: dict[int, Drain] = {}
@@ -59,30 +56,10 @@ class ShardBoard:
         self._scheduled = False
         self._leaving: asyncio.Task[None] | None = None
         self._after_me: dict[int, str] | None = None  # the assignment once this pod left
-        #: Each shard's holder as one list found it at start-up (None: not listed yet): who
-        #: holds what before every shard's elector has read its own Lease, so that a pod
-        #: that starts never stands for a shard another holds.
-        self._listed: dict[int, str | None] | None = None
+        #: Every shard's elector has read its Lease (or seen it on its watch): who holds what
+        #: is known, so a pod that starts never stands for a shard another holds.
+        self._known = False
         members.on_change = self.changed
-
-    async def list_owners(self) -> None:
-        """Who owns each shard, by one list of the election's Leases (retried until it
-        answers: until then this pod stands for no shard)."""
-        failures = 0
-        while True:
-            try:
-                items, _ = await self.members.store.list(label_selector=MANAGED)
-                break
-            except ApiError as err:
-                failures += 1
-                self.log.once("shards-list", "warning", LIST_FAILED, error=str(err))
-                await asyncio.sleep(backoff.delay(failures, 1.0, 30.0))
-        self.log.forget("shards-list")
-        holders = {
-            LeaseRecord.from_object(o).name: LeaseRecord.from_object(o).holder for o in items
-        }
-        self._listed = {i: holders.get(lease) for i, lease in enumerate(self.leases)}
-        self.changed()
 
     def seat(self, shard: int, drain: Drain) -> ShardSeat:
         """The observer that ties shard ``shard``'s elector to the board."""
@@ -98,11 +75,10 @@ class ShardBoard:
     def owners(self) -> dict[int, str | None]:
         """Who owns each shard, as its elector last saw the Lease (the named successor of a
         hand-off included: it is about to)."""
-        out = dict(self._listed or {})
+        out: dict[int, str | None] = {}
         for shard, control in self.controls.items():
             record = control.view().record
-            if record is not None:
-                out[shard] = record.holder
+            out[shard] = record.holder if record is not None else None
         return out
 
     def successor(self, shard: int) -> str | None:
@@ -121,7 +97,7 @@ class ShardBoard:
         self._scheduled = False
         if not self.members.known.is_set() or self._leaving is not None:
             return
-        if self._listed is None or len(self.controls) < self.shards:
+        if not self._seen_every_lease():
             return  # who owns what is not known yet, so neither is the balance
         alive = self.members.alive
         owners = self.owners()
@@ -136,6 +112,14 @@ class ShardBoard:
                     self._moves.spawn(self._move(shard, target))
             else:
                 self._stand(shard, False)
+
+    def _seen_every_lease(self) -> bool:
+        """Whether every shard's elector has read or watched its Lease (once true, stays)."""
+        self._known = self._known or (
+            len(self.controls) == self.shards
+            and all(math.isfinite(c.view().unchanged_for) for c in self.controls.values())
+        )
+        return self._known
 
     def _stand(self, shard: int, candidate: bool) -> None:
         if self._standing.get(shard) != candidate:
@@ -164,7 +148,7 @@ class ShardBoard:
             self._moves.cancel()
             alive, owners = self.members.alive - {self.identity}, self.owners()
             held = {i: o for i, o in owners.items() if o in alive}
-            self._after_me = assign(self.shards, alive, held) if self._listed else {}
+            self._after_me = assign(self.shards, alive, held) if self._known else {}
             self.log.debug("leaving the members", owners=owners, successors=self._after_me)
             self._leaving = asyncio.ensure_future(self.members.leave())
         await asyncio.shield(self._leaving)
@@ -182,6 +166,10 @@ class ShardSeat(Observer):
 
     def on_event(self, event: Event, view: View) -> None:
         self.board.changed()
+
+    def on_call(self, call: Call) -> None:
+        if call.kind == "read":  # a read that finds no Lease changes no state: it tells here
+            self.board.changed()
 
     def on_lease(self, record: LeaseRecord) -> None:
         if record.holder != self._holder:  # a renewal moves nothing

@@ -78,12 +78,10 @@ class ShardSet:
     async def run(self) -> int:
         """Every shard until ``stop`` or one's failure (which stops the rest); the worst code."""
         self.board.members.start()
-        listing = asyncio.create_task(self.board.list_owners())
         self.runs = runs = [asyncio.create_task(elector.run()) for elector in self.electors]
         await asyncio.wait(runs, return_when=asyncio.FIRST_COMPLETED)
         self.stop()
         codes = await asyncio.gather(*runs)
-        listing.cancel()
         await self.board.members.stop()
         await self.published.after_release()
         return max(codes)
