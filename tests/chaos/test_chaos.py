@@ -8,13 +8,30 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from typing import Any
 
 from tests.cluster import ControlPlane
 
-from .harness import CHEAP_KINDS, KINDS, ChaosRun, Timings
+from .harness import CHEAP_KINDS, KINDS, ChaosRun, Outcome, Timings
 
 SECONDS = float(os.environ.get("GRELMICRO_CHAOS_SECONDS", "100"))
 SEED = int(os.environ["GRELMICRO_CHAOS_SEED"]) if os.environ.get("GRELMICRO_CHAOS_SEED") else None
+
+
+def _played(run: ChaosRun, tmp_path: Path, seconds: float, **how: Any) -> tuple[Outcome, str]:
+    """``run`` played for ``seconds`` (every kind first, then ``how``'s menu), its report
+    printed and kept in ``tmp_path``; aborted (every process stopped) if anything raises."""
+    try:
+        run.start()
+        run.run(seconds, every_kind_first=True, **how)
+        outcome = run.finish()
+    except BaseException:
+        run.abort()
+        raise
+    text = f"seed {run.seed}\n{outcome.summary()}"
+    print(text)
+    (tmp_path / "chaos-report.txt").write_text(text)
+    return outcome, text
 
 
 def test_short_chaos_run(cluster: ControlPlane, namespace: str, tmp_path: Path) -> None:
@@ -28,16 +45,7 @@ def test_short_chaos_run(cluster: ControlPlane, namespace: str, tmp_path: Path) 
         seed=SEED,
         churn_seconds=(4.0, 6.0),
     )
-    try:
-        run.start()
-        run.run(SECONDS, every_kind_first=True, menu=CHEAP_KINDS, handovers=5)
-        outcome = run.finish()
-    except BaseException:
-        run.abort()
-        raise
-    text = f"seed {run.seed}\n{outcome.summary()}"
-    print(text)
-    (tmp_path / "chaos-report.txt").write_text(text)
+    outcome, text = _played(run, tmp_path, SECONDS, menu=CHEAP_KINDS, handovers=5)
     report = outcome.report
 
     # (a) safety: never two claims at once (the rule is in checker.py), no torn file.
@@ -84,21 +92,8 @@ def test_short_sharded_chaos_run(cluster: ControlPlane, namespace: str, tmp_path
         shards=6,
         population=(2, 4),
     )
-    try:
-        run.start()
-        run.run(
-            min(SECONDS, 60.0),
-            every_kind_first=True,
-            menu=(*SHARD_KINDS, "churn", "churn"),
-            kinds=SHARD_KINDS,
-        )
-        outcome = run.finish()
-    except BaseException:
-        run.abort()
-        raise
-    text = f"seed {run.seed}\n{outcome.summary()}"
-    print(text)
-    (tmp_path / "chaos-report.txt").write_text(text)
+    menu = (*SHARD_KINDS, "churn", "churn")
+    outcome, text = _played(run, tmp_path, min(SECONDS, 60.0), menu=menu, kinds=SHARD_KINDS)
     report = outcome.report
     assert report.shards == 6, text
     assert not report.violations, text  # never two apps on one shard, tokens rise per shard
