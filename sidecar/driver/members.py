@@ -8,8 +8,9 @@ alive while this pod has seen its Lease change within the Lease's duration,
 on this pod's monotonic clock (as a follower judges a holder: no skew can
 fool it); one whose Lease says it expired long ago by the wall clock is not
 counted even once. A member that stops deletes its Lease (``leave``), so the
-others move its shards at once; one that crashed drops out a lease duration
-after its last renewal.
+others move its shards at once, and follows the others until it has stopped
+(its releases name only members still alive); one that crashed drops out a
+lease duration after its last renewal.
 
 None of it decides who owns a shard: that is each shard's own Lease. What the
 members set changes is only who stands for which shard (``shardboard``); a
@@ -57,6 +58,8 @@ class Members:
         self._seen: dict[str, tuple[str, str, float, float]] = {}
         self._mine: LeaseRecord | None = None
         self._tasks = Background("members")
+        #: The heartbeat alone: a pod that left still follows who else is alive (whom to name).
+        self._heart = Background("member heartbeat")
         self._wake = asyncio.Event()
         self._left = False
         #: Set once the first list has answered: who is alive is known.
@@ -71,7 +74,7 @@ class Members:
 
     def start(self) -> None:
         """The heartbeat and the watch, in the background; a failure is retried, never raised."""
-        self._tasks.spawn(self._beat())
+        self._heart.spawn(self._beat())
         self._tasks.spawn(self._follow())
         self._tasks.spawn(self._expire())
 
@@ -119,7 +122,7 @@ class Members:
         if self._left:
             return
         self._left = True
-        self._tasks.cancel()
+        self._heart.cancel()
         self.on_change()
         mine = self._mine
         with contextlib.suppress(ApiError, TimeoutError):
@@ -203,6 +206,7 @@ class Members:
                 self.on_change()
 
     async def stop(self) -> None:
+        self._heart.cancel()
         self._tasks.cancel()
 
 

@@ -56,6 +56,7 @@ class ShardBoard:
         self._scheduled = False
         self._leaving: asyncio.Task[None] | None = None
         self._after_me: dict[int, str] | None = None  # the assignment once this pod left
+        self._owners_at_leave: dict[int, str | None] = {}
         #: Every shard's elector has read its Lease (or seen it on its watch): who holds what
         #: is known, so a pod that starts never stands for a shard another holds.
         self._known = False
@@ -83,9 +84,19 @@ class ShardBoard:
 
     def successor(self, shard: int) -> str | None:
         """Whom this pod's release of ``shard`` names: the owner the assignment gives it
-        without this pod, as computed once when it left (each release of a stop would
-        otherwise see the ones before it land, and name another than the others compute)."""
-        return (self._after_me or {}).get(shard)
+        without this pod, from the owners as they were when it left (each release of a stop
+        would otherwise see the ones before it land, and name another than the others
+        compute), over the members alive now: a pod of the same rollout that stopped since
+        would not claim, and the shard would wait out the hand-off's fallback."""
+        after, alive = self._after_me or {}, self.members.alive
+        if after.get(shard) not in alive | {None}:
+            self._after_me = after = self._assign_without_me(alive)
+        return after.get(shard)
+
+    def _assign_without_me(self, alive: frozenset[str]) -> dict[int, str]:
+        alive = alive - {self.identity}
+        held = {i: o for i, o in self._owners_at_leave.items() if o in alive}
+        return assign(self.shards, alive, held) if self._known else {}
 
     def changed(self) -> None:
         """Something moved (members, a Lease): rebalance once, soon, however many told."""
@@ -146,9 +157,8 @@ class ShardBoard:
         """Shutdown: out of the members once (every shard's release waits for it)."""
         if self._leaving is None:
             self._moves.cancel()
-            alive, owners = self.members.alive - {self.identity}, self.owners()
-            held = {i: o for i, o in owners.items() if o in alive}
-            self._after_me = assign(self.shards, alive, held) if self._known else {}
+            self._owners_at_leave = owners = self.owners()
+            self._after_me = self._assign_without_me(self.members.alive)
             self.log.debug("leaving the members", owners=owners, successors=self._after_me)
             self._leaving = asyncio.ensure_future(self.members.leave())
         await asyncio.shield(self._leaving)
