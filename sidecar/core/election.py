@@ -75,7 +75,7 @@ class Election:
     _claimed_wall: dt.datetime | None = None
     #: The record our last claim was written over (the watch may show our claim first).
     _claimed_over: LeaseRecord | None = None
-    #: Our last claim went out and no answer came back (a timeout, not a 409 or a 404).
+    #: Our last claim told nobody: its answer was lost (a timeout) or came while ``resigned``.
     _unanswered: bool = False
 
     def __post_init__(self) -> None:
@@ -128,10 +128,11 @@ class Election:
         return Wait(max(free, self.not_before))
 
     def _unanswered_claim_seen(self) -> bool:
-        """The Lease shows our last claim, never answered (contract §2, "a claim whose answer
-        was lost"): nobody else may take it before its lease has passed, so we write over it
-        now and lead from that write. Not a claim of ours this process did not send (a restarted
-        sidecar's app may act on it), nor one that landed after another's claim (``on_written``)."""
+        """The Lease shows our last claim, unanswered or answered while resigned (contract §2,
+        "a claim whose answer was lost"): nobody else may take it before its lease has passed,
+        so we write over it now and lead from that write. Not a claim of ours this process did
+        not send (a restarted sidecar's app may act on it), nor one that landed after another's
+        claim (``on_written``)."""
         record, sent = self.record, self.sent_renew_time
         mine = record is not None and record.holder == self.identity and record.renew_time == sent
         return mine and self._unanswered and sent is not None and not self.seen.rival_seen
@@ -185,8 +186,8 @@ class Election:
     def on_written(self, obj: dict[str, Any], started_at: float, now: float) -> None:
         """A write succeeded; ``started_at`` is when it was sent (the safety clock starts there)."""
         self.failures, self.not_before, replaced = 0, -math.inf, self._claimed_over
-        self._unanswered = False
         over = self._term_begun_under_create()
+        self._unanswered = self.resigned and over is None  # told nobody: taken up on rejoining
         held_until = self.seen.expires_at
         self.observe(obj, now)
         if over is not None:
@@ -229,8 +230,7 @@ class Election:
 
     def on_conflict(self, now: float) -> None:
         """409: someone else wrote first. Re-read at once; the read decides."""
-        self._unanswered, self.not_before = False, now
-        self.seen.stale = True
+        self._unanswered, self.not_before, self.seen.stale = False, now, True
 
     def on_not_found(self, now: float) -> None:
         """404 on a replace: the Lease was deleted under us."""

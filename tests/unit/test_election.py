@@ -909,6 +909,30 @@ def test_a_claim_whose_answer_was_lost_is_taken_up_not_waited_out() -> None:
     assert isinstance(c.next_action(t + 0.01), Wait)
 
 
+def test_a_claim_that_lands_while_standing_aside_is_taken_up_on_rejoining() -> None:
+    """Shards in a rollout of real pods (stop 49): a pod claimed a shard handed to it, the
+    board stood it aside while the claim was in flight (its share had changed), and the
+    claim landed: told to nobody, as the candidate was resigned. Standing again a second
+    later, it waited its own claim out like anyone's: the shard had no owner for a lease
+    duration. A claim this process sent and that landed while it stood aside is taken up at
+    once on rejoining (written over, leading from that write), as a lost answer's is."""
+    store, b, c = Store(), make("b"), make("c")
+    b.on_read(None, 0, first_term=True)
+    sent = b.next_action(0)
+    assert isinstance(sent, Write)
+    b.resign("shard of another member")  # stood aside while the claim was in flight
+    landed = store.write(sent)
+    assert isinstance(landed, dict)
+    b.on_written(landed, 0, 0.05)
+    c.observe(landed, 0.05)
+    assert not b.is_leader(0.05) and b.next_action(0.05) == Wait(math.inf)
+    b.rejoin()
+    taken = step(b, store, 1)
+    assert isinstance(taken, Write) and not taken.create, taken
+    assert b.is_leader(1) and b.valid_until(1) == 1 + T.renew_deadline
+    assert isinstance(c.next_action(1), Wait)  # the others still wait b's claim out
+
+
 def test_a_claim_naming_us_that_this_process_did_not_send_is_still_waited_out() -> None:
     """A sidecar restarted on its own (same pod, same identity) finds the Lease naming it: the
     previous process wrote that claim and its app may act on it until its valid_until. The new
