@@ -8,7 +8,9 @@ hand-off lock. From the members alive (``members``) and who owns each shard
 (``core.shards.assign``) and, for each shard:
 
 - this pod is the shard's target: it stands (``Control.stand``), and claims
-  it as any follower claims a free Lease, or when a hand-off names it;
+  it as any follower claims a free Lease, or when a hand-off names it (a
+  hand-off naming it is taken up even when the shard is another's: then it
+  moves it on, as below);
 - another member is: a follower stands aside; the owner hands it over
   (``Control.hand_over``): "not owner" is told first, then the drain, then
   the release names the target, which claims within milliseconds.
@@ -114,10 +116,10 @@ class ShardBoard:
         owners = self.owners()
         targets = assign(self.shards, alive, {i: o for i, o in owners.items() if o in alive})
         for shard, control in self.controls.items():
-            target = targets.get(shard)
-            if target == self.identity:
+            target, view = targets.get(shard), control.view()
+            if target == self.identity or _names_me(view, self.identity):
                 self._stand(shard, True)
-            elif control.view().state.is_leader:
+            elif view.state.is_leader:
                 if target is not None and shard not in self._moving:
                     self._moving.add(shard)
                     self._moves.spawn(self._move(shard, target))
@@ -162,6 +164,15 @@ class ShardBoard:
             self.log.debug("leaving the members", owners=owners, successors=self._after_me)
             self._leaving = asyncio.ensure_future(self.members.leave())
         await asyncio.shield(self._leaving)
+
+
+def _names_me(view: View, identity: str) -> bool:
+    """The shard's Lease names this pod, which does not lead it: a hand-off to it (or its
+    own claim, told to nobody). It takes it up even past its share, then moves it as any
+    owner does: left aside, the name is waited out, by a lease duration for a pod started
+    since the claim it releases, and a shard went 9.4 s unowned in a rollout of real pods."""
+    record = view.record
+    return record is not None and record.holder == identity and not view.state.is_leader
 
 
 class ShardSeat(Observer):

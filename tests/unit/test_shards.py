@@ -13,6 +13,7 @@ import dataclasses
 import datetime as dt
 import io
 import json
+import types
 from collections import Counter
 from pathlib import Path
 from typing import Any
@@ -23,10 +24,11 @@ from sidecar.commands.cli import command
 from sidecar.commands.wiring import wire_shards
 from sidecar.core.election import Event
 from sidecar.core.lease import LeaseRecord
-from sidecar.core.shards import shard_lease
+from sidecar.core.shards import assign, shard_lease
 from sidecar.core.timing import Timing
+from sidecar.driver.drain import Drain
 from sidecar.driver.report import LogReport
-from sidecar.driver.shardboard import MOVE
+from sidecar.driver.shardboard import MOVE, ShardBoard
 from sidecar.driver.shardset import ShardSet
 from sidecar.kit.logs import Logger
 from sidecar.kube.errors import ApiUnavailable
@@ -351,3 +353,57 @@ def test_metrics_tell_each_shard_once_and_the_process_once(tmp_path: Path) -> No
             assert await p.stop() == 0
 
     run(scenario)
+
+
+class _Seat:
+    """One shard's elector as the board sees it: its Lease's holder, whether it leads."""
+
+    def __init__(self, holder: str | None, leading: bool, handed_by: str | None = None) -> None:
+        notes = {"leader-election.grelmicro.io/handoff-from": handed_by} if handed_by else {}
+        self.record = LeaseRecord.from_object(
+            {"metadata": {"name": "l", "annotations": notes}, "spec": {"holderIdentity": holder}}
+        )
+        self.leading, self.stood = leading, list[bool]()
+        self.moved_to: list[str | None] = []
+
+    def view(self) -> Any:
+        state = types.SimpleNamespace(is_leader=self.leading)
+        return types.SimpleNamespace(state=state, record=self.record, unchanged_for=0.0)
+
+    def stand(self, candidate: bool, why: str) -> None:
+        self.stood.append(candidate)
+
+    async def hand_over(self, successor: str | None, reason: str, drained: Any) -> bool:
+        self.moved_to.append(successor)
+        return True
+
+
+def test_a_pod_a_hand_off_names_takes_the_shard_up_even_past_its_share() -> None:
+    """Shards in a rollout of real pods (stop 49): a stopping pod handed a shard to a pod
+    that was over its share by the time it landed. The pod named stood aside; the shard
+    went to whichever pod scored highest, each pod that joined meanwhile in turn, and one
+    started after the claim waits a lease duration before taking a release: 9.4 s
+    unowned. A pod that a hand-off names takes the shard up, then moves it by the usual
+    planned hand-off, which any pod started before it claimed sees live."""
+
+    async def scenario() -> None:
+        alive = frozenset({"a", "b", "c"})
+        members = types.SimpleNamespace(identity="a", alive=alive, known=asyncio.Event())
+        members.known.set()
+        board = ShardBoard(3, members, Logger("error"))  # type: ignore[arg-type]
+        targets = assign(3, alive, {0: "a", 1: "b", 2: "a"})
+        given = next(s for s in (0, 2) if targets[s] != "a")  # over its share: one goes
+        kept = 2 - given
+        seats = {kept: _Seat("a", True), 1: _Seat("b", False), given: _Seat("a", False, "d")}
+        for shard, seat in seats.items():
+            board.seat(shard, Drain(Logger("error")))
+            board.join(shard, seat)  # type: ignore[arg-type]
+        board.rebalance()
+        assert seats[given].stood[-1] is True, (targets, seats[given].stood)
+        assert seats[1].stood[-1] is False
+        seats[given].leading = True  # its claim landed: now it moves it as the others compute
+        board.rebalance()
+        await asyncio.sleep(0)
+        assert seats[given].moved_to == [targets[given]]
+
+    asyncio.run(scenario())
