@@ -14,7 +14,8 @@ and when the successor has not claimed once the hand-off's second is over (it
 died, or was stopping too: a scale to zero), the release empties the Lease
 itself and takes the name out of the roster, so nobody gone is left named as
 its holder or named again. A candidate's join or leave (an annotation patch)
-is not a claim: only a change of the record counts.
+is not a claim: only a change of the record counts. A stopping candidate that
+finds a hand-off naming it empties it at once (``_decline``): it is no claim.
 """
 
 from __future__ import annotations
@@ -99,7 +100,7 @@ async def release(
     record = election.settled_claim()
     for _ in range(3):
         if record is None:
-            record = await _releasable(lock, election, left(), log)
+            record = await _releasable(lock, election, clock, left(), log)
             if record is None:
                 return
         who = successor or (roster.successor(record) if roster is not None else None)
@@ -164,7 +165,7 @@ async def _until_claimed(
 
 
 async def _releasable(
-    lock: LeaseLock, election: Election, timeout: float, log: Logger
+    lock: LeaseLock, election: Election, clock: Clock, timeout: float, log: Logger
 ) -> LeaseRecord | None:
     """The Lease as it is now, if it is still a claim this process may release (logged if not)."""
     obj = await lock.read(timeout)
@@ -174,6 +175,9 @@ async def _releasable(
     if record.holder != election.identity:
         log.info("not holding the lease; nothing to release", holder=record.holder)
         return None
+    if record.handoff_from not in (None, election.identity):
+        await _decline(lock, record, clock, timeout, log)
+        return None
     if not election.may_release(record):
         log.info(
             "the lease names this pod but is not a claim this process wrote; leaving it to expire",
@@ -181,3 +185,14 @@ async def _releasable(
         )
         return None
     return record
+
+
+async def _decline(
+    lock: LeaseLock, handoff: LeaseRecord, clock: Clock, timeout: float, log: Logger
+) -> None:
+    """A hand-off naming this stopping pod (its releaser's came as it stopped): no claim, so
+    nobody leads under it. Emptied at once, the releaser's marker kept, as its releaser
+    would after its fallback wait: a follower that saw the released claim takes it at once."""
+    with contextlib.suppress(Conflict):  # written meanwhile: not ours to empty
+        await lock.replace(vacate(handoff, now=clock.wall()), timeout)
+        log.info("a hand-off named this stopping pod; released to anyone", lease=lock.name)

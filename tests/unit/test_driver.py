@@ -475,6 +475,42 @@ def test_a_named_successor_that_is_gone_delays_the_handover_by_one_second(
     run(scenario)
 
 
+def test_a_stopping_candidate_a_hand_off_names_releases_it_to_anyone_at_once(
+    tmp_path: Path,
+) -> None:
+    """A rollout stops two pods at once (stop 49, shards in real pods): one's release named
+    the other, whose own release then found the hand-off naming it and left it to expire
+    ("not a claim this process wrote"), so the shard waited out the hand-off's fallback. A
+    hand-off is no claim: nobody leads under it. The pod named empties it at once (the
+    releaser's marker kept), so a follower that saw the released claim takes it at once."""
+
+    async def scenario() -> None:
+        store = had_sidecars(FakeLeases())
+        a = await Candidate("a", store, tmp_path).start()
+        await until(a.leads, 16, "a leads")
+        c = await Candidate("c", store, tmp_path).start()
+        await asyncio.sleep(1 + JOIN_SPREAD)
+        b = await Candidate("b", store, tmp_path).start()  # the last to join: named
+        await asyncio.sleep(1 + JOIN_SPREAD)
+        b.elector.stand(False, "stopping too")  # as a pod whose SIGTERM came first
+        a_stops = asyncio.create_task(a.stop())
+        await until(lambda: store.holder(LEASE) == "b", 5, "a hands off to b")
+        loop = asyncio.get_running_loop()
+        stopping, b_stops = loop.time(), asyncio.create_task(b.stop())
+        await until(c.leads, 5, "c takes over")
+        assert loop.time() - stopping < 0.5  # not the hand-off's second, nor its fallback
+        assert [w for w in store.writes if w[0] == "update"][-3:] == [
+            ("update", "b"),  # a's hand-off
+            ("update", ""),  # b's: to anyone
+            ("update", "c"),  # c's claim
+        ]
+        assert await b_stops == 0
+        assert await a_stops == 0
+        await c.stop()
+
+    run(scenario)
+
+
 def test_candidates_join_the_roster_at_start_and_leave_it_on_a_graceful_exit(
     tmp_path: Path,
 ) -> None:
