@@ -158,6 +158,9 @@ def test_twelve_shards_balance_move_three_on_a_scale_and_stay_single_through_a_r
             f"longest a shard went unowned {longest:.3f}s",
             file=sys.stderr,
         )
+        # Every move a hand-off: none waits out a lease (6 s), as one named to a pod that
+        # stopped too did (9.8 s, stop 49).
+        assert longest < 5.0, (longest, roll_moves)
 
         victim = sorted(p["metadata"]["name"] for p in pods(e2e, ns, "sharded"))[0]
         owned = [s for s, o in balanced(views, e2e, ns, 4).items() if o == victim]  # type: ignore[union-attr]
@@ -171,7 +174,9 @@ def test_twelve_shards_balance_move_three_on_a_scale_and_stay_single_through_a_r
             60,
             "the deleted pod's shards owned by others",
         )
-        handed = [m for m in moves(views, deleted) if m[0] in owned and m[1] == victim]
+        # The victim's app stops at its SIGTERM, maybe before it asks again: its last view of
+        # each shard may come before the deletion, so the moves are read from a second before.
+        handed = [m for m in moves(views, deleted - 1) if m[0] in owned and m[1] == victim]
         print(
             f"[e2e] shards pod deletion: {len(owned)} shards handed off ({_gaps(handed)})",
             file=sys.stderr,
