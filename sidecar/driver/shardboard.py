@@ -169,8 +169,8 @@ class ShardBoard:
 def _names_me(view: View, identity: str) -> bool:
     """The shard's Lease names this pod, which does not lead it: a hand-off to it (or its
     own claim, told to nobody). It takes it up even past its share, then moves it as any
-    owner does: left aside, the name is waited out, by a lease duration for a pod started
-    since the claim it releases, and a shard went 9.4 s unowned in a rollout of real pods."""
+    owner does: left aside, the name is waited out, and by a pod started since the claim it
+    releases a lease duration more (contract §2, shards, "Who stands")."""
     record = view.record
     return record is not None and record.holder == identity and not view.state.is_leader
 

@@ -158,8 +158,8 @@ def test_twelve_shards_balance_move_three_on_a_scale_and_stay_single_through_a_r
             f"longest a shard went unowned {longest:.3f}s",
             file=sys.stderr,
         )
-        # Every move a hand-off: none waits out a lease (6 s), as one named to a pod that
-        # stopped too did (9.8 s, stop 49).
+        # Every move a hand-off: none waits out the 6 s lease, as one named to a pod that
+        # stopped too did (contract §2, shards).
         assert longest < 5.0, (longest, roll_moves)
 
         victim = sorted(p["metadata"]["name"] for p in pods(e2e, ns, "sharded"))[0]
@@ -181,8 +181,8 @@ def test_twelve_shards_balance_move_three_on_a_scale_and_stay_single_through_a_r
             f"[e2e] shards pod deletion: {len(owned)} shards handed off ({_gaps(handed)})",
             file=sys.stderr,
         )
-        # Each a hand-off, none an expiry (6 s): the figures above are the speed. A replacement
-        # pod that joins as this one leaves may take a shard by a second, planned move (2.3 s
-        # in one full-suite run, stop 49), so no tighter bound here.
+        # Each a hand-off, none an expiry of the 6 s lease: the figures above are the speed. A
+        # replacement pod that joins as this one leaves may take a shard by a second, planned
+        # move, so no tighter bound here.
         assert len(handed) == len(owned) and max(g for *_, g in handed) < 5.0, handed
     assert no_shard_owned_twice(views) == []
