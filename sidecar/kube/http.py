@@ -6,6 +6,11 @@ codec (contract §1). At most one connection is kept idle (each holds TLS buffer
 read while idle by a small task that closes it when the server does: over plain HTTP
 (``kubectl proxy``) asyncio would keep it half-open, in CLOSE-WAIT, for as long as a
 follower sends nothing. Every failure to talk to the server is ``Unreachable``.
+
+asyncio gives every TLS connection a zeroed 256 KiB read buffer, held for the
+connection's life: the most of a sharded sidecar's memory (a watch per shard), and
+churned by each new connection. One TLS record is 16 KiB, so that is the buffer here
+(``TLS_READ_BUFFER``; bench/ §4 and §5d measure it).
 """
 
 from __future__ import annotations
@@ -14,7 +19,7 @@ import asyncio
 import contextlib
 import socket
 import ssl
-from asyncio import StreamReader, StreamWriter
+from asyncio import StreamReader, StreamWriter, sslproto
 from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -25,6 +30,10 @@ from .. import __version__
 
 USER_AGENT = f"grelmicro-sidecar/{__version__}"
 Fields = list[tuple[str, str]]
+#: Bytes read from a TLS connection at a time: one record's plaintext at most.
+TLS_READ_BUFFER = 16 * 1024
+if getattr(sslproto.SSLProtocol, "max_size", 0) > TLS_READ_BUFFER:  # only ever lowered
+    sslproto.SSLProtocol.max_size = TLS_READ_BUFFER
 
 
 class Unreachable(Exception):
