@@ -156,12 +156,10 @@ async def _until_claimed(
     current = LeaseRecord.from_object(obj) if obj is not None else None
     if current is None or moved(current):
         return True
-    try:
-        await lock.replace(vacate(current, now=clock.wall()), HANDOFF_SECONDS)
-    except Conflict:  # written meanwhile: a claim after all
-        return True
-    log.info("the named successor did not claim; released to anyone", successor=handoff.holder)
-    return False
+    emptied = await _to_anyone(lock, current, clock, HANDOFF_SECONDS)  # a 409: a claim after all
+    if emptied:
+        log.info("the named successor did not claim; released to anyone", successor=handoff.holder)
+    return not emptied
 
 
 async def _releasable(
@@ -193,6 +191,15 @@ async def _decline(
     """A hand-off naming this stopping pod (its releaser's came as it stopped): no claim, so
     nobody leads under it. Emptied at once, the releaser's marker kept, as its releaser
     would after its fallback wait: a follower that saw the released claim takes it at once."""
-    with contextlib.suppress(Conflict):  # written meanwhile: not ours to empty
-        await lock.replace(vacate(handoff, now=clock.wall()), timeout)
+    if await _to_anyone(lock, handoff, clock, timeout):
         log.info("a hand-off named this stopping pod; released to anyone", lease=lock.name)
+
+
+async def _to_anyone(lock: LeaseLock, record: LeaseRecord, clock: Clock, timeout: float) -> bool:
+    """Empty ``record`` of its holder (``vacate``: its markers kept), over its own version:
+    False when it was written meanwhile (a 409), which is then not ours to empty."""
+    try:
+        await lock.replace(vacate(record, now=clock.wall()), timeout)
+    except Conflict:
+        return False
+    return True
