@@ -171,6 +171,11 @@ def _event(apps: Apps, key: str, before: dict[int, str | None], first_move: int)
     }
 
 
+def _rss(pods: list[ShardPod]) -> list[float]:
+    """VmRSS (MiB) of each pod process still running."""
+    return [r for r in (p.rss_mb() for p in pods) if r is not None]
+
+
 def measure(workdir: Path, creds: Credentials, audit: AuditLog) -> dict[str, Any]:
     pods: dict[str, list[ShardPod]] = {k: [] for k in IMPL_KEYS}
 
@@ -208,6 +213,7 @@ def measure(workdir: Path, creds: Credentials, audit: AuditLog) -> dict[str, Any
         time.sleep(WINDOW)
         end = time.time()
         for key in IMPL_KEYS:
+            res[key]["rss_steady"] = _rss(pods[key])
             res[key]["steady_owner_changes"] = max(
                 len(moved(owners[key], apps.owners(key))), apps.moves(key) - changes[key]
             )
@@ -257,6 +263,8 @@ def measure(workdir: Path, creds: Credentials, audit: AuditLog) -> dict[str, Any
                 ev["balance"].pop(victims[key].identity, None)
                 res[key]["scale_down"].append(ev)
             windows["down"].append((down, time.time()))
+        for key in IMPL_KEYS:
+            res[key]["rss_after"] = _rss(pods[key])
     finally:
         apps.stop()
         for key in IMPL_KEYS:

@@ -191,6 +191,14 @@ def _gaps(events: Sequence[Mapping[str, Any]]) -> str:
     return f"{ms(s['p50'])} / {ms(s['max'])} (n = {s['n']})" if s.get("n") else "– (no move)"
 
 
+def _span(values: Sequence[float] | None) -> str:
+    """Lowest to highest, or one value."""
+    if not values:
+        return "–"
+    low, high = min(values), max(values)
+    return f"{low:.1f}" if round(low, 1) == round(high, 1) else f"{low:.1f}–{high:.1f}"
+
+
 def _per_move(events: Sequence[Mapping[str, Any]], key: str) -> str:
     values = sorted(r[key] for e in events for r in e.get("requests_per_move") or [])
     return f"{values[len(values) // 2]} / {values[-1]}" if values else "–"
@@ -219,6 +227,7 @@ def rows(sh: Mapping[str, Any]) -> list[tuple[str, dict[str, str]]]:
         return list(b["scale_down"])
 
     up, down = f"{p} → {p + 1 if p else '?'} pods", f"{p + 1 if p else '?'} → {p} pods"
+    rounds = max((len(b.get("scale_up") or []) for b in impls.values()), default=0)
     return [
         row("steady: API requests per shard per minute, all", lambda b: f"{st(b, 'all'):g}"),
         row("steady: reads (get, list) per shard per minute", lambda b: f"{st(b, 'reads'):g}"),
@@ -269,6 +278,10 @@ def rows(sh: Mapping[str, Any]) -> list[tuple[str, dict[str, str]]]:
                 f"{_each([str(e['member_writes']) for e in ups(b)])} / "
                 f"{_each([str(e['member_writes']) for e in downs(b)])}"
             ),
+        ),
+        row(
+            f"RSS per pod process (MiB), after the steady window / after the {rounds} rounds",
+            lambda b: f"{_span(b.get('rss_steady'))} / {_span(b.get('rss_after'))}",
         ),
         row("instants a shard was acted on by two apps", lambda b: b["twice"]),
         row("drains acknowledged by the apps", lambda b: b["acked"]),
