@@ -18,6 +18,7 @@ from typing import Any
 from .. import __version__
 from ..core.defaults import PROG
 from ..core.lease import LeaseRecord, election_of, lease_name
+from ..core.shards import MEMBER_LABEL, shard_of
 from ..kit import options
 from ..kit.logs import Logger
 from ..kit.options import SIDECAR_ENV, Parser, SettingsError, Source, add_settings, env_note
@@ -30,7 +31,7 @@ from . import main as main  # the console script, also as ``python -m sidecar.co
 from .settings import ALL_NAMESPACES, COMMANDS, OUTPUT, TO, WAIT, WATCH
 from .transfer import transfer as move
 
-COLUMNS = {"ELECTION": "election", "LEASE": "lease", "HOLDER": "holder",  # header: row key
+COLUMNS = {"LEASE": "lease", "HOLDER": "holder",  # header: row key; after ELECTION (SHARD)
            "TRANSITIONS": "lease_transitions", "RENEWED": "renewed_ago",
            "EXPIRES IN": "expires_in"}  # fmt: skip
 WIDE = {"ACQUIRED": "acquired_ago", "DURATION": "lease_duration"}
@@ -94,16 +95,22 @@ def status(src: Source) -> int:
 
     src.get(options.LOG_LEVEL)  # status logs nothing, but a wrong level is still a wrong setting
     every, watch, output = src.get(ALL_NAMESPACES), src.get(WATCH), src.get(OUTPUT)
-    columns = {"NAMESPACE": "namespace"} if every else {}
-    columns |= COLUMNS | (WIDE if output == "wide" else {})
 
     async def show(store: LeaseStore, namespace: str) -> int:
         """Once; with ``--watch``, the table then a line for each change of holder or
-        transitions, as ``kubectl get -w`` (polled; Ctrl-C ends it, exit 0)."""
+        transitions, as ``kubectl get -w`` (polled; Ctrl-C ends it, exit 0). A SHARD
+        column when the first listing has a sharded election."""
         seen: set[tuple[Any, ...]] = set()
-        widths = [0] * len(columns)
+        columns: dict[str, str] = {}
+        widths: list[int] = []
         while True:
             rows = await _rows(store)
+            if not columns:
+                sharded = any(r["shard"] is not None for r in rows)
+                columns |= {"NAMESPACE": "namespace"} if every else {}
+                columns |= {"ELECTION": "election"} | ({"SHARD": "shard"} if sharded else {})
+                columns |= COLUMNS | (WIDE if output == "wide" else {})
+                widths[:] = [0] * len(columns)
             marks = {tuple(map(r.get, CHANGES)): r for r in rows}
             changed = [r for mark, r in marks.items() if mark not in seen]
             seen = set(marks)
@@ -209,10 +216,12 @@ def _on_leases(
 
 
 async def _rows(store: LeaseStore) -> list[dict[str, Any]]:
+    """A row per election's Lease, and per shard's; members' heartbeats are no election."""
     items, _ = await store.list(label_selector=SELECTOR)
     now = dt.datetime.now(dt.UTC)
-    rows = (_row(LeaseRecord.from_object(obj), now) for obj in items)
-    return sorted(rows, key=lambda r: (r["namespace"], r["lease"]))
+    records = (LeaseRecord.from_object(obj) for obj in items)
+    rows = (_row(r, now) for r in records if MEMBER_LABEL not in r.labels)
+    return sorted(rows, key=lambda r: (r["namespace"], r["election"], r["shard"] or 0, r["lease"]))
 
 
 def _row(record: LeaseRecord, now: dt.datetime) -> dict[str, Any]:
@@ -225,9 +234,11 @@ def _row(record: LeaseRecord, now: dt.datetime) -> dict[str, Any]:
     elif expiry is not None:
         left = (expiry - now).total_seconds()
         expires_in = _human(left) if left > 0 else f"expired {_human(-left)} ago"
+    lease, shard = shard_of(record.name, record.labels) or (record.name, None)
     return {
         "namespace": record.namespace,
-        "election": election_of(record.name),
+        "election": election_of(lease),
+        "shard": shard,
         "lease": record.name,
         "holder": record.holder,
         "lease_transitions": record.transitions,

@@ -14,7 +14,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..core.shards import shard_lease
+from ..core.shards import SHARD_LABEL, shard_lease
 from ..driver.apppublisher import AppPublisher
 from ..driver.drain import Drain
 from ..driver.elector import Elector
@@ -220,7 +220,10 @@ def wire_shards(
         observers.append(relay)
         roster = ShardRoster(board, shard)
         handoff = HandoffLock(
-            LeaseLock(store, lease), roster, mark.first_term, timing.lease_duration
+            LeaseLock(store, lease, {SHARD_LABEL: settings.lease}),
+            roster,
+            mark.first_term,
+            timing.lease_duration,
         )
         electors.append(_elector(settings, namespace, handoff, observers, log, clock))
     return ShardedSidecar(shards, metrics, published)

@@ -32,11 +32,24 @@ SHARD_INFIX = "-shard-"
 MEMBER_INFIX = "-member-"
 #: The longest Lease name (a DNS subdomain).
 MAX_NAME = 253
+#: The label of a shard's Lease: the Lease name of the election it is a shard of.
+SHARD_LABEL = "leader-election.grelmicro.io/shard-of"
+#: The label of a member's heartbeat Lease: the Lease name of the election it is a member of.
+MEMBER_LABEL = "leader-election.grelmicro.io/member-of"
 
 
 def shard_lease(lease: str, shard: int) -> str:
     """The Lease of shard ``shard`` (0-based) of the election whose Lease is ``lease``."""
     return f"{lease}{SHARD_INFIX}{shard}"
+
+
+def shard_of(name: str, labels: Mapping[str, str]) -> tuple[str, int] | None:
+    """(the election's Lease, the shard) of a Lease that ``SHARD_LABEL`` says is a shard."""
+    lease = labels.get(SHARD_LABEL, "")
+    number = name.removeprefix(f"{lease}{SHARD_INFIX}")
+    if not lease or number == name or not number.isdigit():
+        return None
+    return lease, int(number)
 
 
 def member_lease(lease: str, identity: str) -> str:

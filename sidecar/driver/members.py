@@ -25,7 +25,7 @@ from collections.abc import Callable
 
 from ..core import backoff
 from ..core.lease import LeaseRecord, claim, valid_duration
-from ..core.shards import member_lease
+from ..core.shards import MEMBER_LABEL, member_lease
 from ..core.timing import Timing
 from ..kit.aio import Background
 from ..kit.clock import Clock
@@ -33,8 +33,6 @@ from ..kit.logs import Logger
 from ..kube.errors import ApiError, Conflict, NotFound
 from ..kube.leases import LeaseStore, Obj
 
-#: The label of a member's heartbeat Lease: the Lease name of the election it is a member of.
-MEMBER_LABEL = "leader-election.grelmicro.io/member-of"
 #: A watch's ``timeoutSeconds``: the server ends it about this often, and it is opened again.
 WATCH_SECONDS = 300
 

@@ -24,7 +24,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import random
-from collections.abc import AsyncGenerator, AsyncIterator, Callable
+from collections.abc import AsyncGenerator, AsyncIterator, Callable, Mapping
 from dataclasses import dataclass
 from typing import cast
 
@@ -73,10 +73,11 @@ class Healthy:
 
 
 class LeaseLock:
-    """The Lease ``name`` of the store's namespace."""
+    """The Lease ``name`` of the store's namespace; every write sets ``labels`` on it."""
 
-    def __init__(self, store: LeaseStore, name: str) -> None:
+    def __init__(self, store: LeaseStore, name: str, labels: Mapping[str, str] | None = None):
         self.store, self.name, self.request_timeout = store, name, store.request_timeout
+        self.labels = dict(labels or {})
         self._version: str | None = None
         self._known = asyncio.Event()
         self._lost = False  # the watch lost its place: the next one starts at the most recent
@@ -101,10 +102,10 @@ class LeaseLock:
         return obj
 
     async def create(self, body: Obj, timeout: float) -> Obj:
-        return await self.store.create(labelled(body), timeout=timeout)
+        return await self.store.create(labelled(body, self.labels), timeout=timeout)
 
     async def replace(self, body: Obj, timeout: float) -> Obj:  # ``Conflict``: someone wrote since
-        return await self.store.replace(labelled(body), timeout=timeout)
+        return await self.store.replace(labelled(body, self.labels), timeout=timeout)
 
     async def events(self) -> AsyncIterator[Changed | Deleted | Lost | Failed | Healthy]:
         failures = 0
@@ -198,10 +199,12 @@ class LeaseLock:
         return checks() if checks is not None else WATCH_SECONDS
 
 
-def labelled(body: Obj) -> Obj:
-    """``body`` with ``VACANT`` set when it names no holder, removed when it names one."""
+def labelled(body: Obj, extra: Mapping[str, str] | None = None) -> Obj:
+    """``body`` with ``extra`` labels, and ``VACANT`` set when it names no holder, removed
+    when it names one."""
     meta = dict(body.get("metadata") or {})
     labels = {k: v for k, v in (meta.get("labels") or {}).items() if k != VACANT}
+    labels |= extra or {}
     if not (body.get("spec") or {}).get("holderIdentity"):
         labels[VACANT] = "true"
     return {**body, "metadata": {**meta, "labels": labels}}

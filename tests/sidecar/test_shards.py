@@ -26,8 +26,9 @@ from typing import Any
 
 from sidecar.core.shards import shard_lease
 from tests.chaos.moves import post
+from tests.cluster import ControlPlane
 from tests.e2e.readme import block
-from tests.sidecar.proc import SidecarProcess, _parse, wait_for
+from tests.sidecar.proc import BIN, SidecarProcess, _parse, wait_for
 
 SHARDS = 12
 ARGS = (
@@ -175,8 +176,16 @@ def _holders(api: Any, namespace: str) -> dict[int, str]:
     return out
 
 
+def _status(cluster: ControlPlane, namespace: str, *flags: str) -> str:
+    """What ``grelmicro-sidecar status`` prints for the namespace, as a user runs it."""
+    args = [str(BIN), "status", "-n", namespace, f"--kubeconfig={cluster.kubeconfig}", *flags]
+    done = subprocess.run(args, capture_output=True, text=True, timeout=30)
+    assert done.returncode == 0, done.stderr
+    return done.stdout
+
+
 def test_twelve_shards_balance_over_three_pods_and_a_fourth_takes_three(
-    spawn: Spawn, api: Any, namespace: str
+    spawn: Spawn, api: Any, namespace: str, cluster: ControlPlane
 ) -> None:
     pods = [spawn(f"pod-{n}", extra=ARGS) for n in "abc"]
     apps = Apps(pods)
@@ -186,6 +195,13 @@ def test_twelve_shards_balance_over_three_pods_and_a_fourth_takes_three(
         time.sleep(3)  # a lease duration: nothing moves at steady state
         before = dict(apps.owner)
         assert _holders(api, namespace) == before
+        rows = json.loads(_status(cluster, namespace, "-o", "json"))  # no member heartbeats
+        assert [(r["election"], r["shard"], r["holder"]) for r in rows] == [
+            ("main", s, before[s]) for s in range(SHARDS)
+        ]
+        table = [line.split() for line in _status(cluster, namespace).splitlines()]
+        assert table[0][:3] == ["ELECTION", "SHARD", "LEASE"], table[0]
+        assert table[1][:4] == ["main", "0", shard_lease("leader-main", 0), before[0]]
         status, body = pods[0].http("/shards/0")
         assert status == (200 if before[0] == "pod-a" else 503), body
         assert pods[0].http(f"/shards/{SHARDS}")[0] == 404
@@ -242,7 +258,9 @@ def test_a_stopping_pod_hands_its_shards_off_and_a_killed_ones_are_taken_after_t
         apps.stop()
 
 
-def test_one_shard_is_the_plain_election(spawn: Spawn, api: Any, namespace: str) -> None:
+def test_one_shard_is_the_plain_election(
+    spawn: Spawn, api: Any, namespace: str, cluster: ControlPlane
+) -> None:
     from kubernetes import client
 
     a = spawn("pod-a", extra=(*ARGS[:3], "--shards=1"))
@@ -255,3 +273,4 @@ def test_one_shard_is_the_plain_election(spawn: Spawn, api: Any, namespace: str)
     }
     assert "leader-main" in names and not any("-shard-" in n or "-member-" in n for n in names)
     assert a.http("/shards/0")[0] == 404
+    assert _status(cluster, namespace).split()[:3] == ["ELECTION", "LEASE", "HOLDER"]

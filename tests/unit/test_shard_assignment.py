@@ -11,7 +11,7 @@ import string
 
 import pytest
 
-from sidecar.core.shards import MAX_NAME, assign, member_lease, shard_lease
+from sidecar.core.shards import MAX_NAME, SHARD_LABEL, assign, member_lease, shard_lease, shard_of
 
 RNG_SEED = 20261130
 
@@ -110,3 +110,20 @@ def test_long_names_stay_valid() -> None:
     name = member_lease("leader-" + "x" * 200, "pod-" + "y" * 100)
     assert len(name) <= MAX_NAME and name[-1] != "-"
     assert shard_lease("leader-main", 11) == "leader-main-shard-11"
+
+
+@pytest.mark.parametrize(
+    ("name", "labels", "expected"),
+    [
+        ("leader-main-shard-11", {SHARD_LABEL: "leader-main"}, ("leader-main", 11)),
+        ("leader-a-shard-b-shard-2", {SHARD_LABEL: "leader-a-shard-b"}, ("leader-a-shard-b", 2)),
+        ("leader-main-shard-11", {}, None),  # a plain election named "main-shard-11"
+        ("leader-main-shard-x", {SHARD_LABEL: "leader-main"}, None),
+        ("leader-other-shard-1", {SHARD_LABEL: "leader-main"}, None),
+        ("leader-main-shard-", {SHARD_LABEL: "leader-main"}, None),
+    ],
+)
+def test_a_shard_is_known_by_its_label_and_its_name(
+    name: str, labels: dict[str, str], expected: tuple[str, int] | None
+) -> None:
+    assert shard_of(name, labels) == expected

@@ -61,7 +61,8 @@ PACKAGE_LINES = {
     # 887 with the health flags; 903 with transfer's own line for a 403 (a person
     # needs get and patch, not a pod's Role).
     # 1,057 with --shards: its checks, and the wiring of an elector per shard.
-    "commands": 1_060,
+    # 1,066 with `status` showing a sharded election as a row per shard (issue 40).
+    "commands": 1_075,
     # The admission webhooks, their TLS and the Lease-access check: not in the
     # pod's path, but shipped in the same image.
     "injector": 2_500,
@@ -78,8 +79,10 @@ PACKAGE_LINES = {
 #: 11,258 with drains counted by how they ended (the metric of issue 39's alert)
 #: and transfer's 403 line; 12,106 with the shards of issue 40 (assignment, members,
 #: board, the shards run as one, their settings and wiring); 12,163 with the release
-#: that never raises into a hand-over and the injector's shards annotation.
-TOTAL_LINES = 12_200
+#: that never raises into a hand-over and the injector's shards annotation; 12,234
+#: with the TLS read buffer (a sharded pod's memory), the shard label `status` reads,
+#: and a shared emptying write in the release.
+TOTAL_LINES = 12_250
 
 
 def _lines(path: Path) -> int:
