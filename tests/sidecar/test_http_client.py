@@ -12,6 +12,7 @@ import pytest
 
 from sidecar.kube.config import load
 from sidecar.kube.errors import Conflict, NotFound
+from sidecar.kube.http import TLS_READ_BUFFER
 from sidecar.kube.leases import LeaseStore
 from tests.cluster import ControlPlane
 
@@ -31,6 +32,29 @@ def test_requests_reuse_one_keep_alive_connection(cluster: ControlPlane, namespa
 
     connections = asyncio.run(go())
     assert all(c is connections[0] for c in connections), "a renew must not pay a TLS handshake"
+
+
+def test_an_answer_of_many_tls_reads_arrives_whole(cluster: ControlPlane, namespace: str) -> None:
+    """The client reads TLS ``TLS_READ_BUFFER`` bytes at a time (a record's plaintext at
+    most): a list of some 400 KiB, over many reads and many records, is all there."""
+    filler = "x" * 4000
+
+    async def go() -> list[dict[str, Any]]:
+        store = LeaseStore(load(str(cluster.kubeconfig)), namespace)
+        try:
+            for i in range(100):
+                meta = {"name": f"leader-big-{i}", "annotations": {"filler": f"{i}{filler}"}}
+                await store.create({"metadata": meta, "spec": {}})
+            items, _ = await store.list()
+            return items
+        finally:
+            store.close()
+
+    items = asyncio.run(go())
+    assert len(json.dumps(items)) > 25 * TLS_READ_BUFFER
+    assert sorted(i["metadata"]["annotations"]["filler"] for i in items) == sorted(
+        f"{i}{filler}" for i in range(100)
+    )
 
 
 def test_statuses_map_to_the_store_exceptions(cluster: ControlPlane, namespace: str) -> None:
