@@ -580,6 +580,7 @@ def _iso(t: float) -> str:
 
 #: What describes a run rather than measures it: never taken from a partial one.
 RUN_KEYS = ("meta", "notes", "targets", "figures")
+LATER = ": from a later run "
 
 
 def merged(earlier: dict[str, Any], partial: dict[str, Any]) -> dict[str, Any]:
@@ -589,15 +590,26 @@ def merged(earlier: dict[str, Any], partial: dict[str, Any]) -> dict[str, Any]:
     meta = partial["meta"]
     source = meta.get("source") or {}
     note = (
-        f"{', '.join(sections)}: from a later run ({meta['mode']}, --only), on "
+        f"{', '.join(sections)}{LATER}({meta['mode']}, --only), on "
         f"{source.get('commit', '?')[:7]}{' (dirty)' if source.get('dirty') else ''}, "
         f"{meta['started']} to {meta['finished']}, load {meta['loadavg_start']} to "
         f"{meta['loadavg_end']}; the peers each compares with ran in that same run"
     )
     out = {k: v for k, v in earlier.items() if k not in sections}
     out.update({k: partial[k] for k in sections})
-    out["notes"] = [*(earlier.get("notes") or []), *(partial.get("notes") or []), note]
+    kept = [n for n in (_unless(n, sections) for n in earlier.get("notes") or []) if n]
+    out["notes"] = [*kept, *(partial.get("notes") or []), note]
     return out
+
+
+def _unless(note: str, sections: list[str]) -> str | None:
+    """An earlier run's note without the sections measured again since (None when none is
+    left): each section's figures come from one run, and its note names that one."""
+    named, sep, rest = note.partition(LATER)
+    if not sep:
+        return note
+    left = [s for s in named.split(", ") if s not in sections]
+    return f"{', '.join(left)}{LATER}{rest}" if left else None
 
 
 def write_outputs(res: dict[str, Any]) -> None:

@@ -99,6 +99,8 @@ def _impl(per_shard: dict[str, float], up_moved: int, down: list[dict[str, Any]]
         "scale_down": down,
         "twice": 0,
         "acked": 6,
+        "rss_steady": [28.04, 28.41, 28.2],
+        "rss_after": [27.9, 27.94],
     }
 
 
@@ -170,3 +172,5 @@ def test_shards_markdown_has_a_column_per_implementation() -> None:
         "| heartbeat Lease writes in each event's 20 s, 3 → 4 pods / 4 → 3 pods | 2 (each) / 1 |"
         in (text)
     )
+    rss = "| RSS per pod process (MiB), after the steady window / after the 2 rounds | "
+    assert f"{rss}28.0–28.4 / 27.9 | 28.0–28.4 / 27.9 |" in text
