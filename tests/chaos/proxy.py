@@ -175,9 +175,15 @@ class _Pipe:
                 await proxy._flow.wait()
             if self.closed:
                 return
+            if dst.is_closing():
+                self.abort(reset=False)  # its other end is gone: so is the pipe, both ways
+                return
             dst.write(data)
-            with contextlib.suppress(OSError, ConnectionError):
+            try:
                 await dst.drain()
+            except (OSError, ConnectionError):
+                self.abort(reset=False)
+                return
 
 
 def _close(writer: asyncio.StreamWriter, reset: bool) -> None:
