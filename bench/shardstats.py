@@ -191,6 +191,11 @@ def _gaps(events: Sequence[Mapping[str, Any]]) -> str:
     return f"{ms(s['p50'])} / {ms(s['max'])} (n = {s['n']})" if s.get("n") else "– (no move)"
 
 
+def _rounds(sh: Mapping[str, Any]) -> int:
+    """How many scale rounds the run made (3 → 4 → 3 pods each)."""
+    return max((len(b.get("scale_up") or []) for b in (sh.get("impls") or {}).values()), default=0)
+
+
 def _span(values: Sequence[float] | None) -> str:
     """Lowest to highest, or one value."""
     if not values:
@@ -227,7 +232,6 @@ def rows(sh: Mapping[str, Any]) -> list[tuple[str, dict[str, str]]]:
         return list(b["scale_down"])
 
     up, down = f"{p} → {p + 1 if p else '?'} pods", f"{p + 1 if p else '?'} → {p} pods"
-    rounds = max((len(b.get("scale_up") or []) for b in impls.values()), default=0)
     return [
         row("steady: API requests per shard per minute, all", lambda b: f"{st(b, 'all'):g}"),
         row("steady: reads (get, list) per shard per minute", lambda b: f"{st(b, 'reads'):g}"),
@@ -280,7 +284,7 @@ def rows(sh: Mapping[str, Any]) -> list[tuple[str, dict[str, str]]]:
             ),
         ),
         row(
-            f"RSS per pod process (MiB), after the steady window / after the {rounds} rounds",
+            f"RSS per pod process (MiB), after the steady window / after the {_rounds(sh)} rounds",
             lambda b: f"{_span(b.get('rss_steady'))} / {_span(b.get('rss_after'))}",
         ),
         row("instants a shard was acted on by two apps", lambda b: b["twice"]),
@@ -290,7 +294,7 @@ def rows(sh: Mapping[str, Any]) -> list[tuple[str, dict[str, str]]]:
 
 def markdown(sh: Mapping[str, Any], labels: Mapping[str, str]) -> str:
     impls = list((sh.get("impls") or {}).keys())
-    rounds = len(next(iter((sh.get("impls") or {}).values()), {}).get("scale_up") or [])
+    rounds = _rounds(sh)
     out = [
         f"## 5d. Shards: {sh['shards']} shards over {sh['pods']} pods, then "
         f"{sh['pods'] + 1} and back, {rounds} times\n",
