@@ -101,16 +101,10 @@ def status(src: Source) -> int:
         transitions, as ``kubectl get -w`` (polled; Ctrl-C ends it, exit 0). A SHARD
         column when the first listing has a sharded election."""
         seen: set[tuple[Any, ...]] = set()
-        columns: dict[str, str] = {}
-        widths: list[int] = []
+        rows = await _rows(store)
+        columns = _columns(rows, every, output == "wide")
+        widths = [0] * len(columns)
         while True:
-            rows = await _rows(store)
-            if not columns:
-                sharded = any(r["shard"] is not None for r in rows)
-                columns |= {"NAMESPACE": "namespace"} if every else {}
-                columns |= {"ELECTION": "election"} | ({"SHARD": "shard"} if sharded else {})
-                columns |= COLUMNS | (WIDE if output == "wide" else {})
-                widths[:] = [0] * len(columns)
             marks = {tuple(map(r.get, CHANGES)): r for r in rows}
             changed = [r for mark, r in marks.items() if mark not in seen]
             seen = set(marks)
@@ -130,6 +124,7 @@ def status(src: Source) -> int:
                 return 0
             sys.stdout.flush()
             await asyncio.sleep(2.0)  # contract §7
+            rows = await _rows(store)
 
     return _on_leases(src, show, "cannot list leases in", every, ctrl_c=0)
 
@@ -213,6 +208,14 @@ def _on_leases(
         return ctrl_c
     finally:
         store.close()
+
+
+def _columns(rows: list[dict[str, Any]], every: bool, wide: bool) -> dict[str, str]:
+    """Header -> row key: NAMESPACE with ``-A``, SHARD when a row is a shard."""
+    sharded = any(r["shard"] is not None for r in rows)
+    columns = {"NAMESPACE": "namespace"} if every else {}
+    columns |= {"ELECTION": "election"} | ({"SHARD": "shard"} if sharded else {})
+    return columns | COLUMNS | (WIDE if wide else {})
 
 
 async def _rows(store: LeaseStore) -> list[dict[str, Any]]:
